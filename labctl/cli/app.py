@@ -1,0 +1,56 @@
+"""The `labctl` entry point: builds the typer app from one module per command."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+from rich.console import Console
+
+from labctl.errors import LabctlError
+
+# Each module registers its command(s) on the app through `register(app)`.
+COMMAND_MODULES = [
+    "up",
+    "down",
+    "status",
+    "exec_",
+    "run",
+    "image",
+    "validate",
+    "inspect",
+    "link",
+]
+
+app = typer.Typer(
+    name="labctl",
+    help="Software RDMA labs (Soft-RoCE / soft-iWARP) from a topology file.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+for _name in COMMAND_MODULES:
+    try:
+        _module = importlib.import_module(f"labctl.cli.{_name}")
+    except ModuleNotFoundError as exc:  # a command still being written
+        if exc.name != f"labctl.cli.{_name}":
+            raise
+        continue
+    _module.register(app)
+
+err_console = Console(stderr=True)
+
+
+def main() -> None:
+    try:
+        app()
+    except LabctlError as exc:
+        err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        if exc.hint:
+            err_console.print(f"[yellow]hint:[/] {exc.hint}", highlight=False)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err_console.print("[bold red]interrupted[/]; run `labctl down` to remove what was made")
+        sys.exit(130)

@@ -1,0 +1,77 @@
+"""`labctl down`: remove every trace of a lab (idempotent)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+import yaml
+
+from labctl.cli.common import LabOption, console
+from labctl.errors import LabctlError
+from labctl.lab.labdir import LabDir, running_labs
+from labctl.net import labnet
+from labctl.providers import provider_for
+from labctl.topology.resolved import Lab
+
+
+def _name_from_topology(path: Path) -> str:
+    try:
+        data = yaml.safe_load(path.read_text())
+        return str(data["name"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+        raise LabctlError(f"cannot read the lab name from {path}: {exc}",
+                          hint="use --lab NAME") from None
+
+
+def destroy_lab(name: str) -> list[str]:
+    """Remove lab `name`: processes, network namespace, lab directory."""
+    labdir = LabDir(name)
+    removed: list[str] = []
+    if not labdir.path.exists():
+        if labnet.delete_netns(labnet.netns_name(name)):
+            removed.append(f"netns {labnet.netns_name(name)}")
+        return removed
+    with labdir.locked("down"):
+        if labdir.lab_file.is_file():
+            lab = labdir.load_lab()
+        else:  # up died before writing lab.json: destroy from state alone
+            state = labdir.load_state()
+            lab = Lab(name, state.get("provider", "qemu"), "", (), ())
+        removed += provider_for(lab, labdir).destroy()
+        if labnet.delete_netns(labnet.netns_name(name)):
+            removed.append(f"netns {labnet.netns_name(name)}")
+    if labdir.remove():
+        removed.append(f"lab directory {labdir.path}")
+    return removed
+
+
+def down(
+    topology: Path = typer.Argument(None, help="Topology file of the lab (or use --lab)."),
+    lab: str = LabOption,
+    all_labs: bool = typer.Option(False, "--all", help="Remove every lab."),
+) -> None:
+    """Stop the lab's nodes and remove everything it made."""
+    if all_labs:
+        names = sorted(set(running_labs()) | {
+            ns.removeprefix(labnet.NETNS_PREFIX) for ns in labnet.lab_namespaces()})
+    elif lab or topology:
+        names = [lab or _name_from_topology(topology)]
+    else:
+        names = running_labs()
+        if len(names) > 1:
+            raise LabctlError(f"several labs are up ({', '.join(names)})",
+                              hint="choose one with --lab NAME, or --all")
+    if not names:
+        console.print("no lab is up; nothing to remove")
+        return
+    for name in names:
+        removed = destroy_lab(name)
+        if removed:
+            console.print(f"[bold]lab {name}[/] removed: " + ", ".join(removed))
+        else:
+            console.print(f"lab {name}: nothing to remove")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(down)

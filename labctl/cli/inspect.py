@@ -1,0 +1,176 @@
+"""`labctl devices|devinfo|asyncwatch`: run the node-side inspector (labctl.verbs) in nodes.
+
+With one node the node's stdout, stderr and exit code pass through untouched, so
+`labctl devinfo node1 -v` is byte-for-byte what `ibv_devinfo -v` prints in node1. With
+several nodes each node's output gets a header and the exit code is the largest one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import typer
+
+if TYPE_CHECKING:
+    from labctl.lab.handle import LabHandle
+
+NODE_MODULE = "labctl.verbs"
+
+LAB_OPTION = typer.Option(None, "--lab", help="Lab name (default: the only running lab).")
+NODES_ARG = typer.Argument(None, help="Nodes to inspect (default: every node of the lab).")
+
+
+def _open(lab: str | None) -> LabHandle:
+    from labctl.errors import LabctlError
+    from labctl.lab.handle import open_lab
+
+    try:
+        return open_lab(lab)
+    except LabctlError as exc:
+        typer.echo(f"error: {exc.message}", err=True)
+        if exc.hint:
+            typer.echo(f"hint: {exc.hint}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+def _nodes(handle: LabHandle, names: list[str] | None) -> list[str]:
+    known = [n.name for n in handle.lab.nodes]
+    if not names:
+        return known
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        typer.echo(
+            f"error: no node {', '.join(unknown)} in lab {handle.lab.name} "
+            f"(nodes: {', '.join(known)})",
+            err=True,
+        )
+        raise typer.Exit(2)
+    return list(dict.fromkeys(names))
+
+
+def _run_all(
+    handle: LabHandle, nodes: list[str], args: list[str], timeout: float = 120
+) -> dict[str, subprocess.CompletedProcess[str]]:
+    def one(node: str) -> subprocess.CompletedProcess[str]:
+        return handle.run(node, handle.node_python(NODE_MODULE, *args), timeout=timeout)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(nodes), 8))) as pool:
+        results = list(pool.map(one, nodes))
+    return dict(zip(nodes, results, strict=True))
+
+
+def _report(results: dict[str, subprocess.CompletedProcess[str]], as_json: bool) -> int:
+    """Print the nodes' outputs; return the exit code for labctl."""
+    if len(results) == 1:
+        (proc,) = results.values()
+        sys.stdout.write(proc.stdout or "")
+        sys.stdout.flush()
+        if proc.stderr:
+            sys.stderr.write(proc.stderr)
+        return proc.returncode
+    if as_json:
+        merged: dict[str, object] = {}
+        for node, proc in results.items():
+            try:
+                merged[node] = json.loads(proc.stdout)
+            except (ValueError, TypeError):
+                merged[node] = {"error": (proc.stderr or proc.stdout or "").strip()}
+        sys.stdout.write(json.dumps(merged, indent=2) + "\n")
+    else:
+        first = True
+        for node, proc in results.items():
+            if not first:
+                sys.stdout.write("\n")
+            first = False
+            sys.stdout.write(f"=== {node} (exit {proc.returncode}) ===\n")
+            sys.stdout.write(proc.stdout or "")
+            sys.stdout.flush()
+            if proc.stderr:
+                sys.stderr.write(f"[{node}] " + proc.stderr.replace("\n", f"\n[{node}] ").rstrip())
+                sys.stderr.write("\n")
+    return max((p.returncode for p in results.values()), key=lambda rc: (rc != 0, rc))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("devices")
+    def devices(
+        nodes: list[str] | None = NODES_ARG,
+        as_json: bool = typer.Option(False, "--json", help="JSON output."),
+        lab: str | None = LAB_OPTION,
+    ) -> None:
+        """List the RDMA devices of nodes, like ibv_devices."""
+        handle = _open(lab)
+        args = ["devices"] + (["--json"] if as_json else [])
+        raise typer.Exit(_report(_run_all(handle, _nodes(handle, nodes), args), as_json))
+
+    @app.command("devinfo")
+    def devinfo(
+        nodes: list[str] | None = NODES_ARG,
+        ib_dev: str | None = typer.Option(None, "-d", "--ib-dev", help="Device (default all)."),
+        ib_port: str | None = typer.Option(
+            None, "-i", "--ib-port", help="Port number (default all ports)."
+        ),
+        list_only: bool = typer.Option(False, "-l", "--list", help="Only the device names."),
+        verbose: bool = typer.Option(False, "-v", "--verbose", help="All attributes."),
+        as_json: bool = typer.Option(False, "--json", help="The attribute records as JSON."),
+        lab: str | None = LAB_OPTION,
+    ) -> None:
+        """Show device and port attributes of nodes, like ibv_devinfo."""
+        handle = _open(lab)
+        args = ["devinfo"]
+        if ib_dev is not None:
+            args.append(f"--ib-dev={ib_dev}")
+        if ib_port is not None:
+            args.append(f"--ib-port={ib_port}")
+        if verbose:
+            args.append("-v")
+        if as_json:
+            args.append("--json")
+        if list_only:  # last: devinfo acts on -l as soon as it sees it
+            args.append("-l")
+        raise typer.Exit(_report(_run_all(handle, _nodes(handle, nodes), args), as_json))
+
+    @app.command("asyncwatch")
+    def asyncwatch(
+        node: str = typer.Argument(..., help="Node to watch."),
+        ib_dev: str | None = typer.Option(None, "-d", "--ib-dev", help="Device (default first)."),
+        as_json: bool = typer.Option(False, "--json", help="One JSON object per event."),
+        lab: str | None = LAB_OPTION,
+    ) -> None:
+        """Print a node's async events (port up/down, GID changes) until Ctrl-C."""
+        handle = _open(lab)
+        _nodes(handle, [node])
+        args = ["asyncwatch", "--exit-on-eof"]
+        if ib_dev is not None:
+            args.append(f"--ib-dev={ib_dev}")
+        if as_json:
+            args.append("--json")
+        proc = handle.popen(
+            node, handle.node_python(NODE_MODULE, *args), stdin=subprocess.PIPE, text=True
+        )
+        try:
+            rc = proc.wait()
+        except KeyboardInterrupt:
+            rc = _stop(proc)
+        raise typer.Exit(rc)
+
+
+def _stop(proc: subprocess.Popen[str]) -> int:
+    """Ctrl-C: closing the watcher's stdin ends it in the node (--exit-on-eof)."""
+    try:
+        if proc.stdin:
+            proc.stdin.close()
+        return proc.wait(timeout=5)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        return 0
+    except OSError:
+        return 0

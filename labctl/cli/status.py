@@ -1,0 +1,91 @@
+"""`labctl status`: each node's state, addresses and RDMA device, live."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from labctl.cli.common import LabOption, console
+from labctl.lab.handle import LabHandle
+from labctl.lab.labdir import LabDir, find_labdir, running_labs
+
+
+def collect_status(handle: LabHandle) -> dict[str, Any]:
+    """Provider view plus, for running nodes, what the node itself reports."""
+    runtimes = handle.provider.nodes()
+    running = [r.name for r in runtimes if r.state == "running"]
+    live = handle.all_node_status(running)
+    state = handle.labdir.load_state()
+    nodes = []
+    for runtime in runtimes:
+        node = handle.lab.node(runtime.name)
+        record: dict[str, Any] = {
+            "name": node.name,
+            "state": runtime.state,
+            "reason": runtime.reason,
+            "rdma": node.rdma,
+            "interfaces": [{"name": i.name, "ipv4": i.ipv4, "mac": i.mac} for i in node.interfaces],
+            **runtime.details,
+        }
+        info = live.get(node.name)
+        if isinstance(info, str):
+            record["reason"] = info
+        elif info:
+            record["devices"] = info["devices"]
+            record["live_interfaces"] = info["interfaces"]
+        nodes.append(record)
+    return {"lab": handle.lab.name, "provider": handle.lab.provider,
+            "phase": state.get("phase", "?"), "ready_seconds": state.get("ready_seconds"),
+            "nodes": nodes}
+
+
+def _table(status: dict[str, Any]) -> Table:
+    table = Table(title=f"lab {status['lab']} ({status['provider']}, {status['phase']})")
+    for column in ("node", "state", "management", "data addresses", "rdma device", "port",
+                   "active mtu", "gid index"):
+        table.add_column(column)
+    for node in status["nodes"]:
+        devices = node.get("devices") or [{}]
+        device = devices[0]
+        state = node["state"] + (f" ({node['reason']})" if node.get("reason") else "")
+        color = "green" if node["state"] == "running" else "red"
+        table.add_row(
+            node["name"], f"[{color}]{state}[/]", node.get("ssh", ""),
+            "\n".join(f"{i['name']} {i['ipv4']}" for i in node["interfaces"]),
+            f"{device.get('name', '-')} ({node['rdma']})" if device else node["rdma"],
+            device.get("port_state", "-"), device.get("active_mtu", "-") or "-",
+            str(device.get("gid_index", "-")),
+        )
+    return table
+
+
+def print_status(labdir: LabDir) -> None:
+    console.print(_table(collect_status(LabHandle(labdir))))
+
+
+def status(
+    lab: str = LabOption,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Show the nodes of a lab with their state, addresses and RDMA devices."""
+    if lab is None and not running_labs():
+        if as_json:
+            print(json.dumps({"labs": []}))
+        else:
+            console.print("no lab is up")
+        return
+    handle = LabHandle(find_labdir(lab))
+    result = collect_status(handle)
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        console.print(_table(result))
+    if any(n["state"] != "running" for n in result["nodes"]):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(status)

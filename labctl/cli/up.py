@@ -1,0 +1,60 @@
+"""`labctl up TOPOLOGY`: build or reuse the image, start the nodes, wait for RDMA."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import typer
+
+from labctl.cli.common import console, progress_reporter
+from labctl.errors import LabctlError, UsageError
+from labctl.lab.labdir import LabDir
+from labctl.providers import provider_for
+
+
+def up(
+    topology: Path = typer.Argument(..., help="Topology file (YAML)."),
+    accel: str = typer.Option("auto", help="qemu accelerator: auto (probe KVM), kvm or tcg."),
+    mirror: str = typer.Option(None, help="Debian mirror URL for image builds."),
+    timeout: float = typer.Option(300, help="Seconds to wait for every node to be ready."),
+) -> None:
+    """Start the lab described by TOPOLOGY and wait until every RDMA device is ACTIVE."""
+    from labctl.cli.status import print_status
+    from labctl.topology.load import load_lab
+
+    if accel not in ("auto", "kvm", "tcg"):
+        raise UsageError(f"--accel must be auto, kvm or tcg (got {accel!r})")
+    lab = load_lab(topology)
+    options = dict(lab.provider_options)
+    options["accel"] = accel
+    if mirror:
+        options["mirror"] = mirror
+    lab = dataclasses.replace(lab, provider_options=options)
+    labdir = LabDir(lab.name)
+    started = time.monotonic()
+    with labdir.locked("up"):
+        if labdir.exists():
+            raise LabctlError(f"lab {lab.name} is already up ({labdir.path})",
+                              hint=f"`labctl down --lab {lab.name}` first, or use it as it is")
+        provider = provider_for(lab, labdir)
+        provider.check_host()
+        labdir.create(lab)
+        try:
+            with progress_reporter(f"up {lab.name}") as progress:
+                provider.create(progress)
+                provider.wait_ready(timeout, progress)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt | LabctlError):
+                raise
+            raise LabctlError(f"up failed: {exc!r}",
+                              hint=f"`labctl down --lab {lab.name}` removes what was made") from exc
+    console.print(f"[bold green]lab {lab.name} is up[/] in {time.monotonic() - started:.1f} s")
+    print_status(labdir)
+    console.print(f"next: `labctl run pingpong`, `labctl exec {lab.nodes[0].name} -- ibv_devinfo`,"
+                  f" `labctl down`")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(up)

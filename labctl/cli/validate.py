@@ -1,0 +1,79 @@
+"""`labctl validate TOPOLOGY` and `labctl schema`: check a topology file, print its schema.
+
+Imports of the topology layer (pydantic, yaml) happen inside the commands so that
+building the CLI stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+if TYPE_CHECKING:
+    from labctl.topology.resolved import Lab
+
+
+def summary(lab: Lab) -> str:
+    """A short human summary of a resolved lab: nodes, RDMA devices, segments, addresses."""
+    nodes = len(lab.nodes)
+    segs = len(lab.segments)
+    lines = [
+        f"lab {lab.name}: {nodes} node{'s' * (nodes != 1)}, {segs} segment{'s' * (segs != 1)}, "
+        f"provider {lab.provider} (from {lab.source})",
+        "nodes:",
+    ]
+    width = max(len(n.name) for n in lab.nodes)
+    for node in lab.nodes:
+        rdma = node.rdma
+        if node.rdma_interface is not None:
+            rdma = f"{node.rdma} on {node.rdma_interface.name}"
+        ifaces = ", ".join(f"{i.name} {i.ipv4}" for i in node.interfaces) or "no data links"
+        lines.append(
+            f"  {node.name:<{width}}  rdma {rdma:<11}  {node.memory_mib} MiB, "
+            f"{node.cpus} cpu{'s' * (node.cpus != 1)}, image {node.image}  {ifaces}"
+        )
+    if lab.segments:
+        lines.append("segments:")
+        width = max(len(s.name) for s in lab.segments)
+        for seg in lab.segments:
+            members = []
+            for endpoint in seg.endpoints:
+                node_name, _, ifname = endpoint.partition(":")
+                iface = next(i for i in lab.node(node_name).interfaces if i.name == ifname)
+                members.append(f"{endpoint}={iface.address}")
+            lines.append(
+                f"  {seg.name:<{width}}  {seg.kind:<6}  {seg.subnet:<15}  mtu {seg.mtu:<4}  "
+                + " ".join(members)
+            )
+    return "\n".join(lines)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("validate")
+    def validate(
+        topology: Path = typer.Argument(..., help="Topology file (YAML)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the resolved lab as JSON."),
+    ) -> None:
+        """Check a topology file and show the lab it describes (addresses, MACs, devices)."""
+        from labctl.errors import LabctlError
+        from labctl.topology.load import load_lab
+
+        try:
+            lab = load_lab(topology)
+        except LabctlError as exc:
+            # Report here too (not only in main()) so that the exit code and message are
+            # the same when the app is driven directly, e.g. by tests.
+            typer.echo(f"error: {exc.message}", err=True)
+            if exc.hint:
+                typer.echo(f"hint: {exc.hint}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+        typer.echo(lab.to_json() if as_json else summary(lab))
+
+    @app.command("schema")
+    def schema() -> None:
+        """Print the JSON Schema of topology files (saved as topologies/schema.json)."""
+        from labctl.topology.load import schema_text
+
+        typer.echo(schema_text(), nl=False)

@@ -1,0 +1,1 @@
+"""Node images: Debian root filesystems with a kernel, built once and cached."""

@@ -1,0 +1,235 @@
+"""Builds node images from Debian packages and caches them by a hash of their inputs.
+
+An image directory holds:
+  vmlinuz        the kernel
+  initrd.cpio    stage 1: busybox, the virtio_blk/ext4 modules and our init script
+  root.ext4      the root filesystem (nodes boot qcow2 overlays on top of it)
+  manifest.json  kernel and package versions, sizes, build time
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from labctl.errors import LabctlError
+from labctl.images.cpio import CpioWriter
+from labctl.images.recipes import Recipe
+from labctl.paths import cache_root
+
+BUILDER_VERSION = "1"
+# Modules stage 1 needs to mount the root disk (their dependencies are resolved by modprobe).
+STAGE1_MODULES = ("virtio_blk", "ext4")
+HOST_TOOLS = {"mmdebstrap": "mmdebstrap", "mkfs.ext4": "e2fsprogs"}
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Image:
+    path: Path
+    kernel: Path
+    initrd: Path
+    rootfs: Path
+    manifest: dict
+
+    @classmethod
+    def at(cls, path: Path) -> Image:
+        manifest = json.loads((path / "manifest.json").read_text())
+        return cls(path, path / "vmlinuz", path / "initrd.cpio", path / "root.ext4", manifest)
+
+
+def _resource_text(*parts: str) -> str:
+    return resources.files("labctl.images").joinpath(*parts).read_text()
+
+
+def image_key(recipe: Recipe, mirror: str | None) -> str:
+    """Content address of an image: every input that changes what gets built."""
+    inputs = {
+        "builder": BUILDER_VERSION,
+        "recipe": [recipe.suite, recipe.kernel_suite, sorted(recipe.packages)],
+        "mirror": mirror or "",
+        "hooks": [_resource_text("hooks", "kernel.sh"), _resource_text("hooks", "trim.sh")],
+        "init": _resource_text("initramfs-init.sh"),
+        "modules": STAGE1_MODULES,
+    }
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def image_dir(recipe: Recipe, mirror: str | None = None) -> Path:
+    return cache_root() / "images" / f"{recipe.name}-{image_key(recipe, mirror)}"
+
+
+def cached_image(recipe: Recipe, mirror: str | None = None) -> Image | None:
+    path = image_dir(recipe, mirror)
+    return Image.at(path) if (path / "manifest.json").is_file() else None
+
+
+def _check_host_tools() -> None:
+    missing = [pkg for tool, pkg in HOST_TOOLS.items() if shutil.which(tool) is None]
+    if missing:
+        raise LabctlError(
+            f"building a node image needs {', '.join(missing)}",
+            hint=f"apt-get install {' '.join(missing)}",
+        )
+    if os.geteuid() != 0:
+        raise LabctlError("building a node image needs root", hint="run labctl as root")
+
+
+def _run_streamed(argv: list[str], progress: Progress, log: Path) -> None:
+    """Run a long build step, passing its status lines to `progress`, keeping a log."""
+    with log.open("a") as log_file:
+        log_file.write(f"$ {' '.join(argv)}\n")
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log_file.write(line)
+            if line.startswith(("I: ", "labctl: ")):
+                progress(line.strip().removeprefix("I: "))
+        if proc.wait() != 0:
+            log_file.flush()
+            tail = "".join(log.read_text().splitlines(keepends=True)[-25:])
+            raise LabctlError(
+                f"image build step failed ({argv[0]} exit {proc.returncode}):\n{tail}",
+                hint=f"full log: {log}; check that Debian's package mirror is reachable "
+                "(use --mirror URL for another one)",
+            )
+
+
+def _mmdebstrap(recipe: Recipe, rootdir: Path, mirror: str | None, progress: Progress,
+                log: Path) -> None:
+    hooks = resources.files("labctl.images").joinpath("hooks")
+    kernel_hook = Path(str(hooks.joinpath("kernel.sh")))
+    trim_hook = Path(str(hooks.joinpath("trim.sh")))
+    argv = [
+        "mmdebstrap",
+        "--variant=minbase",
+        "--mode=root",
+        f"--include={','.join(recipe.packages)}",
+        "--dpkgopt=path-exclude=/usr/share/doc/*",
+        "--dpkgopt=path-exclude=/usr/share/man/*",
+        "--dpkgopt=path-exclude=/usr/share/locale/*",
+        f"--customize-hook=sh {kernel_hook} \"$1\" {recipe.kernel_suite}",
+        f"--customize-hook=sh {trim_hook} \"$1\"",
+        recipe.suite,
+        str(rootdir),
+    ]
+    if mirror:
+        argv.append(mirror)
+    _run_streamed(argv, progress, log)
+
+
+def _stage1_modules(rootdir: Path, kernel: str) -> list[Path]:
+    """Module files (in load order) that stage 1 needs, as modprobe resolves them."""
+    ordered: list[Path] = []
+    for module in STAGE1_MODULES:
+        out = subprocess.run(
+            ["chroot", str(rootdir), "modprobe", "-S", kernel, "--show-depends", module],
+            capture_output=True, text=True, check=True,
+        ).stdout
+        for line in out.splitlines():
+            if line.startswith("insmod "):
+                path = rootdir / line.split()[1].lstrip("/")
+                if path not in ordered:
+                    ordered.append(path)
+    return ordered
+
+
+def _write_initrd(rootdir: Path, kernel: str, target: Path) -> None:
+    archive = CpioWriter()
+    for directory in ("bin", "dev", "proc", "sys", "newroot", "modules"):
+        archive.directory(directory)
+    archive.file("bin/busybox", (rootdir / "usr/bin/busybox").read_bytes(), 0o755)
+    archive.file("init", _resource_text("initramfs-init.sh").encode(), 0o755)
+    names = []
+    for path in _stage1_modules(rootdir, kernel):
+        data = path.read_bytes()
+        if path.suffix == ".xz":  # busybox insmod cannot decompress
+            data = lzma.decompress(data)
+        name = path.name.removesuffix(".xz")
+        names.append(name)
+        archive.file(f"modules/{name}", data)
+    archive.file("modules/order", ("\n".join(names) + "\n").encode())
+    target.write_bytes(archive.render())
+
+
+def _package_versions(rootdir: Path) -> dict[str, str]:
+    out = subprocess.run(
+        ["chroot", str(rootdir), "dpkg-query", "-W", "-f", "${Package} ${Version}\n"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    return dict(line.split(" ", 1) for line in out.splitlines() if line)
+
+
+def _dir_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def _make_ext4(rootdir: Path, target: Path, progress: Progress, log: Path) -> None:
+    used = _dir_size(rootdir)
+    # Room for node state (logs, test files) on top of the content; sparse on the host.
+    size_mib = used // (1 << 20) * 13 // 10 + 512
+    _run_streamed(
+        ["mkfs.ext4", "-q", "-F", "-L", "labroot", "-d", str(rootdir), "-E", "root_owner=0:0",
+         str(target), f"{size_mib}M"],
+        progress, log,
+    )
+
+
+def build_image(recipe: Recipe, mirror: str | None = None, *, force: bool = False,
+                progress: Progress = lambda _msg: None) -> Image:
+    """Return the cached image for `recipe`, building it first when it is missing."""
+    final = image_dir(recipe, mirror)
+    if not force and (final / "manifest.json").is_file():
+        return Image.at(final)
+    _check_host_tools()
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = final.parent / f".build-{final.name}-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    log = final.parent / "logs" / f"{final.name}.build.log"
+    log.parent.mkdir(exist_ok=True)
+    log.write_text("")
+    started = time.monotonic()
+    try:
+        rootdir = work / "rootfs"
+        progress(f"debootstrap {recipe.suite} + kernel from {recipe.kernel_suite}")
+        _mmdebstrap(recipe, rootdir, mirror, progress, log)
+        kernel = (rootdir / "etc/labctl-kernel").read_text().strip()
+        shutil.copyfile(rootdir / f"usr/lib/modules/{kernel}/vmlinuz", work / "vmlinuz")
+        progress("stage-1 initramfs")
+        _write_initrd(rootdir, kernel, work / "initrd.cpio")
+        versions = _package_versions(rootdir)
+        progress("root filesystem image (ext4)")
+        _make_ext4(rootdir, work / "root.ext4", progress, log)
+        manifest = {
+            "name": recipe.name,
+            "key": final.name,
+            "suite": recipe.suite,
+            "kernel_suite": recipe.kernel_suite,
+            "kernel": kernel,
+            "rdma_core": versions.get("rdma-core", "?"),
+            "packages": versions,
+            "rootfs_bytes": _dir_size(rootdir),
+            "build_seconds": round(time.monotonic() - started, 1),
+        }
+        shutil.rmtree(rootdir)
+        (work / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+        if force:
+            shutil.rmtree(final, ignore_errors=True)
+        work.rename(final)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return Image.at(final)

@@ -1,0 +1,1 @@
+"""Lab state: the lab directory, its lock, and access to running nodes."""

@@ -1,0 +1,128 @@
+"""The lab directory: everything a running lab made and needs, in one place.
+
+  lab.json      the resolved topology (down/status work without the source file)
+  state.json    what the provider made: netns, per-node pids and ports
+  lock          flock held while up/down change the lab
+  id_ed25519    the lab's ssh key (0600), ssh_config for `ssh -F`
+  nodes/NODE/   disk overlay, initrd, console log, qmp socket
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from labctl.errors import LabctlError
+from labctl.paths import state_root
+from labctl.topology.resolved import Lab
+
+
+class LabDir:
+    def __init__(self, name: str, root: Path | None = None) -> None:
+        self.name = name
+        self.path = (root or state_root()) / name
+
+    # --- files ---------------------------------------------------------------------------
+    @property
+    def lab_file(self) -> Path:
+        return self.path / "lab.json"
+
+    @property
+    def state_file(self) -> Path:
+        return self.path / "state.json"
+
+    @property
+    def ssh_key(self) -> Path:
+        return self.path / "id_ed25519"
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.path / "ssh_config"
+
+    def node_dir(self, node: str) -> Path:
+        return self.path / "nodes" / node
+
+    def exists(self) -> bool:
+        return self.lab_file.is_file() or self.state_file.is_file()
+
+    def create(self, lab: Lab) -> None:
+        self.path.mkdir(parents=True, exist_ok=True, mode=0o750)
+        os.chmod(self.path, 0o750)
+        self.lab_file.write_text(lab.to_json())
+
+    def load_lab(self) -> Lab:
+        try:
+            return Lab.from_json(self.lab_file.read_text())
+        except FileNotFoundError:
+            raise LabctlError(f"lab {self.name} has no lab.json in {self.path}",
+                              hint="run `labctl down --lab NAME` to clean up") from None
+
+    def load_state(self) -> dict[str, Any]:
+        try:
+            state: dict[str, Any] = json.loads(self.state_file.read_text())
+            return state
+        except FileNotFoundError:
+            return {}
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
+        tmp.replace(self.state_file)
+
+    def remove(self) -> bool:
+        if not self.path.exists():
+            return False
+        shutil.rmtree(self.path)
+        return True
+
+    # --- lock ----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def locked(self, action: str) -> Iterator[None]:
+        """Exclusive lock on this lab; refuses at once if another labctl holds it."""
+        self.path.mkdir(parents=True, exist_ok=True, mode=0o750)
+        lock_path = self.path / "lock"
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = lock_path.with_suffix(".owner")
+                who = holder.read_text().strip() if holder.exists() else "another labctl"
+                raise LabctlError(
+                    f"lab {self.name} is busy ({who})",
+                    hint="wait for it to finish, or stop it and run `labctl down`",
+                ) from None
+            lock_path.with_suffix(".owner").write_text(f"{action} by pid {os.getpid()}\n")
+            yield
+        finally:
+            os.close(fd)
+
+
+def running_labs(root: Path | None = None) -> list[str]:
+    base = root or state_root()
+    if not base.is_dir():
+        return []
+    return sorted(p.name for p in base.iterdir() if (p / "lab.json").is_file())
+
+
+def find_labdir(name: str | None) -> LabDir:
+    """The lab called `name`, or the only lab when no name is given."""
+    if name:
+        labdir = LabDir(name)
+        if not labdir.path.exists():
+            raise LabctlError(f"no lab named {name!r} is up",
+                              hint=f"labs up: {', '.join(running_labs()) or 'none'}")
+        return labdir
+    labs = running_labs()
+    if not labs:
+        raise LabctlError("no lab is up", hint="start one with `labctl up TOPOLOGY`")
+    if len(labs) > 1:
+        raise LabctlError(f"several labs are up ({', '.join(labs)})",
+                          hint="choose one with --lab NAME")
+    return LabDir(labs[0])

@@ -1,0 +1,19 @@
+"""Providers turn a resolved Lab into running nodes: one class per kind of node."""
+
+from __future__ import annotations
+
+from labctl.errors import UsageError
+from labctl.lab.labdir import LabDir
+from labctl.providers.base import Provider
+from labctl.topology.resolved import Lab
+
+
+def provider_for(lab: Lab, labdir: LabDir) -> Provider:
+    if lab.provider == "qemu":
+        from labctl.providers.qemu import QemuProvider
+
+        return QemuProvider(lab, labdir)
+    raise UsageError(
+        f"provider {lab.provider!r} is not available yet",
+        hint="use `provider: qemu` in the topology",
+    )

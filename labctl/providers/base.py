@@ -1,0 +1,54 @@
+"""The interface every provider implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from labctl.lab.labdir import LabDir
+from labctl.topology.resolved import Lab
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class NodeRuntime:
+    """What the provider knows of one node without asking the node."""
+
+    name: str
+    state: str  # "running" | "stopped" | "failed" | "absent"
+    reason: str = ""
+    details: dict[str, str] = field(default_factory=dict)
+
+
+class Provider(ABC):
+    name: str
+
+    def __init__(self, lab: Lab, labdir: LabDir) -> None:
+        self.lab = lab
+        self.labdir = labdir
+
+    @abstractmethod
+    def check_host(self) -> None:
+        """Raise LabctlError (with what to do) when this host cannot run the lab."""
+
+    @abstractmethod
+    def create(self, progress: Progress) -> None:
+        """Make the lab's network and start its nodes (recording all of it in state)."""
+
+    @abstractmethod
+    def wait_ready(self, timeout: float, progress: Progress) -> None:
+        """Return when every node reports ready; raise with the console tail otherwise."""
+
+    @abstractmethod
+    def nodes(self) -> list[NodeRuntime]:
+        """The nodes as the provider sees them (process alive, why not)."""
+
+    @abstractmethod
+    def destroy(self) -> list[str]:
+        """Remove everything recorded in the lab's state; return what was removed."""
+
+    @abstractmethod
+    def exec_argv(self, node: str, command: list[str], *, tty: bool = False) -> list[str]:
+        """The host argv that runs `command` in `node`."""

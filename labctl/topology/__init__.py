@@ -1,0 +1,1 @@
+"""Topology files: read, validate, resolve into a Lab with addresses and names."""

@@ -1,0 +1,231 @@
+"""The topology file as typed models: what a user writes, validated key by key.
+
+These models only check each value on its own (types, ranges, name patterns, address
+syntax). Checks that relate values to each other (endpoints naming defined nodes,
+interfaces used once, subnets not overlapping...) live in `labctl.topology.load`, which
+also turns every failure into one `TopologyError` with the file's line number.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic_core import PydanticCustomError
+
+LAB_NAME_RE = r"^[a-z][a-z0-9-]{0,19}$"
+NODE_NAME_RE = r"^[a-z][a-z0-9-]{0,14}$"
+LINK_NAME_RE = r"^[a-z][a-z0-9-]{0,14}$"
+IMAGE_RE = r"^[a-z0-9][a-z0-9._-]*$"
+IFNAME_RE = r"eth[1-9][0-9]?"
+ENDPOINT_RE = rf"^[a-z][a-z0-9-]{{0,14}}:{IFNAME_RE}$"
+
+RDMA_TYPES = ("rxe", "siw", "none")
+PROVIDERS = ("qemu", "docker", "vagrant")
+
+DEFAULT_POOL = "10.77.0.0/16"
+DEFAULT_PREFIX = 24
+MAX_PREFIX = 30
+MAX_NODES = 250
+
+# Data segments stay inside the RFC 1918 ranges: they never leave the lab's namespace,
+# but an address that looks public or loopback would only confuse.
+PRIVATE_NETWORKS = tuple(
+    ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+)
+
+Rdma = Literal["rxe", "siw", "none"]
+Provider = Literal["qemu", "docker", "vagrant"]
+
+
+def _check_ipv4_network(value: str) -> str:
+    """Accept "a.b.c.d/len" naming a private IPv4 network (no host bits set)."""
+    try:
+        if "/" not in value:
+            raise ValueError(value)
+        net = ipaddress.IPv4Network(value, strict=False)
+    except ValueError:
+        raise PydanticCustomError(
+            "ipv4_network", f"must be an IPv4 network like 10.77.0.0/16 (got {value!r})"
+        ) from None
+    if str(net) != value:
+        host_bits = str(net.network_address) != value.split("/")[0]
+        what = "has host bits set" if host_bits else "is not in canonical form"
+        raise PydanticCustomError("ipv4_network", f"{value!r} {what}; did you mean {net}?")
+    if not any(net.subnet_of(p) for p in PRIVATE_NETWORKS):
+        raise PydanticCustomError(
+            "ipv4_private",
+            f"{value} is not a private network; use one inside 10.0.0.0/8, 172.16.0.0/12 "
+            "or 192.168.0.0/16",
+        )
+    if net.prefixlen > MAX_PREFIX:
+        raise PydanticCustomError(
+            "ipv4_prefix",
+            f"{value} is too small: the prefix length must be at most /{MAX_PREFIX} "
+            "(room for two hosts)",
+        )
+    return value
+
+
+Ipv4Network = Annotated[
+    str,
+    Field(
+        json_schema_extra={"pattern": r"^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+/[0-9]+$"},
+        examples=["10.77.0.0/16"],
+    ),
+    AfterValidator(_check_ipv4_network),
+]
+NodeName = Annotated[str, Field(pattern=NODE_NAME_RE)]
+Endpoint = Annotated[str, Field(pattern=ENDPOINT_RE, examples=["node1:eth1"])]
+
+_MEMORY_DESC = "MiB of guest RAM (128..65536)."
+_CPUS_DESC = "Number of virtual CPUs (1..64)."
+_IMAGE_DESC = "Node image name, as built by `labctl image build`."
+_RDMA_DESC = (
+    "Software RDMA device on the node's first data interface: rxe (Soft-RoCE), "
+    "siw (soft-iWARP) or none."
+)
+_MTU_DESC = "MTU of data links (576..9000)."
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Defaults(_Strict):
+    """Settings applied to every node (and link) that does not set its own."""
+
+    model_config = ConfigDict(title="Defaults")
+
+    rdma: Rdma = Field(title="RDMA device", default="rxe", description=_RDMA_DESC)
+    memory: int = Field(
+        title="Memory (MiB)", default=512, ge=128, le=65536, description=_MEMORY_DESC
+    )
+    cpus: int = Field(title="CPUs", default=1, ge=1, le=64, description=_CPUS_DESC)
+    image: str = Field(title="Image", default="trixie", pattern=IMAGE_RE, description=_IMAGE_DESC)
+    mtu: int = Field(title="MTU", default=1500, ge=576, le=9000, description=_MTU_DESC)
+
+
+class Addressing(_Strict):
+    """Where data segment subnets come from."""
+
+    model_config = ConfigDict(title="Addressing")
+
+    pool: Ipv4Network = Field(
+        title="Address pool",
+        default=DEFAULT_POOL,
+        description="Private IPv4 pool the segments' subnets are taken from, in link order "
+        "(the pool's first subnet is never used).",
+    )
+    prefix: int = Field(
+        title="Segment prefix length",
+        default=DEFAULT_PREFIX,
+        ge=1,
+        le=MAX_PREFIX,
+        description="Prefix length of each segment's subnet; longer than the pool's, at most 30.",
+    )
+
+
+class NodeSpec(_Strict):
+    """One node (a VM or container). Every key is optional and overrides `defaults`."""
+
+    model_config = ConfigDict(title="Node")
+
+    rdma: Rdma | None = Field(title="RDMA device", default=None, description=_RDMA_DESC)
+    memory: int | None = Field(
+        title="Memory (MiB)", default=None, ge=128, le=65536, description=_MEMORY_DESC
+    )
+    cpus: int | None = Field(title="CPUs", default=None, ge=1, le=64, description=_CPUS_DESC)
+    image: str | None = Field(
+        title="Image", default=None, pattern=IMAGE_RE, description=_IMAGE_DESC
+    )
+
+
+class LinkSpec(_Strict):
+    """One L2 segment: two endpoints make a point-to-point link, more make a switch."""
+
+    model_config = ConfigDict(title="Link")
+
+    endpoints: list[Endpoint] = Field(
+        title="Endpoints",
+        min_length=2,
+        description='Interfaces joined by this segment, as "node:ethN" (N in 1..99; eth0 is '
+        "the management interface). Addresses go to them in this order.",
+        examples=[["node1:eth1", "node2:eth1"]],
+    )
+    name: str | None = Field(
+        title="Segment name",
+        default=None,
+        pattern=LINK_NAME_RE,
+        description='Segment name (default "link<N>", N counting links from 1); unique.',
+    )
+    mtu: int | None = Field(
+        title="MTU", default=None, ge=576, le=9000, description="MTU of this segment (576..9000)."
+    )
+    subnet: Ipv4Network | None = Field(
+        title="Subnet",
+        default=None,
+        description="Explicit subnet for this segment instead of one from the pool; "
+        "must not overlap another segment's.",
+    )
+
+
+class Topology(_Strict):
+    """An rdma-lab topology file: nodes with software RDMA devices joined by links."""
+
+    model_config = ConfigDict(
+        title="rdma-lab topology",
+        json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"},
+    )
+
+    name: str = Field(
+        title="Lab name",
+        pattern=LAB_NAME_RE,
+        description="Lab name: a lowercase letter, then up to 19 of a-z, 0-9 and '-'. "
+        "Used in network namespace names and MAC addresses.",
+        examples=["two-node"],
+    )
+    provider: Provider = Field(
+        title="Provider",
+        default="qemu",
+        description="How nodes are run: qemu VMs, docker containers or vagrant.",
+    )
+    defaults: Defaults = Field(
+        title="Defaults",
+        default_factory=lambda: Defaults(),
+        description="Values for every node (rdma, memory, cpus, image) and link (mtu) "
+        "that does not set its own.",
+    )
+    addressing: Addressing = Field(
+        title="Addressing",
+        default_factory=lambda: Addressing(),
+        description="The pool data segment subnets are cut from, and their prefix length.",
+    )
+    nodes: dict[NodeName, NodeSpec | None] = Field(
+        title="Nodes",
+        min_length=1,
+        description="Nodes by name (a lowercase letter, then up to 14 of a-z, 0-9 and '-'), "
+        "in a stable order; a node may be empty ({} or nothing).",
+        json_schema_extra={"additionalProperties": False},
+    )
+    links: list[LinkSpec] = Field(
+        title="Links",
+        default_factory=list,
+        description="Data segments, each an L2 network of its own.",
+    )
+
+    # The composed YAML document this topology was read from, when it was read from a file:
+    # lets later checks (in `resolve`) name the line of a bad value.
+    _yaml_root: Any = PrivateAttr(default=None)
+    _source: str | None = PrivateAttr(default=None)
+
+
+# Per-model key names, for "did you mean" hints on unknown keys.
+MODEL_KEYS: dict[str, tuple[str, ...]] = {
+    "topology": tuple(Topology.model_fields),
+    "defaults": tuple(Defaults.model_fields),
+    "addressing": tuple(Addressing.model_fields),
+    "node": tuple(NodeSpec.model_fields),
+    "link": tuple(LinkSpec.model_fields),
+}

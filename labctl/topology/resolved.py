@@ -1,0 +1,88 @@
+"""The resolved lab: what providers build. Plain dataclasses, JSON round-trippable.
+
+A Lab is the topology after validation and augmentation (defaults applied, addresses
+and MACs assigned). It is saved in the lab directory so `down` and `status` work even
+when the topology file is gone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Interface:
+    name: str  # inside the node, e.g. "eth1"
+    segment: int  # index into Lab.segments
+    mac: str  # "02:xx:xx:xx:xx:xx", unique in the lab
+    ipv4: str  # "10.77.1.1/24"
+    mtu: int
+
+    @property
+    def address(self) -> str:
+        return self.ipv4.split("/")[0]
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    index: int  # 1-based, stable order of the topology file
+    rdma: str  # "rxe" | "siw" | "none"
+    memory_mib: int
+    cpus: int
+    image: str
+    interfaces: tuple[Interface, ...]
+
+    @property
+    def rdma_interface(self) -> Interface | None:
+        """The data interface the RDMA device is bound to (the first one)."""
+        return self.interfaces[0] if self.interfaces and self.rdma != "none" else None
+
+
+@dataclass(frozen=True)
+class Segment:
+    index: int  # 0-based
+    name: str  # "link1" or the user's name
+    kind: str  # "p2p" (two endpoints) | "switch" (more)
+    subnet: str  # "10.77.1.0/24"
+    mtu: int
+    endpoints: tuple[str, ...]  # "node:ifname"
+
+
+@dataclass(frozen=True)
+class Lab:
+    name: str
+    provider: str  # "qemu" | "docker" | "vagrant"
+    source: str  # path of the topology file it came from
+    nodes: tuple[Node, ...]
+    segments: tuple[Segment, ...]
+    provider_options: dict[str, Any] = field(default_factory=dict)
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Lab:
+        raw = json.loads(text)
+        nodes = tuple(
+            Node(**{**n, "interfaces": tuple(Interface(**i) for i in n["interfaces"])})
+            for n in raw["nodes"]
+        )
+        segments = tuple(Segment(**{**s, "endpoints": tuple(s["endpoints"])}) for s in raw["segments"])
+        return cls(
+            name=raw["name"],
+            provider=raw["provider"],
+            source=raw["source"],
+            nodes=nodes,
+            segments=segments,
+            provider_options=raw.get("provider_options", {}),
+        )
