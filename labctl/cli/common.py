@@ -12,7 +12,7 @@ from rich.console import Console
 
 from labctl.providers.base import Progress
 
-console = Console(highlight=False)
+console = Console(highlight=False, width=None if Console().is_terminal else 120)
 err_console = Console(stderr=True, highlight=False)
 
 LabOption = typer.Option(None, "--lab", help="Lab name (default: the only lab that is up).")

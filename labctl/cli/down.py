@@ -20,8 +20,9 @@ def _name_from_topology(path: Path) -> str:
         data = yaml.safe_load(path.read_text())
         return str(data["name"])
     except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
-        raise LabctlError(f"cannot read the lab name from {path}: {exc}",
-                          hint="use --lab NAME") from None
+        raise LabctlError(
+            f"cannot read the lab name from {path}: {exc}", hint="use --lab NAME"
+        ) from None
 
 
 def destroy_lab(name: str) -> list[str]:
@@ -53,15 +54,19 @@ def down(
 ) -> None:
     """Stop the lab's nodes and remove everything it made."""
     if all_labs:
-        names = sorted(set(running_labs()) | {
-            ns.removeprefix(labnet.NETNS_PREFIX) for ns in labnet.lab_namespaces()})
+        names = sorted(
+            set(running_labs())
+            | {ns.removeprefix(labnet.NETNS_PREFIX) for ns in labnet.lab_namespaces()}
+        )
     elif lab or topology:
         names = [lab or _name_from_topology(topology)]
     else:
         names = running_labs()
         if len(names) > 1:
-            raise LabctlError(f"several labs are up ({', '.join(names)})",
-                              hint="choose one with --lab NAME, or --all")
+            raise LabctlError(
+                f"several labs are up ({', '.join(names)})",
+                hint="choose one with --lab NAME, or --all",
+            )
     if not names:
         console.print("no lab is up; nothing to remove")
         return

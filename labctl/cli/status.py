@@ -37,15 +37,27 @@ def collect_status(handle: LabHandle) -> dict[str, Any]:
             record["devices"] = info["devices"]
             record["live_interfaces"] = info["interfaces"]
         nodes.append(record)
-    return {"lab": handle.lab.name, "provider": handle.lab.provider,
-            "phase": state.get("phase", "?"), "ready_seconds": state.get("ready_seconds"),
-            "nodes": nodes}
+    return {
+        "lab": handle.lab.name,
+        "provider": handle.lab.provider,
+        "phase": state.get("phase", "?"),
+        "ready_seconds": state.get("ready_seconds"),
+        "nodes": nodes,
+    }
 
 
 def _table(status: dict[str, Any]) -> Table:
     table = Table(title=f"lab {status['lab']} ({status['provider']}, {status['phase']})")
-    for column in ("node", "state", "management", "data addresses", "rdma device", "port",
-                   "active mtu", "gid index"):
+    for column in (
+        "node",
+        "state",
+        "management",
+        "data addresses",
+        "rdma device",
+        "port",
+        "active mtu",
+        "gid index",
+    ):
         table.add_column(column)
     for node in status["nodes"]:
         devices = node.get("devices") or [{}]
@@ -53,17 +65,32 @@ def _table(status: dict[str, Any]) -> Table:
         state = node["state"] + (f" ({node['reason']})" if node.get("reason") else "")
         color = "green" if node["state"] == "running" else "red"
         table.add_row(
-            node["name"], f"[{color}]{state}[/]", node.get("ssh", ""),
+            node["name"],
+            f"[{color}]{state}[/]",
+            node.get("ssh", ""),
             "\n".join(f"{i['name']} {i['ipv4']}" for i in node["interfaces"]),
             f"{device.get('name', '-')} ({node['rdma']})" if device else node["rdma"],
-            device.get("port_state", "-"), device.get("active_mtu", "-") or "-",
+            device.get("port_state", "-"),
+            device.get("active_mtu", "-") or "-",
             str(device.get("gid_index", "-")),
         )
     return table
 
 
+def remember_devices(labdir: LabDir, status: dict[str, Any]) -> None:
+    """Keep each node's GID index in the lab state so runs need not ask the node again."""
+    state = labdir.load_state()
+    for node in status["nodes"]:
+        devices = node.get("devices") or []
+        if devices and node["name"] in state.get("nodes", {}):
+            state["nodes"][node["name"]]["gid_index"] = devices[0].get("gid_index")
+    labdir.save_state(state)
+
+
 def print_status(labdir: LabDir) -> None:
-    console.print(_table(collect_status(LabHandle(labdir))))
+    status = collect_status(LabHandle(labdir))
+    remember_devices(labdir, status)
+    console.print(_table(status))
 
 
 def status(

@@ -36,8 +36,10 @@ def up(
     started = time.monotonic()
     with labdir.locked("up"):
         if labdir.exists():
-            raise LabctlError(f"lab {lab.name} is already up ({labdir.path})",
-                              hint=f"`labctl down --lab {lab.name}` first, or use it as it is")
+            raise LabctlError(
+                f"lab {lab.name} is already up ({labdir.path})",
+                hint=f"`labctl down --lab {lab.name}` first, or use it as it is",
+            )
         provider = provider_for(lab, labdir)
         provider.check_host()
         labdir.create(lab)
@@ -48,12 +50,15 @@ def up(
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt | LabctlError):
                 raise
-            raise LabctlError(f"up failed: {exc!r}",
-                              hint=f"`labctl down --lab {lab.name}` removes what was made") from exc
+            raise LabctlError(
+                f"up failed: {exc!r}", hint=f"`labctl down --lab {lab.name}` removes what was made"
+            ) from exc
     console.print(f"[bold green]lab {lab.name} is up[/] in {time.monotonic() - started:.1f} s")
     print_status(labdir)
-    console.print(f"next: `labctl run pingpong`, `labctl exec {lab.nodes[0].name} -- ibv_devinfo`,"
-                  f" `labctl down`")
+    console.print(
+        f"next: `labctl run pingpong`, `labctl exec {lab.nodes[0].name} -- ibv_devinfo`,"
+        f" `labctl down`"
+    )
 
 
 def register(app: typer.Typer) -> None:

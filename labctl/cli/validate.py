@@ -37,14 +37,16 @@ def summary(lab: Lab) -> str:
     if lab.segments:
         lines.append("segments:")
         width = max(len(s.name) for s in lab.segments)
+        net_width = max(len(s.subnet) for s in lab.segments)
         for seg in lab.segments:
             members = []
             for endpoint in seg.endpoints:
                 node_name, _, ifname = endpoint.partition(":")
                 iface = next(i for i in lab.node(node_name).interfaces if i.name == ifname)
                 members.append(f"{endpoint}={iface.address}")
+            subnet = f"{seg.subnet:<{net_width}}"
             lines.append(
-                f"  {seg.name:<{width}}  {seg.kind:<6}  {seg.subnet:<15}  mtu {seg.mtu:<4}  "
+                f"  {seg.name:<{width}}  {seg.kind:<6}  {subnet}  mtu {seg.mtu:<4}  "
                 + " ".join(members)
             )
     return "\n".join(lines)

@@ -90,7 +90,10 @@ def _run_streamed(argv: list[str], progress: Progress, log: Path) -> None:
     with log.open("a") as log_file:
         log_file.write(f"$ {' '.join(argv)}\n")
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
         )
         assert proc.stdout is not None
@@ -108,8 +111,9 @@ def _run_streamed(argv: list[str], progress: Progress, log: Path) -> None:
             )
 
 
-def _mmdebstrap(recipe: Recipe, rootdir: Path, mirror: str | None, progress: Progress,
-                log: Path) -> None:
+def _mmdebstrap(
+    recipe: Recipe, rootdir: Path, mirror: str | None, progress: Progress, log: Path
+) -> None:
     hooks = resources.files("labctl.images").joinpath("hooks")
     kernel_hook = Path(str(hooks.joinpath("kernel.sh")))
     trim_hook = Path(str(hooks.joinpath("trim.sh")))
@@ -121,8 +125,8 @@ def _mmdebstrap(recipe: Recipe, rootdir: Path, mirror: str | None, progress: Pro
         "--dpkgopt=path-exclude=/usr/share/doc/*",
         "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*",
-        f"--customize-hook=sh {kernel_hook} \"$1\" {recipe.kernel_suite}",
-        f"--customize-hook=sh {trim_hook} \"$1\"",
+        f'--customize-hook=sh {kernel_hook} "$1" {recipe.kernel_suite}',
+        f'--customize-hook=sh {trim_hook} "$1"',
         recipe.suite,
         str(rootdir),
     ]
@@ -137,7 +141,9 @@ def _stage1_modules(rootdir: Path, kernel: str) -> list[Path]:
     for module in STAGE1_MODULES:
         out = subprocess.run(
             ["chroot", str(rootdir), "modprobe", "-S", kernel, "--show-depends", module],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
         for line in out.splitlines():
             if line.startswith("insmod "):
@@ -168,7 +174,9 @@ def _write_initrd(rootdir: Path, kernel: str, target: Path) -> None:
 def _package_versions(rootdir: Path) -> dict[str, str]:
     out = subprocess.run(
         ["chroot", str(rootdir), "dpkg-query", "-W", "-f", "${Package} ${Version}\n"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return dict(line.split(" ", 1) for line in out.splitlines() if line)
 
@@ -182,14 +190,31 @@ def _make_ext4(rootdir: Path, target: Path, progress: Progress, log: Path) -> No
     # Room for node state (logs, test files) on top of the content; sparse on the host.
     size_mib = used // (1 << 20) * 13 // 10 + 512
     _run_streamed(
-        ["mkfs.ext4", "-q", "-F", "-L", "labroot", "-d", str(rootdir), "-E", "root_owner=0:0",
-         str(target), f"{size_mib}M"],
-        progress, log,
+        [
+            "mkfs.ext4",
+            "-q",
+            "-F",
+            "-L",
+            "labroot",
+            "-d",
+            str(rootdir),
+            "-E",
+            "root_owner=0:0",
+            str(target),
+            f"{size_mib}M",
+        ],
+        progress,
+        log,
     )
 
 
-def build_image(recipe: Recipe, mirror: str | None = None, *, force: bool = False,
-                progress: Progress = lambda _msg: None) -> Image:
+def build_image(
+    recipe: Recipe,
+    mirror: str | None = None,
+    *,
+    force: bool = False,
+    progress: Progress = lambda _msg: None,
+) -> Image:
     """Return the cached image for `recipe`, building it first when it is missing."""
     final = image_dir(recipe, mirror)
     if not force and (final / "manifest.json").is_file():

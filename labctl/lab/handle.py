@@ -25,25 +25,40 @@ class LabHandle:
     def _check_node(self, node: str) -> None:
         names = [n.name for n in self.lab.nodes]
         if node not in names:
-            raise LabctlError(f"lab {self.lab.name} has no node {node!r}",
-                              hint=f"nodes: {', '.join(names)}")
+            raise LabctlError(
+                f"lab {self.lab.name} has no node {node!r}", hint=f"nodes: {', '.join(names)}"
+            )
 
     def argv(self, node: str, command: list[str], *, tty: bool = False) -> list[str]:
         self._check_node(node)
         return self.provider.exec_argv(node, command, tty=tty)
 
-    def run(self, node: str, command: list[str], *, timeout: float | None = None,
-            input: str | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        node: str,
+        command: list[str],
+        *,
+        timeout: float | None = None,
+        input: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         """Run `command` in `node`; never raises on a non-zero exit."""
         argv = self.argv(node, command)
         try:
-            return subprocess.run(argv, input=input, capture_output=True, text=True,
-                                  timeout=timeout, check=False,
-                                  stdin=None if input is not None else subprocess.DEVNULL)
+            return subprocess.run(
+                argv,
+                input=input,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+                stdin=None if input is not None else subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
             err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-            return subprocess.CompletedProcess(argv, 124, out, err + f"\n(timed out after {timeout} s)")
+            return subprocess.CompletedProcess(
+                argv, 124, out, err + f"\n(timed out after {timeout} s)"
+            )
 
     def popen(self, node: str, command: list[str], **kwargs: Any) -> subprocess.Popen[str]:
         kwargs.setdefault("text", True)

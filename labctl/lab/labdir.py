@@ -1,10 +1,10 @@
 """The lab directory: everything a running lab made and needs, in one place.
 
-  lab.json      the resolved topology (down/status work without the source file)
-  state.json    what the provider made: netns, per-node pids and ports
-  lock          flock held while up/down change the lab
-  id_ed25519    the lab's ssh key (0600), ssh_config for `ssh -F`
-  nodes/NODE/   disk overlay, initrd, console log, qmp socket
+lab.json      the resolved topology (down/status work without the source file)
+state.json    what the provider made: netns, per-node pids and ports
+lock          flock held while up/down change the lab
+id_ed25519    the lab's ssh key (0600), ssh_config for `ssh -F`
+nodes/NODE/   disk overlay, initrd, console log, qmp socket
 """
 
 from __future__ import annotations
@@ -60,8 +60,10 @@ class LabDir:
         try:
             return Lab.from_json(self.lab_file.read_text())
         except FileNotFoundError:
-            raise LabctlError(f"lab {self.name} has no lab.json in {self.path}",
-                              hint="run `labctl down --lab NAME` to clean up") from None
+            raise LabctlError(
+                f"lab {self.name} has no lab.json in {self.path}",
+                hint="run `labctl down --lab NAME` to clean up",
+            ) from None
 
     def load_state(self) -> dict[str, Any]:
         try:
@@ -116,13 +118,16 @@ def find_labdir(name: str | None) -> LabDir:
     if name:
         labdir = LabDir(name)
         if not labdir.path.exists():
-            raise LabctlError(f"no lab named {name!r} is up",
-                              hint=f"labs up: {', '.join(running_labs()) or 'none'}")
+            raise LabctlError(
+                f"no lab named {name!r} is up",
+                hint=f"labs up: {', '.join(running_labs()) or 'none'}",
+            )
         return labdir
     labs = running_labs()
     if not labs:
         raise LabctlError("no lab is up", hint="start one with `labctl up TOPOLOGY`")
     if len(labs) > 1:
-        raise LabctlError(f"several labs are up ({', '.join(labs)})",
-                          hint="choose one with --lab NAME")
+        raise LabctlError(
+            f"several labs are up ({', '.join(labs)})", hint="choose one with --lab NAME"
+        )
     return LabDir(labs[0])

@@ -31,11 +31,13 @@ def make_key(path: Path) -> str:
         try:
             subprocess.run(
                 ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "labctl", "-f", str(path)],
-                check=True, stdin=subprocess.DEVNULL,
+                check=True,
+                stdin=subprocess.DEVNULL,
             )
         except FileNotFoundError:
-            raise LabctlError("ssh-keygen not found",
-                              hint="apt-get install openssh-client") from None
+            raise LabctlError(
+                "ssh-keygen not found", hint="apt-get install openssh-client"
+            ) from None
     os.chmod(path, 0o600)
     return path.with_suffix(".pub").read_text().strip()
 
@@ -43,8 +45,13 @@ def make_key(path: Path) -> str:
 def write_config(path: Path, key: Path, ports: dict[str, int]) -> None:
     lines = []
     for node, port in sorted(ports.items()):
-        lines += [f"Host {node}", "  HostName 127.0.0.1", f"  Port {port}",
-                  f"  IdentityFile {key}", f"  ControlPath {path.parent}/cm-%C"]
+        lines += [
+            f"Host {node}",
+            "  HostName 127.0.0.1",
+            f"  Port {port}",
+            f"  IdentityFile {key}",
+            f"  ControlPath {path.parent}/cm-%C",
+        ]
         lines += [f"  {key_}={value}" for key_, value in SSH_OPTIONS.items()]
         lines.append("")
     path.write_text("\n".join(lines))
@@ -54,10 +61,15 @@ def write_config(path: Path, key: Path, ports: dict[str, int]) -> None:
 def ssh_argv(config: Path, node: str, command: list[str], *, tty: bool = False) -> list[str]:
     argv = ["ssh", "-F", str(config), "-tt" if tty else "-T", node, "--"]
     # ssh joins its arguments with spaces for the remote shell: quote each one.
-    return argv + [shlex.join(command)] if command else argv
+    return [*argv, shlex.join(command)] if command else argv
 
 
 def close_masters(config: Path, nodes: list[str]) -> None:
     for node in nodes:
-        subprocess.run(["ssh", "-F", str(config), "-O", "exit", node],
-                       capture_output=True, stdin=subprocess.DEVNULL, timeout=10, check=False)
+        subprocess.run(
+            ["ssh", "-F", str(config), "-O", "exit", node],
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            timeout=10,
+            check=False,
+        )

@@ -63,8 +63,14 @@ def add_bridge(ns: str, name: str, mtu: int) -> None:
     with IPRoute(netns=ns) as ipr:
         # No STP and no forwarding delay: links work as soon as they exist.
         # No multicast snooping: RoCE multicast (mckey) must reach every port.
-        ipr.link("add", ifname=name, kind="bridge", br_stp_state=0, br_forward_delay=0,
-                 br_mcast_snooping=0)
+        ipr.link(
+            "add",
+            ifname=name,
+            kind="bridge",
+            br_stp_state=0,
+            br_forward_delay=0,
+            br_mcast_snooping=0,
+        )
         (index,) = ipr.link_lookup(ifname=name)
         ipr.link("set", index=index, mtu=mtu, state="up")
 
@@ -89,8 +95,10 @@ def open_tap(ns: str, name: str, bridge: str, mtu: int) -> int:
             fcntl.ioctl(fd, _TUNSETIFF, struct.pack("16sH", name.encode(), _IFF_TAP | _IFF_NO_PI))
         except OSError as exc:
             os.close(fd)
-            raise LabctlError(f"cannot create tap {name} in {ns}: {exc}",
-                              hint="labctl needs root and /dev/net/tun") from exc
+            raise LabctlError(
+                f"cannot create tap {name} in {ns}: {exc}",
+                hint="labctl needs root and /dev/net/tun",
+            ) from exc
     with IPRoute(netns=ns) as ipr:
         (index,) = ipr.link_lookup(ifname=name)
         (master,) = ipr.link_lookup(ifname=bridge)

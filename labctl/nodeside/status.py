@@ -26,7 +26,9 @@ def _read(path: str) -> str:
 def roce_v2_ipv4_gid_index(dev: str, port: int = 1) -> tuple[int | None, str]:
     """Index and address of the first RoCE v2 GID that maps an IPv4 address."""
     base = f"{IB}/{dev}/ports/{port}"
-    gids = sorted(int(n) for n in os.listdir(f"{base}/gids")) if os.path.isdir(f"{base}/gids") else []
+    gids = (
+        sorted(int(n) for n in os.listdir(f"{base}/gids")) if os.path.isdir(f"{base}/gids") else []
+    )
     for index in gids:
         gid = _read(f"{base}/gids/{index}")
         if not gid or gid.replace("0", "").replace(":", "") == "":
@@ -41,8 +43,9 @@ def roce_v2_ipv4_gid_index(dev: str, port: int = 1) -> tuple[int | None, str]:
 
 def active_mtu(dev: str, port: int = 1) -> str:
     try:
-        out = subprocess.run(["ibv_devinfo", "-d", dev, "-i", str(port)], capture_output=True,
-                             text=True, timeout=20).stdout
+        out = subprocess.run(
+            ["ibv_devinfo", "-d", dev, "-i", str(port)], capture_output=True, text=True, timeout=20
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ""
     for line in out.splitlines():
@@ -53,7 +56,9 @@ def active_mtu(dev: str, port: int = 1) -> str:
 
 def device_record(dev: str) -> dict[str, object]:
     port = f"{IB}/{dev}/ports/1"
-    netdevs = os.listdir(f"{port}/gid_attrs/ndevs") if os.path.isdir(f"{port}/gid_attrs/ndevs") else []
+    netdevs = (
+        os.listdir(f"{port}/gid_attrs/ndevs") if os.path.isdir(f"{port}/gid_attrs/ndevs") else []
+    )
     gid_index, gid_ipv4 = roce_v2_ipv4_gid_index(dev)
     netdev = _read(f"{port}/gid_attrs/ndevs/0") if "0" in netdevs else ""
     return {
@@ -74,21 +79,27 @@ def interfaces() -> list[dict[str, object]]:
     for link in json.loads(out or "[]"):
         if link.get("ifname") in ("lo", "eth0"):
             continue
-        result.append({
-            "name": link.get("ifname"),
-            "state": link.get("operstate"),
-            "mtu": link.get("mtu"),
-            "mac": link.get("address"),
-            "ipv4": [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", [])
-                     if a.get("family") == "inet"],
-        })
+        result.append(
+            {
+                "name": link.get("ifname"),
+                "state": link.get("operstate"),
+                "mtu": link.get("mtu"),
+                "mac": link.get("address"),
+                "ipv4": [
+                    f"{a['local']}/{a['prefixlen']}"
+                    for a in link.get("addr_info", [])
+                    if a.get("family") == "inet"
+                ],
+            }
+        )
     return result
 
 
 def main() -> int:
     devices = sorted(os.listdir(IB)) if os.path.isdir(IB) else []
-    json.dump({"devices": [device_record(d) for d in devices], "interfaces": interfaces()},
-              sys.stdout)
+    json.dump(
+        {"devices": [device_record(d) for d in devices], "interfaces": interfaces()}, sys.stdout
+    )
     sys.stdout.write("\n")
     return 0
 

@@ -32,13 +32,29 @@ def kvm_works(kernel: Path) -> bool:
         if boot == _boot_id():
             return answer.strip() == "yes"
     argv = [
-        "qemu-system-x86_64", "-accel", "kvm", "-cpu", "host", "-m", "128", "-nodefaults",
-        "-no-user-config", "-display", "none", "-no-reboot", "-serial", "stdio",
-        "-kernel", str(kernel), "-append", "console=ttyS0 panic=-1 loglevel=8",
+        "qemu-system-x86_64",
+        "-accel",
+        "kvm",
+        "-cpu",
+        "host",
+        "-m",
+        "128",
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-serial",
+        "stdio",
+        "-kernel",
+        str(kernel),
+        "-append",
+        "console=ttyS0 panic=-1 loglevel=8",
     ]
     try:
-        out = subprocess.run(argv, capture_output=True, timeout=PROBE_SECONDS,
-                             stdin=subprocess.DEVNULL).stdout
+        out = subprocess.run(
+            argv, capture_output=True, timeout=PROBE_SECONDS, stdin=subprocess.DEVNULL
+        ).stdout
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout or b""
     works = b"Linux version" in out

@@ -80,42 +80,80 @@ def node_env(lab: Lab, node: Node) -> dict[str, str]:
         "LABCTL_RDMA_DEV": rdma_device_name(node) if iface else "",
         "LABCTL_RDMA_NETDEV": iface.name if iface else "",
         "LABCTL_MGMT_MAC": mgmt_mac(lab.name, node),
-        "LABCTL_IFACES": " ".join(
-            f"{i.name},{i.mac},{i.ipv4},{i.mtu}" for i in node.interfaces
-        ),
+        "LABCTL_IFACES": " ".join(f"{i.name},{i.mac},{i.ipv4},{i.mtu}" for i in node.interfaces),
     }
 
 
-def plan_lab(lab: Lab, node_dirs: dict[str, Path], images: dict[str, Image], accel: str,
-             ports: dict[str, int]) -> LabPlan:
+def plan_lab(
+    lab: Lab,
+    node_dirs: dict[str, Path],
+    images: dict[str, Image],
+    accel: str,
+    ports: dict[str, int],
+) -> LabPlan:
     """Everything `create` will make, as data (golden-tested)."""
     bridges = [(labnet.bridge_name(s.index), s.mtu) for s in lab.segments]
     plans = []
     for node in lab.nodes:
         d = node_dirs[node.name]
         image = images[node.image]
-        accel_args = (["-accel", "kvm", "-cpu", "host"] if accel == "kvm"
-                      else ["-accel", f"tcg,tb-size={TB_SIZE_MIB}"])
+        accel_args = (
+            ["-accel", "kvm", "-cpu", "host"]
+            if accel == "kvm"
+            else ["-accel", f"tcg,tb-size={TB_SIZE_MIB}"]
+        )
         argv = [
-            "qemu-system-x86_64", "-name", f"guest=labctl-{lab.name}-{node.name}",
-            "-machine", "pc", *accel_args, "-m", str(node.memory_mib), "-smp", str(node.cpus),
-            "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-            "-kernel", str(image.kernel), "-initrd", str(d / "initrd"),
-            "-append", f"console=ttyS0 quiet loglevel=3 panic=-1 labctl.node={node.name}",
-            "-drive", f"file={d / 'disk.qcow2'},if=virtio,format=qcow2,cache=unsafe",
-            "-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{ports[node.name]}-:22",
-            "-device", f"virtio-net-pci,netdev=mgmt,mac={mgmt_mac(lab.name, node)}",
+            "qemu-system-x86_64",
+            "-name",
+            f"guest=labctl-{lab.name}-{node.name}",
+            "-machine",
+            "pc",
+            *accel_args,
+            "-m",
+            str(node.memory_mib),
+            "-smp",
+            str(node.cpus),
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-no-reboot",
+            "-kernel",
+            str(image.kernel),
+            "-initrd",
+            str(d / "initrd"),
+            "-append",
+            f"console=ttyS0 quiet loglevel=3 panic=-1 labctl.node={node.name}",
+            "-drive",
+            f"file={d / 'disk.qcow2'},if=virtio,format=qcow2,cache=unsafe",
+            "-netdev",
+            f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{ports[node.name]}-:22",
+            "-device",
+            f"virtio-net-pci,netdev=mgmt,mac={mgmt_mac(lab.name, node)}",
         ]
         taps = []
         for iface in node.interfaces:
-            tap = TapPlan(labnet.tap_name(node.index, iface.name),
-                          labnet.bridge_name(iface.segment), iface.mtu, iface.name)
+            tap = TapPlan(
+                labnet.tap_name(node.index, iface.name),
+                labnet.bridge_name(iface.segment),
+                iface.mtu,
+                iface.name,
+            )
             taps.append(tap)
-            argv += ["-netdev", f"tap,id={iface.name},fd={{fd:{tap.name}}}",
-                     "-device", f"virtio-net-pci,netdev={iface.name},mac={iface.mac}"]
-        argv += ["-serial", f"file:{d / 'console.log'}",
-                 "-qmp", f"unix:{d / 'qmp.sock'},server=on,wait=off",
-                 "-pidfile", str(d / "qemu.pid")]
+            argv += [
+                "-netdev",
+                f"tap,id={iface.name},fd={{fd:{tap.name}}}",
+                "-device",
+                f"virtio-net-pci,netdev={iface.name},mac={iface.mac}",
+            ]
+        argv += [
+            "-serial",
+            f"file:{d / 'console.log'}",
+            "-qmp",
+            f"unix:{d / 'qmp.sock'},server=on,wait=off",
+            "-pidfile",
+            str(d / "qemu.pid"),
+        ]
         plans.append(NodePlan(node.name, argv, taps, node_env(lab, node)))
     return LabPlan(labnet.netns_name(lab.name), bridges, plans)
 
@@ -168,14 +206,23 @@ class QemuProvider(Provider):
     # --- host checks ---------------------------------------------------------------------
     def check_host(self) -> None:
         if os.geteuid() != 0:
-            raise LabctlError("the qemu provider needs root (network namespaces, taps)",
-                              hint="run labctl with sudo or as root")
-        for tool, package in (("qemu-system-x86_64", "qemu-system-x86"),
-                              ("qemu-img", "qemu-utils"), ("ssh", "openssh-client")):
+            raise LabctlError(
+                "the qemu provider needs root (network namespaces, taps)",
+                hint="run labctl with sudo or as root",
+            )
+        for tool, package in (
+            ("qemu-system-x86_64", "qemu-system-x86"),
+            ("qemu-img", "qemu-utils"),
+            ("ssh", "openssh-client"),
+        ):
             if shutil.which(tool) is None:
                 raise LabctlError(f"{tool} not found", hint=f"apt-get install {package}")
         if not os.access("/dev/net/tun", os.R_OK | os.W_OK):
             raise LabctlError("/dev/net/tun is not usable", hint="modprobe tun, run as root")
+
+    @staticmethod
+    def _prefixed(progress: Progress, prefix: str) -> Progress:
+        return lambda message: progress(prefix + message)
 
     def _marker(self, node: str) -> str:
         return f"guest=labctl-{self.lab.name}-{node}"
@@ -185,12 +232,18 @@ class QemuProvider(Provider):
         images = {}
         for name in sorted({n.image for n in self.lab.nodes}):
             progress(f"image {name}: checking cache")
-            images[name] = build_image(recipe(name), self.mirror,
-                                       progress=lambda m, n=name: progress(f"image {n}: {m}"))
+            images[name] = build_image(
+                recipe(name), self.mirror, progress=self._prefixed(progress, f"image {name}: ")
+            )
         first = images[self.lab.nodes[0].image]
         accel = choose_accel(self.accel_request, first.kernel)
-        state: dict[str, Any] = {"provider": self.name, "accel": accel, "phase": "creating",
-                                 "netns": labnet.netns_name(self.lab.name), "nodes": {}}
+        state: dict[str, Any] = {
+            "provider": self.name,
+            "accel": accel,
+            "phase": "creating",
+            "netns": labnet.netns_name(self.lab.name),
+            "nodes": {},
+        }
         self.labdir.save_state(state)  # before anything exists: `down` knows what to look for
         public_key = ssh.make_key(self.labdir.ssh_key)
         ports = {n.name: _free_port() for n in self.lab.nodes}
@@ -209,27 +262,48 @@ class QemuProvider(Provider):
             d = node_dirs[node.name]
             d.mkdir(parents=True, exist_ok=True)
             image = images[node.image]
-            subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image.rootfs),
-                            "-F", "raw", str(d / "disk.qcow2")], check=True,
-                           stdin=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    "qemu-img",
+                    "create",
+                    "-q",
+                    "-f",
+                    "qcow2",
+                    "-b",
+                    str(image.rootfs),
+                    "-F",
+                    "raw",
+                    str(d / "disk.qcow2"),
+                ],
+                check=True,
+                stdin=subprocess.DEVNULL,
+            )
             (d / "initrd").write_bytes(image.initrd.read_bytes() + _payload(plan.env, public_key))
             (d / "console.log").write_bytes(b"")
-            fds = {t.name: labnet.open_tap(lab_plan.netns, t.name, t.bridge, t.mtu)
-                   for t in plan.taps}
+            fds = {
+                t.name: labnet.open_tap(lab_plan.netns, t.name, t.bridge, t.mtu) for t in plan.taps
+            }
             argv = plan.argv
             for tap, fd in fds.items():
                 argv = [a.replace(f"{{fd:{tap}}}", str(fd)) for a in argv]
             progress(f"{node.name}: starting qemu ({accel})")
             with (d / "qemu.log").open("wb") as log:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                        stderr=subprocess.STDOUT, start_new_session=True,
-                                        pass_fds=tuple(fds.values()))
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    pass_fds=tuple(fds.values()),
+                )
             for fd in fds.values():
                 os.close(fd)
-            state["nodes"][node.name] = {"pid": proc.pid, "ssh_port": ports[node.name],
-                                         "rdma_dev": rdma_device_name(node)
-                                         if node.rdma_interface else "",
-                                         "started": time.time()}
+            state["nodes"][node.name] = {
+                "pid": proc.pid,
+                "ssh_port": ports[node.name],
+                "rdma_dev": rdma_device_name(node) if node.rdma_interface else "",
+                "started": time.time(),
+            }
             self.labdir.save_state(state)
 
     # --- readiness -----------------------------------------------------------------------
@@ -261,14 +335,16 @@ class QemuProvider(Provider):
                     pending.discard(node)
                     continue
                 if FAIL in console:
-                    line = console[console.index(FAIL):].splitlines()[0]
+                    line = console[console.index(FAIL) :].splitlines()[0]
                     raise self._failure(node, line.removeprefix(FAIL).strip())
                 if not _pid_alive(pid, self._marker(node)):
                     log = _tail(self.labdir.node_dir(node) / "qemu.log")
                     reason = "qemu exited"
                     if "host forwarding" in log:
-                        reason = (f"management port 127.0.0.1:{state['nodes'][node]['ssh_port']}"
-                                  " is in use")
+                        reason = (
+                            f"management port 127.0.0.1:{state['nodes'][node]['ssh_port']}"
+                            " is in use"
+                        )
                     raise self._failure(node, reason)
                 found = [ln for ln in console.splitlines() if ln.startswith(STAGE)]
                 stages[node] = found[-1].removeprefix(STAGE).split(" [")[0] if found else "boot"
@@ -276,10 +352,13 @@ class QemuProvider(Provider):
                 break
             if time.monotonic() > deadline:
                 slow = sorted(pending)[0]
-                raise self._failure(slow, f"not ready after {timeout:.0f} s "
-                                          f"(last stage: {stages.get(slow)})")
-            progress(f"booting ({time.monotonic() - started:.0f} s): "
-                     + ", ".join(f"{n} {s}" for n, s in stages.items()))
+                raise self._failure(
+                    slow, f"not ready after {timeout:.0f} s (last stage: {stages.get(slow)})"
+                )
+            progress(
+                f"booting ({time.monotonic() - started:.0f} s): "
+                + ", ".join(f"{n} {s}" for n, s in stages.items())
+            )
             time.sleep(0.2)
         progress("opening management connections")
         for node in state["nodes"]:
@@ -290,11 +369,28 @@ class QemuProvider(Provider):
 
     def _start_master(self, node: str, deadline: float) -> None:
         """A persistent ssh connection per node makes every later exec cheap."""
-        argv = ["ssh", "-F", str(self.labdir.ssh_config), "-o", "ControlMaster=yes",
-                "-o", "ControlPersist=yes", "-N", "-f", node]
+        argv = [
+            "ssh",
+            "-F",
+            str(self.labdir.ssh_config),
+            "-o",
+            "ControlMaster=yes",
+            "-o",
+            "ControlPersist=yes",
+            "-N",
+            "-f",
+            node,
+        ]
         while True:
-            result = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+            result = subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=60,
+                check=False,
+            )
             if result.returncode == 0:
                 return
             if time.monotonic() > deadline:
@@ -310,14 +406,17 @@ class QemuProvider(Provider):
             if info is None:
                 result.append(NodeRuntime(node.name, "absent", "never started"))
                 continue
-            details = {"pid": str(info["pid"]), "ssh": f"127.0.0.1:{info['ssh_port']}",
-                       "accel": state.get("accel", "?")}
+            details = {
+                "pid": str(info["pid"]),
+                "ssh": f"127.0.0.1:{info['ssh_port']}",
+                "accel": state.get("accel", "?"),
+            }
             if _pid_alive(info["pid"], self._marker(node.name)):
                 console = self._console(node.name)
                 if READY in console:
                     result.append(NodeRuntime(node.name, "running", "", details))
                 elif FAIL in console:
-                    reason = console[console.index(FAIL):].splitlines()[0]
+                    reason = console[console.index(FAIL) :].splitlines()[0]
                     result.append(NodeRuntime(node.name, "failed", reason, details))
                 else:
                     result.append(NodeRuntime(node.name, "booting", "", details))

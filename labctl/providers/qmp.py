@@ -17,8 +17,10 @@ def qmp_command(sock_path: Path, command: str, timeout: float = 5.0, **arguments
             sock.connect(str(sock_path))
             stream = sock.makefile("rw")
             json.loads(stream.readline())  # greeting
-            for message in ({"execute": "qmp_capabilities"},
-                            {"execute": command, "arguments": arguments}):
+            for message in (
+                {"execute": "qmp_capabilities"},
+                {"execute": command, "arguments": arguments},
+            ):
                 stream.write(json.dumps(message) + "\n")
                 stream.flush()
                 while True:
@@ -29,5 +31,7 @@ def qmp_command(sock_path: Path, command: str, timeout: float = 5.0, **arguments
                     raise LabctlError(f"qemu refused {command}: {reply['error'].get('desc')}")
             return reply.get("return")
     except OSError as exc:
-        raise LabctlError(f"cannot reach qemu's control socket {sock_path}: {exc}",
-                          hint="is the node running? see `labctl status`") from exc
+        raise LabctlError(
+            f"cannot reach qemu's control socket {sock_path}: {exc}",
+            hint="is the node running? see `labctl status`",
+        ) from exc

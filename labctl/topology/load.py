@@ -266,7 +266,7 @@ def _first(problems: Sequence[_Problem], file: str, root: yaml.Node | None) -> T
 
 
 def _field(loc: Loc) -> str:
-    """`nodes.node1.rdma`, `links[0].endpoints[1]`: the dotted path of a key."""
+    """`nodes.node1.rdma`, `links[0].endpoints[1]`, `nodes['my node']`: path of a key."""
     out = ""
     for k, part in enumerate(loc):
         if part == "[key]":
@@ -274,6 +274,8 @@ def _field(loc: Loc) -> str:
         is_key = k + 1 < len(loc) and loc[k + 1] == "[key]"  # a mapping key, maybe an int
         if isinstance(part, int) and not is_key:
             out += f"[{part}]"
+        elif not re.fullmatch(r"[A-Za-z0-9_-]+", str(part)):  # odd keys: quoted
+            out += f"[{str(part)!r}]"
         else:
             out += f".{part}" if out else str(part)
     return out

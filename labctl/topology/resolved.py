@@ -77,7 +77,9 @@ class Lab:
             Node(**{**n, "interfaces": tuple(Interface(**i) for i in n["interfaces"])})
             for n in raw["nodes"]
         )
-        segments = tuple(Segment(**{**s, "endpoints": tuple(s["endpoints"])}) for s in raw["segments"])
+        segments = tuple(
+            Segment(**{**s, "endpoints": tuple(s["endpoints"])}) for s in raw["segments"]
+        )
         return cls(
             name=raw["name"],
             provider=raw["provider"],

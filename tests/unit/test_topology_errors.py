@@ -92,9 +92,7 @@ def test_first_error_by_line_wins() -> None:
 
 
 def test_missing_key_points_at_parent() -> None:
-    err = _error(
-        "# header\n\nname: t\nnodes: {a: {}, b: {}}\nlinks:\n  - name: x\n    mtu: 1500\n"
-    )
+    err = _error("# header\n\nname: t\nnodes: {a: {}, b: {}}\nlinks:\n  - name: x\n    mtu: 1500\n")
     assert (err.line, err.field, err.reason) == (6, "links[0].endpoints", "required key missing")
     err = _error("# header\n\nnodes: {a: {}}\n")
     assert (err.line, err.field) == (3, "name")
@@ -156,16 +154,21 @@ not_int = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: f != int(f)),
     st.floats(min_value=1, max_value=1e6).map(lambda f: float(int(f))),  # 512.0
     st.lists(st.integers(), max_size=2),
-    st.dictionaries(st.text(string.ascii_lowercase, min_size=1, max_size=3), st.integers(),
-                    max_size=2),
+    st.dictionaries(
+        st.text(string.ascii_lowercase, min_size=1, max_size=3), st.integers(), max_size=2
+    ),
 )
 not_str = st.one_of(
     st.integers(),
     st.booleans(),
     st.floats(allow_nan=False, allow_infinity=False),
     st.lists(st.text(max_size=3), max_size=2),
-    st.dictionaries(st.text(string.ascii_lowercase, min_size=1, max_size=3), st.integers(),
-                    min_size=1, max_size=2),
+    st.dictionaries(
+        st.text(string.ascii_lowercase, min_size=1, max_size=3),
+        st.integers(),
+        min_size=1,
+        max_size=2,
+    ),
 )
 not_mapping = st.one_of(
     st.integers(), st.booleans(), st.text(max_size=8), st.lists(st.integers(), max_size=2)
@@ -174,14 +177,15 @@ not_list = st.one_of(
     st.integers(),
     st.booleans(),
     st.text(max_size=8),
-    st.dictionaries(st.text(string.ascii_lowercase, min_size=1, max_size=3), st.integers(),
-                    max_size=2),
+    st.dictionaries(
+        st.text(string.ascii_lowercase, min_size=1, max_size=3), st.integers(), max_size=2
+    ),
 )
 keyword = st.text(string.ascii_lowercase + string.digits + "_-", min_size=1, max_size=12)
 valid_node_name = st.from_regex(NODE_NAME_RE, fullmatch=True)
 # PyYAML's dumper folds line breaks inside quoted keys: keep them out of generated names.
 bad_name_text = st.text(
-    st.characters(exclude_categories=("Cs",), exclude_characters="\r\n\x85\u2028\u2029"),
+    st.characters(exclude_categories=["Cs"], exclude_characters="\r\n\x85\u2028\u2029"),
     max_size=25,
 ).filter(lambda s: s != "<<")
 
@@ -222,7 +226,12 @@ def _node_mapping(doc: dict[str, Any], name: str) -> dict[str, Any]:
 def _field(path: tuple[str | int, ...]) -> str:
     out = ""
     for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not re.fullmatch(r"[A-Za-z0-9_-]+", part):
+            out += f"[{part!r}]"
+        else:
+            out += f".{part}" if out else part
     return out
 
 
@@ -233,9 +242,17 @@ def mutated(draw: st.DrawFn) -> tuple[str, str | None]:
     nodes = list(doc["nodes"])
     links = doc.get("links", [])
     kinds = [
-        "unknown-key", "wrong-type", "out-of-range", "bad-lab-name", "bad-node-name",
-        "remove-required", "rdma-without-link", "bad-network", "prefix-not-longer",
-        "duplicate-key", "bad-image",
+        "unknown-key",
+        "wrong-type",
+        "out-of-range",
+        "bad-lab-name",
+        "bad-node-name",
+        "remove-required",
+        "rdma-without-link",
+        "bad-network",
+        "prefix-not-longer",
+        "duplicate-key",
+        "bad-image",
     ]
     if links:
         kinds += ["bad-ifname", "dangling", "reuse-interface", "short-link", "bad-link-name"]
@@ -245,11 +262,13 @@ def mutated(draw: st.DrawFn) -> tuple[str, str | None]:
     path: tuple[str | int, ...]
 
     if kind == "unknown-key":
-        where = draw(st.sampled_from(
-            [(), ("defaults",), ("addressing",)]
-            + [("nodes", n) for n in nodes]
-            + [("links", i) for i in range(len(links))]
-        ))
+        where = draw(
+            st.sampled_from(
+                [(), ("defaults",), ("addressing",)]
+                + [("nodes", n) for n in nodes]
+                + [("links", i) for i in range(len(links))]
+            )
+        )
         if where == ():
             target, allowed = doc, MODEL_KEYS["topology"]
         elif where[0] == "nodes":
@@ -263,27 +282,42 @@ def mutated(draw: st.DrawFn) -> tuple[str, str | None]:
         path = (*where, key)
     elif kind == "wrong-type":
         choices: list[tuple[tuple[str | int, ...], Any]] = [
-            (("name",), not_str), (("provider",), not_str),
-            (("defaults",), not_mapping), (("addressing",), not_mapping),
-            (("nodes",), not_mapping), (("links",), not_list),
-            (("defaults", "rdma"), not_str), (("defaults", "image"), not_str),
+            (("name",), not_str),
+            (("provider",), not_str),
+            (("defaults",), not_mapping),
+            (("addressing",), not_mapping),
+            (("nodes",), not_mapping),
+            (("links",), not_list),
+            (("defaults", "rdma"), not_str),
+            (("defaults", "image"), not_str),
             (("addressing", "pool"), not_str),
-        ] + [((s, f), not_int) for s, f in
-             [("defaults", "memory"), ("defaults", "cpus"), ("defaults", "mtu"),
-              ("addressing", "prefix")]]
+        ] + [
+            ((s, f), not_int)
+            for s, f in [
+                ("defaults", "memory"),
+                ("defaults", "cpus"),
+                ("defaults", "mtu"),
+                ("addressing", "prefix"),
+            ]
+        ]
         for n in nodes:
             choices += [(("nodes", n), st.integers() | st.booleans() | st.lists(st.integers()))]
             choices += [(("nodes", n, f), not_int) for f in ("memory", "cpus")]
             choices += [(("nodes", n, f), not_str) for f in ("rdma", "image")]
         for i in range(len(links)):
-            choices += [(("links", i), not_mapping), (("links", i, "endpoints"), not_list),
-                        (("links", i, "endpoints", 0), not_str),
-                        (("links", i, "mtu"), not_int), (("links", i, "name"), not_str),
-                        (("links", i, "subnet"), not_str)]
+            choices += [
+                (("links", i), not_mapping),
+                (("links", i, "endpoints"), not_list),
+                (("links", i, "endpoints", 0), not_str),
+                (("links", i, "mtu"), not_int),
+                (("links", i, "name"), not_str),
+                (("links", i, "subnet"), not_str),
+            ]
         path, values = draw(st.sampled_from(choices))
         _set(doc, path, draw(values))
     elif kind == "out-of-range":
-        places = [("defaults", f) for f in ("memory", "cpus", "mtu")] + [("addressing", "prefix")]
+        places: list[tuple[str | int, ...]] = [("defaults", f) for f in ("memory", "cpus", "mtu")]
+        places += [("addressing", "prefix")]
         places += [("nodes", n, f) for n in nodes for f in ("memory", "cpus")]
         places += [("links", i, "mtu") for i in range(len(links))]
         path = draw(st.sampled_from(places))
@@ -300,10 +334,16 @@ def mutated(draw: st.DrawFn) -> tuple[str, str | None]:
     elif kind == "bad-image":
         where = draw(st.sampled_from([("defaults",)] + [("nodes", n) for n in nodes]))
         path = (*where, "image")
-        _set(doc, path, draw(st.text(max_size=10).filter(
-            lambda s: not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", s))))
+        _set(
+            doc,
+            path,
+            draw(
+                st.text(max_size=10).filter(lambda s: not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", s))
+            ),
+        )
     elif kind == "remove-required":
-        places = [("name",), ("nodes",)] + [("links", i, "endpoints") for i in range(len(links))]
+        places = [("name",), ("nodes",)]
+        places += [("links", i, "endpoints") for i in range(len(links))]
         path = draw(st.sampled_from(places))
         parent = _get(doc, path[:-1])
         del parent[path[-1]]
@@ -312,7 +352,8 @@ def mutated(draw: st.DrawFn) -> tuple[str, str | None]:
         doc["nodes"][new] = {"rdma": draw(st.sampled_from(["rxe", "siw"]))}
         path = ("nodes", new, "rdma")
     elif kind == "bad-network":
-        places = [("addressing", "pool")] + [("links", i, "subnet") for i in range(len(links))]
+        places = [("addressing", "pool")]
+        places += [("links", i, "subnet") for i in range(len(links))]
         path = draw(st.sampled_from(places))
         _set(doc, path, draw(bad_network()))
     elif kind == "prefix-not-longer":
@@ -327,8 +368,10 @@ def mutated(draw: st.DrawFn) -> tuple[str, str | None]:
         i = draw(st.integers(0, len(links) - 1))
         j = draw(st.integers(0, len(links[i]["endpoints"]) - 1))
         node = links[i]["endpoints"][j].split(":")[0]
-        ifname = draw(st.just("eth0") | st.text(max_size=8).filter(
-            lambda s: not re.fullmatch(r"eth[1-9][0-9]?", s)))
+        ifname = draw(
+            st.just("eth0")
+            | st.text(max_size=8).filter(lambda s: not re.fullmatch(r"eth[1-9][0-9]?", s))
+        )
         links[i]["endpoints"][j] = f"{node}:{ifname}"
         path = ("links", i, "endpoints", j)
     elif kind == "dangling":
@@ -352,8 +395,9 @@ def mutated(draw: st.DrawFn) -> tuple[str, str | None]:
         links[i]["name"] = draw(bad_name_text.filter(lambda s: not re.fullmatch(NODE_NAME_RE, s)))
         path = ("links", i, "name")
     elif kind == "overlap":
-        i, k = sorted(draw(st.lists(st.integers(0, len(links) - 1), min_size=2, max_size=2,
-                                    unique=True)))
+        i, k = sorted(
+            draw(st.lists(st.integers(0, len(links) - 1), min_size=2, max_size=2, unique=True))
+        )
         links[i]["subnet"] = "192.168.0.0/16"
         links[k]["subnet"] = f"192.168.{draw(st.integers(0, 255))}.0/24"
         path = ("links", k, "subnet")
@@ -399,13 +443,46 @@ def test_mutated_documents_give_one_located_error(case: tuple[str, str | None]) 
 
 
 yaml_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-10, 70000), st.text(max_size=12),
-    st.sampled_from(["rxe", "siw", "none", "qemu", "node1:eth1", "node2:eth1", "10.77.0.0/16",
-                     "node1", "eth1", "10.1.0.0/24"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-10, 70000),
+    st.text(max_size=12),
+    st.sampled_from(
+        [
+            "rxe",
+            "siw",
+            "none",
+            "qemu",
+            "node1:eth1",
+            "node2:eth1",
+            "10.77.0.0/16",
+            "node1",
+            "eth1",
+            "10.1.0.0/24",
+        ]
+    ),
 )
 yaml_keys = st.sampled_from(
-    ["name", "provider", "defaults", "addressing", "nodes", "links", "rdma", "memory", "cpus",
-     "image", "mtu", "pool", "prefix", "endpoints", "subnet", "node1", "node2", "x"]
+    [
+        "name",
+        "provider",
+        "defaults",
+        "addressing",
+        "nodes",
+        "links",
+        "rdma",
+        "memory",
+        "cpus",
+        "image",
+        "mtu",
+        "pool",
+        "prefix",
+        "endpoints",
+        "subnet",
+        "node1",
+        "node2",
+        "x",
+    ]
 )
 yaml_values = st.recursive(
     yaml_scalars,
@@ -428,14 +505,45 @@ def test_random_documents_never_crash(doc: dict[str, Any]) -> None:
 
 
 @settings(max_examples=RANDOM_TEXTS, deadline=None)
-@given(st.one_of(
-    st.text(max_size=200),
-    st.lists(st.sampled_from(
-        ["name: t\n", "nodes:\n", "  a: {}\n", "  b:\n", "links:\n", "  - endpoints: [a:eth1,",
-         " b:eth1]\n", "\t", "  ", "- ", ": ", "{", "}", "[", "]", "&x ", "*x ", "<<: *x\n",
-         "'", '"', "#", "\n", "---\n", "name: t\n", "!!binary ", "? ", "%YAML 1.1\n"]
-    ), max_size=30).map("".join),
-))
+@given(
+    st.one_of(
+        st.text(max_size=200),
+        st.lists(
+            st.sampled_from(
+                [
+                    "name: t\n",
+                    "nodes:\n",
+                    "  a: {}\n",
+                    "  b:\n",
+                    "links:\n",
+                    "  - endpoints: [a:eth1,",
+                    " b:eth1]\n",
+                    "\t",
+                    "  ",
+                    "- ",
+                    ": ",
+                    "{",
+                    "}",
+                    "[",
+                    "]",
+                    "&x ",
+                    "*x ",
+                    "<<: *x\n",
+                    "'",
+                    '"',
+                    "#",
+                    "\n",
+                    "---\n",
+                    "name: t\n",
+                    "!!binary ",
+                    "? ",
+                    "%YAML 1.1\n",
+                ]
+            ),
+            max_size=30,
+        ).map("".join),
+    )
+)
 def test_random_text_never_crashes(text: str) -> None:
     try:
         _load(text)

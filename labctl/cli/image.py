@@ -1,0 +1,68 @@
+"""`labctl image build|list`: node images in the cache."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import typer
+from rich.table import Table
+
+from labctl.cli.common import console, progress_reporter
+from labctl.images.builder import Image, build_image
+from labctl.images.recipes import RECIPES, recipe
+from labctl.paths import cache_root
+
+image_app = typer.Typer(help="Build and list node images.", no_args_is_help=True)
+
+
+@image_app.command()
+def build(
+    name: str = typer.Argument("trixie", help=f"Image recipe: {', '.join(RECIPES)}."),
+    mirror: str = typer.Option(None, help="Debian mirror URL (default: mmdebstrap's)."),
+    force: bool = typer.Option(False, help="Rebuild even if the cache has it."),
+) -> None:
+    """Build a node image (a no-op when the cache already holds it)."""
+    started = time.monotonic()
+    with progress_reporter(f"image {name}") as progress:
+        image = build_image(recipe(name), mirror, force=force, progress=progress)
+    m = image.manifest
+    console.print(
+        f"image {m['key']}: kernel {m['kernel']}, rdma-core {m['rdma_core']} "
+        f"({time.monotonic() - started:.1f} s) at {image.path}"
+    )
+
+
+@image_app.command("list")
+def list_images(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List cached images."""
+    base = cache_root() / "images"
+    images = [Image.at(p) for p in sorted(base.glob("*")) if (p / "manifest.json").is_file()]
+    if as_json:
+        print(
+            json.dumps(
+                [
+                    {k: v for k, v in i.manifest.items() if k != "packages"} | {"path": str(i.path)}
+                    for i in images
+                ],
+                indent=2,
+            )
+        )
+        return
+    table = Table(title=f"images in {base}")
+    for column in ("image", "kernel", "rdma-core", "root fs", "built in"):
+        table.add_column(column)
+    for i in images:
+        m = i.manifest
+        table.add_row(
+            m["key"],
+            m["kernel"],
+            m["rdma_core"],
+            f"{m['rootfs_bytes'] >> 20} MiB",
+            f"{m['build_seconds']} s",
+        )
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(image_app, name="image")

@@ -1,0 +1,1 @@
+"""The example programs labctl runs across a lab, as small declarative specs."""

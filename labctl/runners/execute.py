@@ -1,0 +1,144 @@
+"""Run one example between two nodes: server first, client once the server listens."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from labctl.errors import LabctlError
+from labctl.lab.handle import LabHandle
+from labctl.runners.spec import Endpoint, ExampleSpec, RunContext
+
+READY_WAIT_SECONDS = 30.0
+
+
+@dataclass
+class RunResult:
+    example: str
+    variant: str
+    server: str
+    client: str
+    status: str  # "passed" | "failed" | "skipped"
+    figures: dict[str, Any] = field(default_factory=dict)
+    server_figures: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    server_argv: list[str] = field(default_factory=list)
+    client_argv: list[str] = field(default_factory=list)
+    server_output: str = ""
+    client_output: str = ""
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def endpoint(handle: LabHandle, node: str) -> Endpoint:
+    """The node's RDMA device, GID index and data address (GID index cached at `up`)."""
+    lab_node = handle.lab.node(node)
+    iface = lab_node.rdma_interface
+    if iface is None:
+        raise LabctlError(
+            f"node {node} has no RDMA device (rdma: {lab_node.rdma})",
+            hint="choose other nodes with --server/--client",
+        )
+    info = handle.labdir.load_state().get("nodes", {}).get(node, {})
+    gid_index = info.get("gid_index")
+    if gid_index is None and lab_node.rdma == "rxe":
+        devices = handle.node_status(node)["devices"]
+        gid_index = devices[0]["gid_index"] if devices else None
+    return Endpoint(node, handle.rdma_device(node), lab_node.rdma, gid_index, iface.address)
+
+
+def _bounded(argv: list[str], seconds: float) -> list[str]:
+    # The bound runs inside the node, so a stuck program dies even if ssh is cut.
+    return ["timeout", "--signal=KILL", f"{seconds:.0f}", *argv]
+
+
+def _wait_listening(
+    handle: LabHandle, spec: ExampleSpec, ctx: RunContext, server: subprocess.Popen[str]
+) -> None:
+    if spec.ready_probe is None:
+        time.sleep(1.0)
+        return
+    probe = spec.ready_probe(ctx)
+    loop = (
+        f"i=0; until {probe}; do i=$((i+1)); [ $i -gt {int(READY_WAIT_SECONDS * 10)} ] "
+        "&& exit 1; sleep 0.1; done"
+    )
+    result = handle.run(ctx.server.node, ["sh", "-c", loop], timeout=READY_WAIT_SECONDS + 15)
+    if result.returncode != 0 or server.poll() is not None:
+        raise RuntimeError("server did not start listening")
+
+
+def run_example(
+    handle: LabHandle,
+    spec: ExampleSpec,
+    server_node: str,
+    client_node: str,
+    options: dict[str, Any],
+) -> RunResult:
+    result = RunResult(spec.name, spec.variant, server_node, client_node, "failed")
+    server_ep, client_ep = endpoint(handle, server_node), endpoint(handle, client_node)
+    if server_ep.device_type != client_ep.device_type:
+        result.status = "skipped"
+        result.reason = (
+            f"{server_node} has {server_ep.device_type} and {client_node} has "
+            f"{client_ep.device_type}: RoCE and iWARP devices cannot talk"
+        )
+        return result
+    if not spec.supports(server_ep.device_type):
+        result.status = "skipped"
+        result.reason = spec.unsupported_reason or f"not supported on {server_ep.device_type}"
+        return result
+    ctx = RunContext(server_ep, client_ep, options)
+    timeout = float(options.get("timeout") or spec.timeout)
+    result.server_argv = spec.server_argv(ctx)
+    result.client_argv = spec.client_argv(ctx)
+    started = time.monotonic()
+    server = handle.popen(
+        server_node,
+        _bounded(result.server_argv, timeout + 10),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait_listening(handle, spec, ctx, server)
+        client = handle.run(
+            client_node, _bounded(result.client_argv, timeout), timeout=timeout + 15
+        )
+        result.client_output = client.stdout + client.stderr
+        try:
+            server_out, _ = server.communicate(timeout=15 if client.returncode == 0 else 3)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server_out, _ = server.communicate()
+        result.server_output = server_out or ""
+        result.figures = spec.parse(result.client_output)
+        if spec.parse_server:
+            result.server_figures = spec.parse_server(result.server_output)
+        if client.returncode == 0 and server.returncode == 0 and result.figures:
+            result.status = "passed"
+        else:
+            failing = "client" if client.returncode != 0 else "server"
+            code = client.returncode if failing == "client" else server.returncode
+            result.reason = f"{failing} exited with {code}" + (
+                " (timed out)" if code in (124, 137, -9) else ""
+            )
+    except RuntimeError as exc:
+        server.kill()
+        out, _ = server.communicate()
+        result.server_output = out or ""
+        result.reason = str(exc)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    result.seconds = round(time.monotonic() - started, 2)
+    return result
+
+
+def command_line(argv: list[str]) -> str:
+    return shlex.join(argv)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install what labctl needs on a Debian machine (run as root): system packages for
+# building node images and running qemu nodes, and a virtualenv (.venv) with labctl.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" -ne 0 ]; then
+    echo "setup.sh: run as root (labctl makes network namespaces and taps)" >&2
+    exit 1
+fi
+packages=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs openssh-client iproute2
+          debian-archive-keyring ca-certificates python3 python3-venv python3-pip)
+missing=()
+for pkg in "${packages[@]}"; do
+    dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "setup.sh: installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[dev]'
+echo "setup.sh: ready (.venv/bin/labctl)"

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite: set up, lint and type-check, then unit and integration tests
+# (integration tests boot real qemu nodes with real rxe devices).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+.venv/bin/ruff check labctl tests
+.venv/bin/mypy labctl
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

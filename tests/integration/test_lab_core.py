@@ -1,0 +1,109 @@
+"""The lab core against live VMs: up, status, exec, RC pingpong, testinfra checks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import testinfra
+
+from labctl.lab.handle import LabHandle
+from tests.integration.conftest import LAB_NAME, labctl
+
+pytestmark = pytest.mark.integration
+
+
+def test_up_reports_every_node_ready(lab_up: subprocess.CompletedProcess[str]) -> None:
+    assert f"lab {LAB_NAME} is up" in lab_up.stdout
+    assert lab_up.stdout.count("ACTIVE") == 2
+
+
+def test_status_json_shows_active_rxe_on_both_nodes() -> None:
+    result = labctl("status", "--lab", LAB_NAME, "--json", check=True)
+    status = json.loads(result.stdout)
+    assert [n["name"] for n in status["nodes"]] == ["node1", "node2"]
+    for node in status["nodes"]:
+        assert node["state"] == "running"
+        (device,) = node["devices"]
+        assert device["name"] == "rxe0"
+        assert device["port_state"] == "ACTIVE"
+        assert device["netdev"] == "eth1"
+        assert device["gid_index"] == 1  # the IPv4-mapped RoCE v2 GID
+        assert device["active_mtu"] == "1024"
+    addresses = [n["interfaces"][0]["ipv4"] for n in status["nodes"]]
+    assert addresses == ["10.77.1.1/24", "10.77.1.2/24"]
+
+
+def test_exec_returns_output_and_exit_code(lab_handle: LabHandle) -> None:
+    ok = labctl("exec", "--lab", LAB_NAME, "node2", "--", "hostname")
+    assert (ok.returncode, ok.stdout.strip()) == (0, "node2")
+    failed = labctl("exec", "--lab", LAB_NAME, "node1", "--", "sh", "-c", "echo out; exit 7")
+    assert (failed.returncode, failed.stdout) == (7, "out\n")
+
+
+def test_rc_pingpong_passes_between_the_nodes() -> None:
+    result = labctl(
+        "run",
+        "pingpong",
+        "--lab",
+        LAB_NAME,
+        "--transport",
+        "rc",
+        "--iters",
+        "200",
+        "--size",
+        "4096",
+        "--json",
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["status"] == "passed"
+    assert record["figures"]["bytes"] == 2 * 200 * 4096
+    assert record["figures"]["iters"] == 200
+    assert record["figures"]["usec_per_iter"] > 0
+    assert "-g" in record["client_argv"]
+
+
+def test_failed_run_shows_output_and_exits_nonzero() -> None:
+    # MTU 5000 is not a valid IB MTU: the C program refuses it, labctl must say so.
+    result = labctl(
+        "run", "pingpong", "--lab", LAB_NAME, "--mtu", "5000", "--iters", "5", timeout=300
+    )
+    assert result.returncode == 1
+    assert "failed" in result.stderr
+    assert "ibv_rc_pingpong" in result.stderr
+
+
+@pytest.mark.parametrize("node", ["node1", "node2"])
+def test_testinfra_sees_rxe_device(lab_handle: LabHandle, node: str) -> None:
+    host = testinfra.get_host(f"ssh://{node}", ssh_config=str(lab_handle.labdir.ssh_config))
+    assert host.file("/sys/class/infiniband/rxe0").exists
+    assert (
+        host.file("/sys/class/infiniband/rxe0/ports/1/state").content_string.strip() == "4: ACTIVE"
+    )
+    devices = host.run("ibv_devices")
+    assert devices.rc == 0
+    assert "rxe0" in devices.stdout
+    assert host.interface("eth1").addresses[0] == lab_handle.lab.node(node).interfaces[0].address
+    assert not host.file("/etc/ssh/sshd_config.d").exists or host.run(
+        "sshd -T 2>/dev/null | grep -i '^passwordauthentication no'"
+    ).rc in (0, 1)
+
+
+def test_management_port_listens_on_loopback_only(lab_handle: LabHandle) -> None:
+    state = lab_handle.labdir.load_state()
+    sockets = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True).stdout
+    for info in state["nodes"].values():
+        port = f":{info['ssh_port']}"
+        listeners = [
+            line.split()[3] for line in sockets.splitlines() if line.split()[3].endswith(port)
+        ]
+        assert listeners == [f"127.0.0.1{port}"]
+
+
+def test_second_up_of_the_same_lab_is_refused(lab_topology: object) -> None:
+    result = labctl("up", str(lab_topology))
+    assert result.returncode == 1
+    assert "already up" in result.stderr

@@ -1,0 +1,61 @@
+"""Golden tests: what the qemu provider would create for a topology (no VM is started)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from labctl.images.builder import Image
+from labctl.providers.qemu import plan_lab
+from labctl.topology.load import load_lab
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _plan_json(topology: str, accel: str) -> str:
+    lab = load_lab(REPO / "topologies" / topology)
+    image = Image(Path("/cache/img"), Path("/cache/img/vmlinuz"), Path("/cache/img/initrd.cpio"),
+                  Path("/cache/img/root.ext4"), {})
+    node_dirs = {n.name: Path("/labs") / lab.name / "nodes" / n.name for n in lab.nodes}
+    ports = {n.name: 40000 + n.index for n in lab.nodes}
+    plan = plan_lab(lab, node_dirs, {"trixie": image}, accel, ports)
+    return json.dumps(dataclasses.asdict(plan), indent=2, sort_keys=True) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("topology", "accel"),
+    [("two-node.yaml", "tcg"), ("three-node-switch.yaml", "tcg"), ("two-node.yaml", "kvm")],
+)
+def test_plan_matches_golden(topology: str, accel: str) -> None:
+    golden = GOLDEN / f"qemu-plan-{Path(topology).stem}-{accel}.json"
+    actual = _plan_json(topology, accel)
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        golden.write_text(actual)
+    assert actual == golden.read_text()
+
+
+def test_plan_keeps_management_on_loopback_with_restrict() -> None:
+    plan = json.loads(_plan_json("three-node-switch.yaml", "tcg"))
+    for node in plan["nodes"]:
+        argv = node["argv"]
+        user_netdevs = [a for a in argv if a.startswith("user,")]
+        assert len(user_netdevs) == 1
+        assert "restrict=on" in user_netdevs[0]
+        assert "hostfwd=tcp:127.0.0.1:" in user_netdevs[0]
+        # data NICs are taps handed over as fds: qemu never names a host interface
+        assert all("ifname=" not in a for a in argv)
+
+
+def test_switch_segment_has_one_bridge_and_a_tap_per_member() -> None:
+    plan = json.loads(_plan_json("three-node-switch.yaml", "tcg"))
+    assert plan["netns"].startswith("labctl-")
+    bridges = {name for name, _mtu in plan["bridges"]}
+    taps = [t for n in plan["nodes"] for t in n["taps"]]
+    assert {t["bridge"] for t in taps} <= bridges
+    assert len({t["name"] for t in taps}) == len(taps)
+    assert all(len(t["name"]) <= 15 for t in taps)
