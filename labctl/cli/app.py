@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "status",
     "exec_",
     "run",
+    "bench",
     "image",
     "validate",
     "inspect",

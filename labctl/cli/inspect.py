@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from labctl.cli.common import LabOption
+
 if TYPE_CHECKING:
     from labctl.lab.handle import LabHandle
 
 NODE_MODULE = "labctl.verbs"
 
-LAB_OPTION = typer.Option(None, "--lab", help="Lab name (default: the only running lab).")
 NODES_ARG = typer.Argument(None, help="Nodes to inspect (default: every node of the lab).")
 
 
@@ -100,7 +101,7 @@ def register(app: typer.Typer) -> None:
     def devices(
         nodes: list[str] | None = NODES_ARG,
         as_json: bool = typer.Option(False, "--json", help="JSON output."),
-        lab: str | None = LAB_OPTION,
+        lab: str | None = LabOption,
     ) -> None:
         """List the RDMA devices of nodes, like ibv_devices."""
         handle = _open(lab)
@@ -117,7 +118,7 @@ def register(app: typer.Typer) -> None:
         list_only: bool = typer.Option(False, "-l", "--list", help="Only the device names."),
         verbose: bool = typer.Option(False, "-v", "--verbose", help="All attributes."),
         as_json: bool = typer.Option(False, "--json", help="The attribute records as JSON."),
-        lab: str | None = LAB_OPTION,
+        lab: str | None = LabOption,
     ) -> None:
         """Show device and port attributes of nodes, like ibv_devinfo."""
         handle = _open(lab)
@@ -139,7 +140,7 @@ def register(app: typer.Typer) -> None:
         node: str = typer.Argument(..., help="Node to watch."),
         ib_dev: str | None = typer.Option(None, "-d", "--ib-dev", help="Device (default first)."),
         as_json: bool = typer.Option(False, "--json", help="One JSON object per event."),
-        lab: str | None = LAB_OPTION,
+        lab: str | None = LabOption,
     ) -> None:
         """Print a node's async events (port up/down, GID changes) until Ctrl-C."""
         handle = _open(lab)

@@ -11,8 +11,15 @@ from rich.table import Table
 from labctl.cli.common import LabOption, console, err_console
 from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle, open_lab
-from labctl.runners.examples import EXAMPLES
+from labctl.runners.examples import (
+    EXAMPLES,
+    IMPLS,
+    MCKEY_GROUP,
+    PERFTESTS,
+    pingpong_variant,
+)
 from labctl.runners.execute import RunResult, command_line, run_example
+from labctl.runners.matrix import run_matrix
 
 run_app = typer.Typer(help="Run rdma-core example programs across the lab's nodes.",
                       no_args_is_help=True)
@@ -35,35 +42,75 @@ def pick_nodes(handle: LabHandle, server: str | None, client: str | None) -> tup
     return server, client
 
 
+def key_figure_text(result: RunResult) -> str:
+    """The one figure a summary row shows, with its unit."""
+    f = {**result.server_figures, **result.figures}
+    key = result.key_figure
+    value = result.key_value()
+    if key == "delivered" or "expected" in f:
+        delivered = f.get("delivered", "?")
+        return f"{delivered}/{f.get('expected', '?')} delivered"
+    if value is None:
+        return ""
+    if key == "usec_per_iter":
+        return f"{value} usec/iter"
+    if key == "pings":
+        return f"{value} pings"
+    if key == "t_typical_usec":
+        return f"{value} usec typical"
+    if key == "bw_average":
+        return f"{value} {f.get('bw_unit', 'MB/sec')} avg"
+    return f"{key} {value}"
+
+
 def figures_text(result: RunResult) -> str:
     f = result.figures
-    if not f:
+    if not f and not result.server_figures:
         return ""
-    parts = []
-    if "bytes" in f:
+    parts = [key_figure_text(result)] if result.key_value() is not None else []
+    if "expected" in result.server_figures and not parts:
+        parts.append(key_figure_text(result))
+    if "bytes" in f and "seconds" in f:
         parts.append(f"{f['bytes']} B in {f['seconds']} s")
     if "mbit_per_sec" in f:
         parts.append(f"{f['mbit_per_sec']} Mbit/s")
-    if "usec_per_iter" in f:
-        parts.append(f"{f['usec_per_iter']} usec/iter")
-    parts += [f"{k} {v}" for k, v in f.items()
-              if k not in ("bytes", "seconds", "mbit_per_sec", "usec_per_iter", "iters")]
-    return ", ".join(parts)
+    if "t_avg_usec" in f:
+        parts.append(f"avg {f['t_avg_usec']} usec, min {f.get('t_min_usec')} usec")
+    if "msg_rate_mpps" in f:
+        parts.append(f"{f['bytes']} B msgs, {f['msg_rate_mpps'] * 1e6:.0f} msg/s")
+    if "cm_error" in f:
+        parts.append(f"cm error {f['cm_error']}")
+    return ", ".join(p for p in parts if p)
 
 
-def print_results(results: list[RunResult], as_json: bool) -> None:
+def _outcome(r: RunResult) -> str:
+    color = {"passed": "green", "skipped": "yellow"}.get(r.status, "red")
+    return f"[{color}]{r.status}[/]" + (f" ({r.reason})" if r.reason else "")
+
+
+def print_results(results: list[RunResult], as_json: bool, *, summary: bool = False) -> None:
     if as_json:
         records = [r.to_dict() for r in results]
-        print(json.dumps(records[0] if len(records) == 1 else records, indent=2))
+        print(json.dumps(records[0] if len(records) == 1 and not summary else records,
+                         indent=2))
+    elif summary:
+        table = Table(title="summary")
+        for column in ("example", "transport/test", "server", "client", "result",
+                       "key figure"):
+            table.add_column(column)
+        for r in results:
+            table.add_row(r.example, r.variant, r.server, r.client, _outcome(r),
+                          key_figure_text(r) if r.status != "skipped" else "")
+        console.print(table)
+        counts = {s: sum(r.status == s for r in results) for s in ("passed", "failed",
+                                                                     "skipped")}
+        console.print(", ".join(f"{n} {s}" for s, n in counts.items()))
     else:
         table = Table(title="results")
         for column in ("example", "server", "client", "result", "figures"):
             table.add_column(column)
         for r in results:
-            color = {"passed": "green", "skipped": "yellow"}.get(r.status, "red")
-            outcome = f"[{color}]{r.status}[/]" + (f" ({r.reason})" if r.reason else "")
-            table.add_row(r.label if hasattr(r, "label") else f"{r.example} {r.variant}",
-                          r.server, r.client, outcome, figures_text(r))
+            table.add_row(r.label, r.server, r.client, _outcome(r), figures_text(r))
         console.print(table)
     for r in results:
         if r.status == "failed":
@@ -84,23 +131,128 @@ def _run_one(name: str, variant: str, lab: str | None, server: str | None,
     print_results([run_example(handle, spec, server, client, options)], as_json)
 
 
+ImplOption = typer.Option("c", "--impl", help="Server implementation (and the client's "
+                          "unless --client-impl): c (ibv_rc_pingpong) or python "
+                          "(labctl.nodeside.pingpong on pyverbs). RC only.")
+ClientImplOption = typer.Option(None, "--client-impl", help="Client implementation: c or "
+                                "python (default: as --impl).")
+
+
 @run_app.command()
 def pingpong(
     transport: str = typer.Option("rc", "--transport", "-t", help="rc, uc, ud or srq."),
+    impl: str = ImplOption,
+    client_impl: str = ClientImplOption,
     server: str = ServerOption,
     client: str = ClientOption,
     size: int = typer.Option(None, "--size", "-s", help="Message size in bytes."),
     iters: int = typer.Option(None, "--iters", "-n", help="Number of exchanges."),
     mtu: int = typer.Option(None, "--mtu", "-m", help="Path MTU (256..4096)."),
+    rx_depth: int = typer.Option(None, "--rx-depth", "-r", help="Receives posted at a time."),
+    port: int = typer.Option(None, "--port", "-p", help="TCP port of the exchange (18515)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
     lab: str = LabOption,
 ) -> None:
-    """ibv_{rc,uc,ud,srq}_pingpong between two nodes (GID index chosen automatically)."""
-    if ("pingpong", transport) not in EXAMPLES:
+    """ibv_{rc,uc,ud,srq}_pingpong between two nodes (GID index chosen automatically);
+    with --impl python, labctl's Python RC pingpong, alone or against the C one."""
+    client_impl = client_impl or impl
+    for value in (impl, client_impl):
+        if value not in IMPLS:
+            raise UsageError(f"unknown implementation {value!r}", hint="use c or python")
+    variant = transport
+    if (impl, client_impl) != ("c", "c"):
+        if transport != "rc":
+            raise UsageError("the Python pingpong speaks RC only", hint="use --transport rc")
+        variant = pingpong_variant(impl, client_impl)
+    if ("pingpong", variant) not in EXAMPLES:
         raise UsageError(f"unknown transport {transport!r}", hint="use rc, uc, ud or srq")
-    options = {"size": size, "iters": iters, "mtu": mtu, "timeout": timeout}
-    _run_one("pingpong", transport, lab, server, client, options, as_json)
+    options = {"size": size, "iters": iters, "mtu": mtu, "rx_depth": rx_depth, "port": port,
+               "timeout": timeout}
+    _run_one("pingpong", variant, lab, server, client, options, as_json)
+
+
+@run_app.command()
+def rping(
+    server: str = ServerOption,
+    client: str = ClientOption,
+    count: int = typer.Option(10, "--count", "-C", help="Pings (rping -C)."),
+    size: int = typer.Option(None, "--size", "-S", help="Ping data size (rping -S)."),
+    port: int = typer.Option(None, "--port", "-p", help="RDMA CM port (rping -p)."),
+    verbose: bool = typer.Option(True, "--verbose/--quiet", "-v/-q",
+                                 help="rping -v: print (and count) each ping."),
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    lab: str = LabOption,
+) -> None:
+    """rping (RDMA CM, RC, RDMA READ/WRITE) between two nodes; rxe and siw."""
+    options = {"count": count, "size": size, "port": port, "verbose": verbose,
+               "timeout": timeout}
+    _run_one("rping", "rc", lab, server, client, options, as_json)
+
+
+@run_app.command()
+def perftest(
+    test: str = typer.Argument(..., help=f"One of: {', '.join(PERFTESTS)}."),
+    server: str = ServerOption,
+    client: str = ClientOption,
+    iters: int = typer.Option(100, "--iters", "-n", help="Iterations (perftest -n)."),
+    size: int = typer.Option(None, "--size", "-s", help="Message size (perftest -s)."),
+    rdma_cm: bool = typer.Option(False, "--rdma-cm", "-R",
+                                 help="Connect through RDMA CM (always on siw)."),
+    port: int = typer.Option(None, "--port", "-p", help="Exchange port (perftest -p)."),
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    lab: str = LabOption,
+) -> None:
+    """A perftest benchmark (-d and -x chosen automatically; -R on siw)."""
+    if test not in PERFTESTS:
+        raise UsageError(f"unknown perftest {test!r}", hint=f"use one of {', '.join(PERFTESTS)}")
+    options = {"iters": iters, "size": size, "rdma_cm": rdma_cm, "port": port,
+               "timeout": timeout}
+    _run_one("perftest", test, lab, server, client, options, as_json)
+
+
+@run_app.command()
+def mckey(
+    server: str = typer.Option(None, "--server", help="Receiver node (default: the first)."),
+    client: str = typer.Option(None, "--client", help="Sender node (default: the second)."),
+    count: int = typer.Option(4, "--count", "-C", help="Messages expected by the receiver."),
+    group: str = typer.Option(MCKEY_GROUP, "--group", "-m", help="Multicast address."),
+    wait: int = typer.Option(20, "--wait", help="Seconds the receiver waits at most."),
+    one_qp: bool = typer.Option(False, "--one-qp", help="Send all messages from one QP "
+                                "(mckey -C N): on rxe only the first arrives."),
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    lab: str = LabOption,
+) -> None:
+    """mckey (RDMA CM multicast over UD) with a bounded wait; reports delivered/expected."""
+    options = {"count": count, "group": group, "wait": wait, "timeout": timeout}
+    _run_one("mckey", "ud-1qp" if one_qp else "ud", lab, server, client, options, as_json)
+
+
+@run_app.command("all")
+def run_all(
+    server: str = ServerOption,
+    client: str = ClientOption,
+    iters: int = typer.Option(100, "--iters", "-n", help="Iterations of each pingpong and "
+                              "perftest (small: TCG is slow)."),
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    lab: str = LabOption,
+) -> None:
+    """Every example the two nodes' devices support, one summary; exit 1 on a failure."""
+    handle = open_lab(lab)
+    server, client = pick_nodes(handle, server, client)
+    results = run_matrix(handle, server, client, {"iters": iters, "timeout": timeout},
+                         progress=None if as_json else _progress)
+    print_results(results, as_json, summary=True)
+
+
+def _progress(result: RunResult) -> None:
+    err_console.print(f"{result.label}: {result.status}"
+                      + (f" ({result.reason})" if result.reason else "")
+                      + (f" in {result.seconds} s" if result.seconds else ""))
 
 
 def register(app: typer.Typer) -> None:

@@ -13,12 +13,26 @@ from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir, find_labdir, running_labs
 
 
-def collect_status(handle: LabHandle) -> dict[str, Any]:
-    """Provider view plus, for running nodes, what the node itself reports."""
+def _recorded_devices(state: dict[str, Any], node: str) -> dict[str, Any]:
+    """The node's device as its ready line reported it at boot (see node-init.sh)."""
+    info = state.get("nodes", {}).get(node, {})
+    if not info.get("rdma_dev"):
+        return {}
+    return {"devices": [{"name": info["rdma_dev"], "port_state": info.get("port_state", "?"),
+                         "active_mtu": info.get("active_mtu", ""),
+                         "gid_index": info.get("gid_index")}]}
+
+
+def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
+    """Provider view plus, for running nodes, what the node itself reports.
+
+    With live=False the node's own report is the one it gave when it became ready.
+    """
     runtimes = handle.provider.nodes()
     running = [r.name for r in runtimes if r.state == "running"]
-    live = handle.all_node_status(running)
     state = handle.labdir.load_state()
+    live_info: dict[str, Any] = (handle.all_node_status(running) if live else
+                                 {n: _recorded_devices(state, n) for n in running})
     nodes = []
     for runtime in runtimes:
         node = handle.lab.node(runtime.name)
@@ -30,12 +44,13 @@ def collect_status(handle: LabHandle) -> dict[str, Any]:
             "interfaces": [{"name": i.name, "ipv4": i.ipv4, "mac": i.mac} for i in node.interfaces],
             **runtime.details,
         }
-        info = live.get(node.name)
+        info = live_info.get(node.name)
         if isinstance(info, str):
             record["reason"] = info
         elif info:
             record["devices"] = info["devices"]
-            record["live_interfaces"] = info["interfaces"]
+            if "interfaces" in info:
+                record["live_interfaces"] = info["interfaces"]
         nodes.append(record)
     return {
         "lab": handle.lab.name,
@@ -77,20 +92,8 @@ def _table(status: dict[str, Any]) -> Table:
     return table
 
 
-def remember_devices(labdir: LabDir, status: dict[str, Any]) -> None:
-    """Keep each node's GID index in the lab state so runs need not ask the node again."""
-    state = labdir.load_state()
-    for node in status["nodes"]:
-        devices = node.get("devices") or []
-        if devices and node["name"] in state.get("nodes", {}):
-            state["nodes"][node["name"]]["gid_index"] = devices[0].get("gid_index")
-    labdir.save_state(state)
-
-
-def print_status(labdir: LabDir) -> None:
-    status = collect_status(LabHandle(labdir))
-    remember_devices(labdir, status)
-    console.print(_table(status))
+def print_status(labdir: LabDir, live: bool = True) -> None:
+    console.print(_table(collect_status(LabHandle(labdir), live=live)))
 
 
 def status(

@@ -54,7 +54,7 @@ def up(
                 f"up failed: {exc!r}", hint=f"`labctl down --lab {lab.name}` removes what was made"
             ) from exc
     console.print(f"[bold green]lab {lab.name} is up[/] in {time.monotonic() - started:.1f} s")
-    print_status(labdir)
+    print_status(labdir, live=False)
     console.print(
         f"next: `labctl run pingpong`, `labctl exec {lab.nodes[0].name} -- ibv_devinfo`,"
         f" `labctl down`"

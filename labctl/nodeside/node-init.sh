@@ -24,6 +24,8 @@ hostname "$LABCTL_NODE"
 echo "$LABCTL_NODE" > /etc/hostname
 
 say "stage modules"
+# Entropy from the host (virtio-rng): otherwise sshd waits seconds for the kernel's CRNG.
+modprobe virtio_rng 2>/dev/null
 modprobe virtio_net || fail "modprobe virtio_net"
 for module in ib_uverbs rdma_ucm; do
     modprobe "$module" || fail "modprobe $module"
@@ -82,5 +84,22 @@ if [ "$LABCTL_RDMA" != none ]; then
         tries=$((tries + 1)); [ $tries -gt 1000 ] && fail "$LABCTL_RDMA_DEV port not ACTIVE"; sleep 0.02
     done
 fi
-say "ready"
+# The ready line carries what `labctl up` shows, so it needs no extra round trip.
+facts="dev=${LABCTL_RDMA_DEV:-none}"
+if [ "$LABCTL_RDMA" != none ]; then
+    ports=/sys/class/infiniband/$LABCTL_RDMA_DEV/ports/1
+    for gid in "$ports"/gids/*; do
+        index=${gid##*/}
+        case "$(cat "$gid" 2>/dev/null)" in
+            0000:0000:0000:0000:0000:ffff:*)
+                if [ "$(cat "$ports/gid_attrs/types/$index" 2>/dev/null)" = "RoCE v2" ]; then
+                    facts="$facts gid=$index"
+                    break
+                fi ;;
+        esac
+    done
+    mtu=$(ibv_devinfo -d "$LABCTL_RDMA_DEV" -i 1 2>/dev/null | sed -n 's/^[[:space:]]*active_mtu:[[:space:]]*\([0-9]*\).*/\1/p')
+    facts="$facts mtu=${mtu:-?} state=$(sed 's/.*: //' "$ports/state")"
+fi
+say "ready $facts"
 while :; do sleep 3600; done

@@ -13,7 +13,11 @@ def provider_for(lab: Lab, labdir: LabDir) -> Provider:
         from labctl.providers.qemu import QemuProvider
 
         return QemuProvider(lab, labdir)
+    if lab.provider == "vagrant":
+        from labctl.providers.vagrant import VagrantProvider
+
+        return VagrantProvider(lab, labdir)
     raise UsageError(
         f"provider {lab.provider!r} is not available yet",
-        hint="use `provider: qemu` in the topology",
+        hint="use `provider: qemu` or `provider: vagrant` in the topology",
     )

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,9 @@ def plan_lab(
             f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{ports[node.name]}-:22",
             "-device",
             f"virtio-net-pci,netdev=mgmt,mac={mgmt_mac(lab.name, node)}",
+            # host entropy: the node's CRNG is ready at once (sshd would wait for it)
+            "-device",
+            "virtio-rng-pci",
         ]
         taps = []
         for iface in node.interfaces:
@@ -156,6 +160,21 @@ def plan_lab(
         ]
         plans.append(NodePlan(node.name, argv, taps, node_env(lab, node)))
     return LabPlan(labnet.netns_name(lab.name), bridges, plans)
+
+
+def ready_facts(console: str) -> dict[str, Any]:
+    """What a node's ready line says: "labctl: ready dev=rxe0 gid=1 mtu=1024 state=ACTIVE"."""
+    line = console[console.index(READY) :].splitlines()[0].split(" [t=")[0]
+    facts: dict[str, Any] = {}
+    for word in line.removeprefix(READY).split():
+        key, _, value = word.partition("=")
+        if key == "gid":
+            facts["gid_index"] = int(value)
+        elif key == "mtu":
+            facts["active_mtu"] = value
+        elif key == "state":
+            facts["port_state"] = value
+    return facts
 
 
 def _free_port() -> int:
@@ -333,6 +352,7 @@ class QemuProvider(Provider):
                 pid = state["nodes"][node]["pid"]
                 if READY in console:
                     pending.discard(node)
+                    state["nodes"][node].update(ready_facts(console))
                     continue
                 if FAIL in console:
                     line = console[console.index(FAIL) :].splitlines()[0]
@@ -361,8 +381,8 @@ class QemuProvider(Provider):
             )
             time.sleep(0.2)
         progress("opening management connections")
-        for node in state["nodes"]:
-            self._start_master(node, deadline)
+        with ThreadPoolExecutor(max_workers=len(state["nodes"]) or 1) as pool:
+            list(pool.map(lambda node: self._start_master(node, deadline), state["nodes"]))
         state["phase"] = "up"
         state["ready_seconds"] = round(time.monotonic() - started, 1)
         self.labdir.save_state(state)

@@ -30,6 +30,17 @@ class RunResult:
     server_output: str = ""
     client_output: str = ""
     seconds: float = 0.0
+    key_figure: str = ""  # the name of the figure a summary shows
+
+    @property
+    def label(self) -> str:
+        return f"{self.example} {self.variant}".strip()
+
+    def key_value(self) -> Any:
+        """The key figure, from the client's figures or else the server's."""
+        if not self.key_figure:
+            return None
+        return self.figures.get(self.key_figure, self.server_figures.get(self.key_figure))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,6 +84,19 @@ def _wait_listening(
         raise RuntimeError("server did not start listening")
 
 
+def _shortfall(result: RunResult) -> str:
+    """Examples that count deliveries (mckey) fail honestly on a shortfall."""
+    expected = result.server_figures.get("expected", result.figures.get("expected"))
+    if expected is None:
+        return ""
+    delivered = result.server_figures.get("delivered", result.figures.get("delivered"))
+    if delivered is None:
+        return f"delivered ?/{expected} (no receive counters)"
+    if delivered < expected:
+        return f"delivered {delivered}/{expected}"
+    return ""
+
+
 def run_example(
     handle: LabHandle,
     spec: ExampleSpec,
@@ -80,7 +104,8 @@ def run_example(
     client_node: str,
     options: dict[str, Any],
 ) -> RunResult:
-    result = RunResult(spec.name, spec.variant, server_node, client_node, "failed")
+    result = RunResult(spec.name, spec.variant, server_node, client_node, "failed",
+                       key_figure=spec.key_figure)
     server_ep, client_ep = endpoint(handle, server_node), endpoint(handle, client_node)
     if server_ep.device_type != client_ep.device_type:
         result.status = "skipped"
@@ -111,7 +136,8 @@ def run_example(
         )
         result.client_output = client.stdout + client.stderr
         try:
-            server_out, _ = server.communicate(timeout=15 if client.returncode == 0 else 3)
+            grace = 15 + float(options.get("wait") or 0) if client.returncode == 0 else 3
+            server_out, _ = server.communicate(timeout=grace)
         except subprocess.TimeoutExpired:
             server.kill()
             server_out, _ = server.communicate()
@@ -119,7 +145,9 @@ def run_example(
         result.figures = spec.parse(result.client_output)
         if spec.parse_server:
             result.server_figures = spec.parse_server(result.server_output)
-        if client.returncode == 0 and server.returncode == 0 and result.figures:
+        shortfall = _shortfall(result)
+        if (client.returncode == 0 and server.returncode == 0 and result.figures
+                and not shortfall):
             result.status = "passed"
         else:
             failing = "client" if client.returncode != 0 else "server"
@@ -127,6 +155,8 @@ def run_example(
             result.reason = f"{failing} exited with {code}" + (
                 " (timed out)" if code in (124, 137, -9) else ""
             )
+            if shortfall:
+                result.reason = shortfall + ("" if code == 0 else f"; {result.reason}")
     except RuntimeError as exc:
         server.kill()
         out, _ = server.communicate()

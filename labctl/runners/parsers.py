@@ -10,7 +10,7 @@ _ITERS = re.compile(r"^(\d+) iters in ([\d.]+) seconds = ([\d.]+) usec/iter$", r
 
 
 def parse_pingpong(output: str) -> dict[str, Any]:
-    """ibv_{rc,uc,ud,srq}_pingpong: the closing two lines."""
+    """ibv_{rc,uc,ud,srq}_pingpong (and labctl's Python one): the closing two lines."""
     figures: dict[str, Any] = {}
     bytes_match = _BYTES.search(output)
     iters_match = _ITERS.search(output)
@@ -21,4 +21,106 @@ def parse_pingpong(output: str) -> dict[str, Any]:
     if iters_match:
         figures["iters"] = int(iters_match.group(1))
         figures["usec_per_iter"] = float(iters_match.group(3))
+    return figures
+
+
+# --- rping ---------------------------------------------------------------------------------
+_PING = re.compile(r"^(server )?ping data: rdma-ping-(\d+): ", re.M)
+_CMA_ERROR = re.compile(r"^cma event (RDMA_CM_EVENT_\w+), error (-?\d+)", re.M)
+
+
+def parse_rping(output: str) -> dict[str, Any]:
+    """rping -v: one "ping data: rdma-ping-N: ..." line per completed ping (client), or
+    "server ping data: ..." (server); a failed connection prints "cma event X, error N"."""
+    figures: dict[str, Any] = {}
+    pings = _PING.findall(output)
+    if pings:
+        figures["pings"] = len(pings)
+        figures["last_ping"] = int(pings[-1][1])
+    error = _CMA_ERROR.search(output)
+    if error:
+        figures["cm_error"] = f"{error.group(1)} ({error.group(2)})"
+    if "DISCONNECT EVENT" in output:
+        figures["disconnected"] = True
+    return figures
+
+
+# --- perftest ------------------------------------------------------------------------------
+# Result columns in the order perftest prints them (the header words are not split-able).
+_LAT_COLUMNS = ("bytes", "iterations", "t_min_usec", "t_max_usec", "t_typical_usec",
+                "t_avg_usec", "t_stdev_usec", "p99_usec", "p99_9_usec")
+_BW_COLUMNS = ("bytes", "iterations", "bw_peak", "bw_average", "msg_rate_mpps")
+_NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
+_SETTING = re.compile(r"^\s*([A-Za-z][\w .*/-]*?)\s*:\s*(\S[^\t]*?)\s*$")
+
+
+def _number(text: str) -> int | float:
+    return int(text) if text.lstrip("-").isdigit() else float(text)
+
+
+def parse_perftest(output: str) -> dict[str, Any]:
+    """ib_{send,write,read}_{lat,bw}: the result row under the "#bytes" header, plus the
+    test name and the settings that matter (device, connection, GID index, RDMA CM)."""
+    figures: dict[str, Any] = {}
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.endswith(" Test") and "test" not in figures and ":" not in stripped:
+            figures["test"] = stripped
+        for part in re.split(r"\t{2,}", line):  # two settings a line, tab-separated
+            setting = _SETTING.match(part)
+            if not setting:
+                continue
+            key, value = setting.group(1).strip(), setting.group(2).strip()
+            if key == "Device":
+                figures["device"] = value
+            elif key == "Connection type":
+                figures["connection"] = value
+            elif key == "GID index":
+                figures["gid_index"] = int(value) if value.isdigit() else value
+            elif key == "rdma_cm QPs":
+                figures["rdma_cm"] = value == "ON"
+            elif key == "Link type":
+                figures["link_type"] = value
+        if not stripped.startswith("#bytes"):
+            continue
+        columns = _LAT_COLUMNS if "t_typical" in stripped else _BW_COLUMNS
+        unit = re.search(r"BW average\[([^\]]+)\]", stripped)
+        if unit:
+            figures["bw_unit"] = unit.group(1)  # "MiB/sec" (perftest 25) or "MB/sec"
+        for row in lines[i + 1:]:
+            values = row.split()
+            if not values:
+                continue
+            if not all(_NUMBER.match(v) for v in values):
+                break
+            figures.update(zip(columns, (_number(v) for v in values), strict=False))
+            break
+    return figures
+
+
+# --- mckey ---------------------------------------------------------------------------------
+_JOINED = re.compile(r"^mckey: joined dgid: (\S+)", re.M)
+_STATUS = re.compile(r"^return status (-?\d+)", re.M)
+_COUNTERS = re.compile(r"^labctl: expected (\d+) rdma_recvs (\d*) (\d*)$", re.M)
+
+
+def parse_mckey(output: str) -> dict[str, Any]:
+    """mckey (sender or receiver); on the receiver also labctl's counter line: how many
+    receive completions the receiving rxe device made while mckey ran."""
+    figures: dict[str, Any] = {}
+    joined = _JOINED.findall(output)
+    if joined:
+        figures["joined"] = len(joined)
+        figures["dgid"] = joined[0]
+    if "data transfers complete" in output:
+        figures["transfers_complete"] = True
+    status = _STATUS.search(output)
+    if status:
+        figures["return_status"] = int(status.group(1))
+    counters = _COUNTERS.search(output)
+    if counters:
+        figures["expected"] = int(counters.group(1))
+        if counters.group(2) and counters.group(3):
+            figures["delivered"] = int(counters.group(3)) - int(counters.group(2))
     return figures

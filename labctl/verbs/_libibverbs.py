@@ -183,8 +183,8 @@ class DeviceList:
 
     def __init__(self) -> None:
         self._lib = lib()
-        self._list: ctypes._Pointer | None = None  # type: ignore[type-arg]
-        self.pointers: list[ctypes._Pointer] = []  # type: ignore[type-arg]
+        self._list: ctypes._Pointer | None = None
+        self.pointers: list[ctypes._Pointer] = []
 
     def __enter__(self) -> DeviceList:
         num = ctypes.c_int(0)
@@ -202,7 +202,7 @@ class DeviceList:
             self._list = None
             self.pointers = []
 
-    def info(self, dev: ctypes._Pointer) -> DeviceInfo:  # type: ignore[type-arg]
+    def info(self, dev: ctypes._Pointer) -> DeviceInfo:
         name = (self._lib.ibv_get_device_name(dev) or b"").decode(errors="surrogateescape")
         guid = be64toh(self._lib.ibv_get_device_guid(dev))
         st = dev.contents
@@ -227,16 +227,16 @@ def list_devices() -> list[DeviceInfo]:
 class Context:
     """An ibv_context opened with ctypes (for what the pyverbs Context hides)."""
 
-    def __init__(self, device: ctypes._Pointer) -> None:  # type: ignore[type-arg]
+    def __init__(self, device: ctypes._Pointer) -> None:
         self._lib = lib()
         ctx = self._lib.ibv_open_device(device)
         if not ctx:
             err = ctypes.get_errno()
             raise VerbsError(err, os.strerror(err) if err else "ibv_open_device failed")
-        self._ctx: ctypes._Pointer | None = ctx  # type: ignore[type-arg]
+        self._ctx: ctypes._Pointer | None = ctx
 
     @property
-    def ptr(self) -> ctypes._Pointer:  # type: ignore[type-arg]
+    def ptr(self) -> ctypes._Pointer:
         if not self._ctx:
             raise ValueError("context is closed")
         return self._ctx

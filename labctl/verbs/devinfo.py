@@ -603,7 +603,11 @@ def main(
             out.write(usage(prog))
             return 255
     verbose = verbose or as_json
-    snap = source(ib_devname, ib_port, verbose)
+    try:
+        snap = source(ib_devname, ib_port, verbose)
+    except ImportError as exc:  # a host without pyverbs
+        err.write(f"{prog}: {exc} (install python3-pyverbs)\n")
+        return 255
     result = render(snap, ib_devname, ib_port, verbose)
     return _emit(snap if as_json else None, result, out, err)
 

@@ -68,7 +68,7 @@ def compare(handle: LabHandle, node: str, tool: str, args: list[str]) -> None:
     )
 
 
-@pytest.mark.parametrize(("tool", "args"), CASES, ids=lambda v: " ".join(v) if v else "-")
+@pytest.mark.parametrize(("tool", "args"), CASES, ids=[" ".join([t, *a]) for t, a in CASES])
 def test_same_as_c(lab_handle: LabHandle, tool: str, args: list[str]) -> None:
     nodes = _rdma_nodes(lab_handle)
     if not nodes:
@@ -83,12 +83,40 @@ def test_every_node_devinfo_v(lab_handle: LabHandle) -> None:
         compare(lab_handle, node, "devinfo", ["-v"])
 
 
+NO_DEVICE_CASES = [
+    ("devinfo", []),
+    ("devinfo", ["-v"]),
+    ("devinfo", ["-l"]),
+    ("devinfo", ["-d", "rxe0"]),
+    ("devices", []),
+    ("asyncwatch", []),
+]
+
+
 def test_node_without_rdma(lab_handle: LabHandle) -> None:
+    """On a node with no device: a `rdma: none` node, else one whose device we remove."""
     bare = [n.name for n in lab_handle.lab.nodes if n.rdma == "none"]
-    if not bare:
-        pytest.skip("the session lab has no node with `rdma: none` (covered by unit goldens)")
-    for tool, args in [("devinfo", []), ("devinfo", ["-v"]), ("devinfo", ["-l"]), ("devices", [])]:
-        compare(lab_handle, bare[0], tool, args)
+    if bare:
+        for tool, args in NO_DEVICE_CASES:
+            compare(lab_handle, bare[0], tool, args)
+        return
+    node = lab_handle.lab.node(_rdma_nodes(lab_handle)[-1])
+    if node.rdma != "rxe" or node.rdma_interface is None:
+        pytest.skip("no `rdma: none` node, and only rxe devices are removed and re-made here")
+    dev = lab_handle.rdma_device(node.name)
+    gone = lab_handle.run(node.name, ["rdma", "link", "delete", dev], timeout=60)
+    assert gone.returncode == 0, gone.stderr
+    try:
+        for tool, args in NO_DEVICE_CASES:
+            compare(lab_handle, node.name, tool, args)
+    finally:
+        back = lab_handle.run(
+            node.name,
+            ["rdma", "link", "add", dev, "type", "rxe", "netdev", node.rdma_interface.name],
+            timeout=60,
+        )
+        assert back.returncode == 0, back.stderr
+        _wait_active(lab_handle, node.name, dev)
 
 
 def test_host_cli_passes_node_output_through(lab_handle: LabHandle) -> None:
@@ -101,8 +129,8 @@ def test_host_cli_passes_node_output_through(lab_handle: LabHandle) -> None:
         timeout=180,
         cwd=REPO,
     )
-    assert host.stdout == c.stdout, _diff(c.stdout, host.stdout)
-    assert host.returncode == c.returncode
+    assert host.stdout == c.stdout, f"{_diff(c.stdout, host.stdout)}\nstderr: {host.stderr}"
+    assert host.returncode == c.returncode, host.stderr
 
 
 def test_timing(lab_handle: LabHandle) -> None:

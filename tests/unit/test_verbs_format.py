@@ -96,7 +96,7 @@ def _rxe_snapshot(**port_kw: object) -> Snapshot:
     port = PortRecord(
         port_num=1,
         attr=PortAttr(
-            **{  # type: ignore[arg-type]
+            **{
                 "state": 4,
                 "max_mtu": 5,
                 "active_mtu": 3,

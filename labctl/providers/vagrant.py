@@ -1,0 +1,408 @@
+"""The vagrant provider: the repository's top-level Vagrantfile, driven by labctl.
+
+`labctl up` runs `vagrant up` with the Vagrantfile of the source tree (VAGRANT_CWD) and
+the lab's state kept in the lab directory (VAGRANT_DOTFILE_PATH=LABDIR/.vagrant). The
+Vagrantfile reads the resolved lab from LABCTL_LAB_JSON (LABDIR/lab.json, the same JSON as
+`labctl validate --json`), so addresses and MACs are exactly labctl's. Provisioning there
+installs the node packages, the node-side code under /opt/labctl and a systemd unit that
+creates the RDMA device at every boot.
+
+Afterwards labctl talks to the nodes with plain ssh, as with qemu nodes: `vagrant
+ssh-config` is turned into LABDIR/ssh_config (user root, connection sharing), so `exec`,
+`devinfo` and `run` cost one ssh round trip, not a Vagrant start-up each.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from labctl.errors import LabctlError
+from labctl.lab import ssh
+from labctl.lab.labdir import LabDir
+from labctl.providers.base import NodeRuntime, Progress, Provider
+from labctl.topology.resolved import Lab, Node
+
+# Vagrant providers the Vagrantfile configures, and the plugin each needs (None: built in).
+PLUGINS: dict[str, str | None] = {
+    "libvirt": "vagrant-libvirt",
+    "virtualbox": None,
+    "vmware_desktop": "vagrant-vmware-desktop",
+    "parallels": "vagrant-parallels",
+}
+UNIT = "labctl-node.service"
+STATUS_TIMEOUT = 120
+INSTALL_HINT = (
+    "install Vagrant (https://developer.hashicorp.com/vagrant/install; on Debian: "
+    "apt-get install vagrant vagrant-libvirt libvirt-daemon-system)"
+)
+
+
+def vagrantfile_dir() -> Path:
+    """The directory holding the Vagrantfile: the source tree (LABCTL_VAGRANTFILE_DIR overrides)."""
+    override = os.environ.get("LABCTL_VAGRANTFILE_DIR")
+    if override:
+        return Path(override)
+    import labctl
+
+    return Path(labctl.__file__).resolve().parent.parent
+
+
+def rdma_device_name(node: Node) -> str:
+    """The device the Vagrantfile creates: rxe0 / siw0 (as in qemu nodes), "" for none."""
+    return f"{node.rdma}0" if node.rdma_interface is not None else ""
+
+
+def parse_ssh_config(text: str) -> dict[str, list[tuple[str, str]]]:
+    """`vagrant ssh-config` output: host -> [(keyword, value), ...] in order."""
+    hosts: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.partition(" ")
+        if key.lower() == "host":
+            current = hosts.setdefault(value.strip(), [])
+        elif current is not None:
+            current.append((key, value.strip().strip('"')))
+    return hosts
+
+
+def render_ssh_config(path: Path, hosts: dict[str, list[tuple[str, str]]]) -> str:
+    """Our ssh_config: labctl's options first (ssh keeps the first value it reads), then
+    Vagrant's (HostName, Port, IdentityFile, algorithms...) for what we do not set."""
+    ours = {**ssh.SSH_OPTIONS, "ControlPath": f"{path.parent}/cm-%C"}
+    ours_lower = {k.lower() for k in ours}
+    lines: list[str] = []
+    for host, options in sorted(hosts.items()):
+        lines.append(f"Host {host}")
+        lines += [f"  {key} {value}" for key, value in ours.items()]
+        for key, value in options:
+            if key.lower() not in ours_lower:
+                quoted = f'"{value}"' if " " in value else value
+                lines.append(f"  {key} {quoted}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def parse_status(text: str) -> dict[str, str]:
+    """`vagrant status --machine-readable` output: machine -> state (running, poweroff...)."""
+    states: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(",", 3)
+        if len(parts) == 4 and parts[2] == "state" and parts[1]:
+            states[parts[1]] = parts[3].strip()
+    return states
+
+
+def _tail(text: str, lines: int = 25) -> str:
+    return "".join(text.splitlines(keepends=True)[-lines:])
+
+
+class VagrantProvider(Provider):
+    name = "vagrant"
+
+    def __init__(self, lab: Lab, labdir: LabDir) -> None:
+        super().__init__(lab, labdir)
+        self.vagrant_provider: str = str(lab.provider_options.get("vagrant_provider") or "")
+
+    # --- paths and environment -----------------------------------------------------------
+    @property
+    def dotfile_dir(self) -> Path:
+        return self.labdir.path / ".vagrant"
+
+    @property
+    def log_file(self) -> Path:
+        return self.labdir.path / "vagrant.log"
+
+    def vagrant_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("LABCTL_TOPOLOGY", None)  # the resolved lab decides, not a topology file
+        env.pop("VAGRANT_VAGRANTFILE", None)
+        env.update(
+            VAGRANT_CWD=str(vagrantfile_dir()),
+            VAGRANT_DOTFILE_PATH=str(self.dotfile_dir),
+            LABCTL_LAB_JSON=str(self.labdir.lab_file),
+        )
+        return env
+
+    def _vagrant(
+        self, *args: str, timeout: float | None = STATUS_TIMEOUT, lab_env: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Run vagrant; with `lab_env`, on this lab (Vagrantfile, dotfile dir, lab JSON)."""
+        try:
+            return subprocess.run(
+                ["vagrant", *args],
+                env=self.vagrant_env() if lab_env else None,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except FileNotFoundError:
+            raise LabctlError("vagrant not found", hint=INSTALL_HINT) from None
+        except subprocess.TimeoutExpired:
+            raise LabctlError(
+                f"`vagrant {' '.join(args)}` did not finish in {timeout:.0f} s",
+                hint="check the hypervisor (virsh list --all / VBoxManage list runningvms)",
+            ) from None
+
+    # --- host checks ---------------------------------------------------------------------
+    def check_host(self) -> None:
+        if shutil.which("vagrant") is None:
+            raise LabctlError("vagrant not found", hint=INSTALL_HINT)
+        if shutil.which("ssh") is None:
+            raise LabctlError("ssh not found", hint="install an OpenSSH client")
+        vagrantfile = vagrantfile_dir() / "Vagrantfile"
+        if not vagrantfile.is_file():
+            raise LabctlError(
+                f"no Vagrantfile at {vagrantfile}",
+                hint="the vagrant provider runs from a checkout of rdma-lab; "
+                "or set LABCTL_VAGRANTFILE_DIR to the directory holding its Vagrantfile",
+            )
+        self.vagrant_provider = self.choose_provider()
+
+    def _plugins(self) -> set[str]:
+        result = self._vagrant("plugin", "list", lab_env=False)  # before lab.json exists
+        return {line.split()[0] for line in result.stdout.splitlines() if line.strip()}
+
+    def choose_provider(self) -> str:
+        """The Vagrant provider to use: asked for (LABCTL_VAGRANT_PROVIDER, then
+        VAGRANT_DEFAULT_PROVIDER), else the first usable of libvirt, virtualbox,
+        vmware_desktop, parallels. Raises with what to install when none is usable."""
+        wanted = (
+            self.vagrant_provider
+            or os.environ.get("LABCTL_VAGRANT_PROVIDER", "")
+            or os.environ.get("VAGRANT_DEFAULT_PROVIDER", "")
+        )
+        if wanted and wanted not in PLUGINS:
+            raise LabctlError(
+                f"Vagrant provider {wanted!r} is not configured by the Vagrantfile",
+                hint=f"use one of: {', '.join(PLUGINS)} (LABCTL_VAGRANT_PROVIDER)",
+            )
+        plugins = self._plugins()
+
+        def problem(provider: str) -> str | None:
+            plugin = PLUGINS[provider]
+            if plugin is not None and plugin not in plugins:
+                return f"the {plugin} plugin is not installed (`vagrant plugin install {plugin}`)"
+            if provider == "virtualbox" and shutil.which("VBoxManage") is None:
+                return "VBoxManage not found (install VirtualBox)"
+            return None
+
+        if wanted:
+            why = problem(wanted)
+            if why is not None:
+                raise LabctlError(f"Vagrant provider {wanted} is not usable: {why}")
+            return wanted
+        for provider in PLUGINS:
+            if problem(provider) is None:
+                return provider
+        raise LabctlError(
+            "no usable Vagrant provider",
+            hint="Linux: apt-get install vagrant-libvirt libvirt-daemon-system (or install "
+            "VirtualBox); macOS/Windows: install VirtualBox, or VMware/Parallels with their "
+            "Vagrant plugin; choose one with LABCTL_VAGRANT_PROVIDER. See docs/vagrant.md",
+        )
+
+    # --- create --------------------------------------------------------------------------
+    def create(self, progress: Progress) -> None:
+        if not self.vagrant_provider:
+            self.vagrant_provider = self.choose_provider()
+        state: dict[str, Any] = {
+            "provider": self.name,
+            "vagrant_provider": self.vagrant_provider,
+            "phase": "creating",
+            "nodes": {n.name: {"rdma_dev": rdma_device_name(n)} for n in self.lab.nodes},
+        }
+        self.labdir.save_state(state)  # before anything exists: `down` knows what to look for
+        argv = ["vagrant", "up", "--provider", self.vagrant_provider, "--no-color"]
+        progress(f"vagrant up ({self.vagrant_provider})")
+        started = time.monotonic()
+        with self.log_file.open("w") as log:
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    env=self.vagrant_env(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            except FileNotFoundError:
+                raise LabctlError("vagrant not found", hint=INSTALL_HINT) from None
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                text = line.strip()
+                if text.startswith("==> "):
+                    elapsed = time.monotonic() - started
+                    progress(f"({elapsed:.0f} s) {text.removeprefix('==> ')}"[:160])
+            code = proc.wait()
+        if code != 0:
+            raise LabctlError(
+                f"vagrant up failed (exit {code})\n--- vagrant output ({self.log_file}) ---\n"
+                + _tail(self.log_file.read_text(errors="replace")),
+                hint=f"fix the cause, then `labctl down --lab {self.lab.name}` removes what "
+                "was made",
+            )
+        progress("writing ssh_config")
+        self.write_ssh_config()
+
+    def write_ssh_config(self) -> None:
+        result = self._vagrant("ssh-config")
+        hosts = parse_ssh_config(result.stdout)
+        missing = [n.name for n in self.lab.nodes if n.name not in hosts]
+        if result.returncode != 0 or missing:
+            raise LabctlError(
+                f"`vagrant ssh-config` gave no ssh settings for {', '.join(missing) or 'the lab'}"
+                f": {result.stderr.strip()}",
+                hint="see `labctl status`; `labctl down` removes what was made",
+            )
+        path = self.labdir.ssh_config
+        path.write_text(render_ssh_config(path, hosts))
+        os.chmod(path, 0o600)
+
+    # --- readiness -----------------------------------------------------------------------
+    def ready_check(self, node: Node) -> list[str]:
+        """The command that succeeds in `node` when its unit ran and its port is ACTIVE."""
+        check = f"systemctl is-active --quiet {UNIT}"
+        device = rdma_device_name(node)
+        if device:
+            check += f" && grep -q ACTIVE /sys/class/infiniband/{device}/ports/1/state"
+        return ["sh", "-c", check]
+
+    def wait_ready(self, timeout: float, progress: Progress) -> None:
+        state = self.labdir.load_state()
+        if not self.labdir.ssh_config.exists():
+            self.write_ssh_config()
+        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        pending = list(self.lab.nodes)
+        while pending:
+            for node in list(pending):
+                argv = self.exec_argv(node.name, self.ready_check(node))
+                try:
+                    result = subprocess.run(
+                        argv, capture_output=True, timeout=60, check=False, stdin=subprocess.DEVNULL
+                    )
+                    if result.returncode == 0:
+                        pending.remove(node)
+                except subprocess.TimeoutExpired:
+                    pass
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                raise self._not_ready(pending[0], timeout)
+            progress(
+                f"waiting for {', '.join(n.name for n in pending)} "
+                f"({time.monotonic() - started:.0f} s)"
+            )
+            time.sleep(1)
+        state["phase"] = "up"
+        state["ready_seconds"] = round(time.monotonic() - started, 1)
+        self.labdir.save_state(state)
+
+    def _not_ready(self, node: Node, timeout: float) -> LabctlError:
+        journal = subprocess.run(
+            self.exec_argv(node.name, ["journalctl", "-u", UNIT, "-b", "-n", "25", "--no-pager"]),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+        device = rdma_device_name(node) or "(no device)"
+        return LabctlError(
+            f"node {node.name}: {device} not ACTIVE after {timeout:.0f} s\n"
+            f"--- journalctl -u {UNIT} ---\n{journal.stdout}{journal.stderr}",
+            hint=f"`vagrant provision {node.name}` (with VAGRANT_CWD, VAGRANT_DOTFILE_PATH "
+            f"as in {self.log_file.parent}) re-runs the setup; `labctl down` removes the lab",
+        )
+
+    # --- status, exec, destroy -----------------------------------------------------------
+    def _ssh_endpoints(self) -> dict[str, str]:
+        try:
+            hosts = parse_ssh_config(self.labdir.ssh_config.read_text())
+        except OSError:
+            return {}
+        result = {}
+        for host, options in hosts.items():
+            values = {k.lower(): v for k, v in reversed(options)}  # first value wins
+            result[host] = f"{values.get('hostname', '?')}:{values.get('port', '22')}"
+        return result
+
+    def _machines(self) -> list[str]:
+        """Machines Vagrant created for this lab (an id file in the dotfile directory)."""
+        base = self.dotfile_dir / "machines"
+        if not base.is_dir():
+            return []
+        return sorted(
+            f"{machine.name} ({provider.name})"
+            for machine in base.iterdir()
+            for provider in (machine.iterdir() if machine.is_dir() else [])
+            if (provider / "id").is_file()
+        )
+
+    def nodes(self) -> list[NodeRuntime]:
+        state = self.labdir.load_state()
+        provider = str(state.get("vagrant_provider", "?"))
+        if not self._machines():
+            return [NodeRuntime(n.name, "absent", "never created") for n in self.lab.nodes]
+        result = self._vagrant("status", "--machine-readable")
+        if result.returncode != 0:
+            reason = f"vagrant status failed: {_tail(result.stderr, 3).strip()}"
+            return [NodeRuntime(n.name, "failed", reason) for n in self.lab.nodes]
+        states = parse_status(result.stdout)
+        endpoints = self._ssh_endpoints()
+        runtimes = []
+        for node in self.lab.nodes:
+            vstate = states.get(node.name, "unknown")
+            details = {"vagrant": provider}
+            if node.name in endpoints:
+                details["ssh"] = endpoints[node.name]
+            if vstate == "running":
+                runtimes.append(NodeRuntime(node.name, "running", "", details))
+            elif vstate == "not_created":
+                runtimes.append(NodeRuntime(node.name, "absent", "not created", details))
+            else:
+                runtimes.append(NodeRuntime(node.name, "stopped", f"vagrant: {vstate}", details))
+        return runtimes
+
+    def exec_argv(self, node: str, command: list[str], *, tty: bool = False) -> list[str]:
+        return ssh.ssh_argv(self.labdir.ssh_config, node, command, tty=tty)
+
+    def destroy(self) -> list[str]:
+        if self.labdir.ssh_config.exists():
+            ssh.close_masters(self.labdir.ssh_config, [n.name for n in self.lab.nodes])
+        machines = self._machines()
+        if not machines:
+            return []
+        if shutil.which("vagrant") is None:
+            raise LabctlError(
+                f"vagrant not found, and the lab still has VMs: {', '.join(machines)}",
+                hint=f"{INSTALL_HINT}, then run `labctl down` again",
+            )
+        if not self.labdir.lab_file.is_file():
+            raise LabctlError(
+                f"{self.labdir.lab_file} is missing: the Vagrantfile cannot name the VMs "
+                f"({', '.join(machines)})",
+                hint="remove them with virsh/VBoxManage, then delete the lab directory",
+            )
+        result = self._vagrant("destroy", "-f", "--no-color", timeout=900)
+        with self.log_file.open("a") as log:
+            log.write(result.stdout + result.stderr)
+        if result.returncode != 0:
+            raise LabctlError(
+                f"vagrant destroy failed (exit {result.returncode}):\n"
+                + _tail(result.stdout + result.stderr),
+                hint="fix the cause and run `labctl down` again (the lab directory is kept)",
+            )
+        return [f"vagrant VM {m}" for m in machines]

@@ -1,0 +1,28 @@
+"""`labctl run all`: every catalogued example between two nodes, supported or skipped."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from labctl.lab.handle import LabHandle
+from labctl.runners.examples import EXAMPLES, KNOWN_LIMITATIONS
+from labctl.runners.execute import RunResult, run_example
+
+
+def run_matrix(handle: LabHandle, server: str, client: str, options: dict[str, Any],
+               progress: Callable[[RunResult], None] | None = None) -> list[RunResult]:
+    """Run the catalogue in order; unsupported and known-limited cases come back skipped
+    with their reason and are never started."""
+    results: list[RunResult] = []
+    for (name, variant), spec in EXAMPLES.items():
+        limitation = KNOWN_LIMITATIONS.get((name, variant))
+        if limitation:
+            result = RunResult(name, variant, server, client, "skipped", reason=limitation,
+                               key_figure=spec.key_figure)
+        else:
+            result = run_example(handle, spec, server, client, dict(options))
+        results.append(result)
+        if progress:
+            progress(result)
+    return results

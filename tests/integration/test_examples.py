@@ -1,0 +1,111 @@
+"""Every example the two-node rxe lab supports, run for real (small iteration counts: TCG).
+
+A failing example's command lines and outputs (both sides) are in the assertion message.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from labctl.lab.handle import LabHandle
+from labctl.runners.examples import EXAMPLES, KNOWN_LIMITATIONS, PERFTESTS
+from labctl.runners.execute import RunResult, command_line, run_example
+from tests.integration.conftest import LAB_NAME, labctl
+
+pytestmark = pytest.mark.integration
+
+SERVER, CLIENT = "node1", "node2"
+SMALL = {"iters": 100, "size": 1024, "count": 4}
+
+
+def explain(result: RunResult) -> str:
+    return (f"{result.label}: {result.status} ({result.reason})\n"
+            f"--- server {result.server}: {command_line(result.server_argv)}\n"
+            f"{result.server_output}\n--- client {result.client}: "
+            f"{command_line(result.client_argv)}\n{result.client_output}")
+
+
+def run(handle: LabHandle, name: str, variant: str, **options: Any) -> RunResult:
+    return run_example(handle, EXAMPLES[(name, variant)], SERVER, CLIENT,
+                       {**SMALL, **options})
+
+
+def assert_passed(result: RunResult) -> None:
+    assert result.status == "passed", explain(result)
+
+
+ON_RXE = sorted(key for key, spec in EXAMPLES.items()
+                if spec.supports("rxe") and key not in KNOWN_LIMITATIONS)
+
+
+@pytest.mark.parametrize(("name", "variant"), ON_RXE, ids=[f"{n}-{v}" for n, v in ON_RXE])
+def test_example_passes_on_rxe(lab_handle: LabHandle, name: str, variant: str) -> None:
+    result = run(lab_handle, name, variant)
+    assert_passed(result)
+    assert result.key_value() is not None, explain(result)
+    if name == "pingpong":
+        assert result.figures["iters"] == 100 and result.server_figures["iters"] == 100
+    elif name == "rping":
+        assert result.figures["pings"] == 4, explain(result)
+    elif name == "perftest":
+        assert result.figures["iterations"] == 100 and result.figures["gid_index"] == 1
+        assert result.figures["rdma_cm"] is False
+    elif name == "mckey":
+        assert result.server_figures["delivered"] == result.server_figures["expected"] == 4
+
+
+@pytest.mark.parametrize("test", ["ib_send_lat", "ib_write_bw"])
+def test_perftest_through_rdma_cm(lab_handle: LabHandle, test: str) -> None:
+    result = run(lab_handle, "perftest", test, rdma_cm=True)
+    assert_passed(result)
+    assert result.figures["rdma_cm"] is True
+
+
+def test_python_pingpong_interoperates_both_ways(lab_handle: LabHandle) -> None:
+    """Python server + C client and C server + Python client exchange the same messages."""
+    for variant in ("rc-py-c", "rc-c-py"):
+        result = run(lab_handle, "pingpong", variant, size=4096)
+        assert_passed(result)
+        assert result.figures["bytes"] == result.server_figures["bytes"] == 4096 * 100 * 2
+
+
+def test_mckey_from_one_qp_reports_its_shortfall(lab_handle: LabHandle) -> None:
+    """All messages from one QP (mckey -C N): bounded, counted, never reported as passed
+    unless every message arrived."""
+    result = run(lab_handle, "mckey", "ud-1qp", wait=12)
+    figures = result.server_figures
+    assert figures["expected"] == 4 and "delivered" in figures, explain(result)
+    if figures["delivered"] < 4:
+        assert result.status == "failed"
+        assert result.reason.startswith(f"delivered {figures['delivered']}/4"), explain(result)
+    else:
+        assert_passed(result)
+    assert result.seconds < 60
+
+
+def test_run_all_summary(lab_handle: LabHandle) -> None:
+    proc = labctl("run", "all", "--lab", LAB_NAME, "--json", "-n", "50")
+    records = json.loads(proc.stdout)
+    failed = [r for r in records if r["status"] == "failed"]
+    assert proc.returncode == (1 if failed else 0), proc.stderr
+    assert not failed, proc.stderr
+    by_key = {(r["example"], r["variant"]): r for r in records}
+    assert set(by_key) == set(EXAMPLES)
+    assert by_key[("mckey", "ud-1qp")]["status"] == "skipped"
+    assert all(by_key[("perftest", t)]["status"] == "passed" for t in PERFTESTS)
+
+
+def test_bench_json_and_plot(lab_handle: LabHandle, tmp_path: Any) -> None:
+    chart = tmp_path / "bench.png"
+    proc = labctl("bench", "--lab", LAB_NAME, "--json", "--rounds", "1", "-n", "50",
+                  "--plot", str(chart))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert set(report["impls"]) == {"c", "python", "tcp"}
+    for figures in report["impls"].values():
+        assert figures["usec_per_iter"] > 0 and figures["failures"] == 0
+    assert report["ratios"]["python_vs_c_msg_rate"] > 0
+    assert chart.stat().st_size > 10_000
