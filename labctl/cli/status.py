@@ -87,7 +87,7 @@ def _table(status: dict[str, Any]) -> Table:
             f"{device.get('name', '-')} ({node['rdma']})" if device else node["rdma"],
             device.get("port_state", "-"),
             device.get("active_mtu", "-") or "-",
-            str(device.get("gid_index", "-")),
+            "-" if device.get("gid_index") is None else str(device["gid_index"]),
         )
     return table
 

@@ -62,7 +62,7 @@ def image_key(recipe: Recipe, mirror: str | None) -> str:
         "builder": BUILDER_VERSION,
         "recipe": [recipe.suite, recipe.kernel_suite, sorted(recipe.packages)],
         "mirror": mirror or "",
-        "hooks": [_resource_text("hooks", "kernel.sh"), _resource_text("hooks", "trim.sh")],
+        "hooks": [_resource_text("hooks", h) for h in ("kernel.sh", "siw.sh", "trim.sh")],
         "init": _resource_text("initramfs-init.sh"),
         "modules": [STAGE1_MODULES, NODE_MODULES],
     }
@@ -120,6 +120,7 @@ def _mmdebstrap(
 ) -> None:
     hooks = resources.files("labctl.images").joinpath("hooks")
     kernel_hook = Path(str(hooks.joinpath("kernel.sh")))
+    siw_hook = Path(str(hooks.joinpath("siw.sh")))
     trim_hook = Path(str(hooks.joinpath("trim.sh")))
     argv = [
         "mmdebstrap",
@@ -130,6 +131,8 @@ def _mmdebstrap(
         "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*",
         f'--customize-hook=sh {kernel_hook} "$1" {recipe.kernel_suite}',
+        # soft-iWARP: Debian's kernels lack it, so every image builds it from source
+        f'--customize-hook=sh {siw_hook} "$1" {recipe.kernel_suite}',
         f'--customize-hook=sh {trim_hook} "$1"',
         recipe.suite,
         str(rootdir),
@@ -259,6 +262,7 @@ def build_image(
             "kernel_suite": recipe.kernel_suite,
             "kernel": kernel,
             "rdma_core": versions.get("rdma-core", "?"),
+            "siw": (rootdir / f"usr/lib/modules/{kernel}/updates/siw.ko").is_file(),
             "packages": versions,
             "rootfs_bytes": _dir_size(rootdir),
             "build_seconds": round(time.monotonic() - started, 1),

@@ -14,10 +14,12 @@ ssh-config` is turned into LABDIR/ssh_config (user root, connection sharing), so
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ PLUGINS: dict[str, str | None] = {
     "parallels": "vagrant-parallels",
 }
 UNIT = "labctl-node.service"
+NODE_CODE = "/opt/labctl"  # where the Vagrantfile installs the node-side code
 STATUS_TIMEOUT = 120
 INSTALL_HINT = (
     "install Vagrant (https://developer.hashicorp.com/vagrant/install; on Debian: "
@@ -306,9 +309,43 @@ class VagrantProvider(Provider):
                 f"({time.monotonic() - started:.0f} s)"
             )
             time.sleep(1)
+        progress("reading device facts")
+        with ThreadPoolExecutor(max_workers=len(self.lab.nodes) or 1) as pool:
+            facts = list(pool.map(self.device_facts, self.lab.nodes))
+        for node, found in zip(self.lab.nodes, facts, strict=True):
+            state["nodes"].setdefault(node.name, {}).update(found)
         state["phase"] = "up"
         state["ready_seconds"] = round(time.monotonic() - started, 1)
         self.labdir.save_state(state)
+
+    def device_facts(self, node: Node) -> dict[str, Any]:
+        """Port state, active MTU and RoCE v2 GID index of the node's device, as the qemu
+        provider records them from its ready line (`labctl status` after `up` shows them,
+        runs use the GID index). Empty when the node cannot tell."""
+        device = rdma_device_name(node)
+        if not device:
+            return {}
+        command = ["env", f"PYTHONPATH={NODE_CODE}", "python3", "-m", "labctl.nodeside.status"]
+        try:
+            result = subprocess.run(
+                self.exec_argv(node.name, command),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+            devices = json.loads(result.stdout)["devices"]
+        except (subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
+            return {}
+        for record in devices:
+            if isinstance(record, dict) and record.get("name") == device:
+                return {
+                    "port_state": record.get("port_state", "?"),
+                    "active_mtu": record.get("active_mtu", ""),
+                    "gid_index": record.get("gid_index"),
+                }
+        return {}
 
     def _not_ready(self, node: Node, timeout: float) -> LabctlError:
         journal = subprocess.run(

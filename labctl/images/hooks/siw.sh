@@ -1,0 +1,35 @@
+#!/bin/sh
+# mmdebstrap customize hook: build soft-iWARP (siw.ko) for the image's kernel.
+# Debian's kernels do not enable CONFIG_RDMA_SIW; the driver builds out of tree from
+# Debian's linux-source package against the matching headers, inside this chroot (the
+# kbuild helpers need this suite's libc). Build packages are purged afterwards.
+set -eu
+root="$1"
+suite="$2"
+abi=$(cat "$root/etc/labctl-kernel")
+series=$(echo "$abi" | cut -d. -f1,2)
+echo "labctl: building siw for $abi"
+chroot "$root" dpkg-query -W -f '${Package}\n' | sort > "$root/tmp/pkgs-before"
+chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    --no-install-recommends -t "$suite" "linux-headers-$abi" make binutils
+chroot "$root" sh -c "cd /tmp && apt-get download -qq -t $suite linux-source-$series" 2>&1 \
+    | grep -v unsandboxed || true
+mkdir -p "$root/tmp/siw"
+dpkg-deb --fsys-tarfile "$root"/tmp/linux-source-"$series"_*.deb \
+    | tar -xO "./usr/src/linux-source-$series.tar.xz" \
+    | tar -xJ -C "$root/tmp/siw" --strip-components=5 \
+        --wildcards "linux-source-$series/drivers/infiniband/sw/siw/*"
+rm -f "$root"/tmp/linux-source-*.deb
+if ! chroot "$root" make -s -C "/usr/src/linux-headers-$abi" M=/tmp/siw CONFIG_RDMA_SIW=m \
+        modules > "$root/tmp/siw-build.log" 2>&1; then
+    echo "labctl: siw build failed; compiler output tail:" >&2
+    tail -n 30 "$root/tmp/siw-build.log" >&2
+    exit 1
+fi
+install -D -m 644 "$root/tmp/siw/siw.ko" "$root/usr/lib/modules/$abi/updates/siw.ko"
+chroot "$root" dpkg-query -W -f '${Package}\n' | sort > "$root/tmp/pkgs-after"
+added=$(comm -13 "$root/tmp/pkgs-before" "$root/tmp/pkgs-after" | tr '\n' ' ')
+chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq $added > /dev/null
+rm -rf "$root/tmp/siw" "$root"/tmp/pkgs-* "$root/tmp/siw-build.log" "$root"/usr/src/linux-*
+chroot "$root" depmod "$abi"
+echo "labctl: siw built for $abi"

@@ -1,0 +1,85 @@
+"""A live soft-iWARP pair: up, status, RDMA CM programs, refusals, inspector, down."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from labctl.lab.handle import LabHandle
+from labctl.lab.labdir import LabDir
+from tests.integration.conftest import REPO, labctl
+from tests.integration.leftovers import lab_leftovers
+
+pytestmark = pytest.mark.integration
+SIW_LAB = os.environ.get("LABCTL_TEST_SIW_LAB", "itest-siw")
+
+
+@pytest.fixture(scope="module")
+def siw_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHandle]:
+    data = yaml.safe_load((REPO / "topologies/siw-pair.yaml").read_text())
+    data["name"] = SIW_LAB
+    path = tmp_path_factory.mktemp("siw") / "siw-pair.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    labctl("down", "--lab", SIW_LAB)
+    labctl("up", str(path), check=True)
+    yield LabHandle(LabDir(SIW_LAB))
+    labctl("down", "--lab", SIW_LAB)
+
+
+def test_status_shows_iwarp_devices(siw_lab: LabHandle) -> None:
+    status = json.loads(labctl("status", "--lab", SIW_LAB, "--json", check=True).stdout)
+    for node in status["nodes"]:
+        assert node["state"] == "running"
+        (device,) = node["devices"]
+        assert device["name"] == "siw0"
+        assert device["port_state"] == "ACTIVE"
+        assert device["gid_index"] is None  # iWARP: no RoCE GIDs to pick
+        assert device["node_type"] == "4: RNIC"
+
+
+def test_rping_passes_over_siw(siw_lab: LabHandle) -> None:
+    result = labctl("run", "rping", "--lab", SIW_LAB, "--count", "5", "--json", timeout=300)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["status"] == "passed"
+
+
+def test_perftest_uses_rdma_cm_on_siw(siw_lab: LabHandle) -> None:
+    result = labctl("run", "perftest", "ib_send_bw", "--lab", SIW_LAB, "--iters", "50",
+                    "--json", timeout=300)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["status"] == "passed"
+    assert "-R" in record["client_argv"]
+
+
+@pytest.mark.parametrize("transport", ["rc", "ud"])
+def test_verbs_pingpong_is_reported_unsupported(siw_lab: LabHandle, transport: str) -> None:
+    result = labctl("run", "pingpong", "--lab", SIW_LAB, "--transport", transport, "--json",
+                    timeout=120)
+    record = json.loads(result.stdout)
+    assert record["status"] == "skipped"
+    assert "iWARP" in record["reason"] or "siw" in record["reason"]
+
+
+@pytest.mark.parametrize("args", [[], ["-v"], ["-l"], ["-d", "siw0"], ["-i", "2"]])
+def test_inspector_matches_c_devinfo_on_siw(siw_lab: LabHandle, args: list[str]) -> None:
+    c_tool = siw_lab.run("node1", ["ibv_devinfo", *args], timeout=120)
+    ours = siw_lab.run("node1", siw_lab.node_python("labctl.verbs", "devinfo", *args),
+                       timeout=120)
+    assert (ours.stdout, ours.returncode) == (c_tool.stdout, c_tool.returncode)
+
+
+def test_siw_lab_down_leaves_nothing(siw_lab: LabHandle) -> None:
+    labctl("down", "--lab", SIW_LAB, check=True)
+    assert lab_leftovers(SIW_LAB) == {"netns": [], "qemu": [], "ssh": [], "labdir": []}
+
+
+def test_shipped_topology_is_siw(tmp_path: Path) -> None:
+    result = labctl("validate", "topologies/siw-pair.yaml", "--json", check=True)
+    assert {n["rdma"] for n in json.loads(result.stdout)["nodes"]} == {"siw"}
