@@ -36,10 +36,8 @@ def up(
     started = time.monotonic()
     with labdir.locked("up"):
         if labdir.exists():
-            raise LabctlError(
-                f"lab {lab.name} is already up ({labdir.path})",
-                hint=f"`labctl down --lab {lab.name}` first, or use it as it is",
-            )
+            _repair_or_refuse(labdir, timeout)
+            return
         provider = provider_for(lab, labdir)
         provider.check_host()
         labdir.create(lab)
@@ -59,6 +57,29 @@ def up(
         f"next: `labctl run pingpong`, `labctl exec {lab.nodes[0].name} -- ibv_devinfo`,"
         f" `labctl down`"
     )
+
+
+def _repair_or_refuse(labdir: LabDir, timeout: float) -> None:
+    """`up` of a lab that is up: start again the nodes that died, or refuse."""
+    from labctl.cli.status import print_status
+
+    lab = labdir.load_lab()
+    provider = provider_for(lab, labdir)
+    dead = [n.name for n in provider.nodes() if n.state in ("stopped", "absent")]
+    if not dead:
+        raise LabctlError(
+            f"lab {lab.name} is already up ({labdir.path})",
+            hint=f"`labctl down --lab {lab.name}` first, or use it as it is",
+        )
+    started = time.monotonic()
+    with progress_reporter(f"repair {lab.name}") as progress:
+        provider.repair(dead, progress)
+        provider.wait_ready(timeout, progress)
+    console.print(
+        f"[bold green]lab {lab.name}: restarted {', '.join(dead)}[/] in "
+        f"{time.monotonic() - started:.1f} s"
+    )
+    print_status(labdir, live=False)
 
 
 def register(app: typer.Typer) -> None:

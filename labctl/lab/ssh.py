@@ -50,7 +50,7 @@ def write_config(path: Path, key: Path, ports: dict[str, int]) -> None:
             "  HostName 127.0.0.1",
             f"  Port {port}",
             f"  IdentityFile {key}",
-            f"  ControlPath {path.parent}/cm-%C",
+            f"  ControlPath {path.parent}/cm-{node}",
         ]
         lines += [f"  {key_}={value}" for key_, value in SSH_OPTIONS.items()]
         lines.append("")

@@ -69,7 +69,8 @@ mkdir -p /root/.ssh /run/sshd
 chmod 700 /root/.ssh
 cp /etc/labctl/authorized_keys /root/.ssh/authorized_keys
 chmod 600 /root/.ssh/authorized_keys
-ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key
+rm -f /etc/ssh/ssh_host_ed25519_key /etc/ssh/ssh_host_ed25519_key.pub  # a repaired node boots again
+ssh-keygen -q -t ed25519 -N "" -f /etc/ssh/ssh_host_ed25519_key
 /usr/sbin/sshd -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no \
     -o PermitRootLogin=prohibit-password -o UseDNS=no -o HostKey=/etc/ssh/ssh_host_ed25519_key \
     -o ListenAddress=10.0.2.15 || fail "sshd did not start"

@@ -45,6 +45,14 @@ class Provider(ABC):
     def nodes(self) -> list[NodeRuntime]:
         """The nodes as the provider sees them (process alive, why not)."""
 
+    def set_link_state(self, node: str, ifname: str, up: bool) -> None:
+        """Carrier of a node's data interface on or off, as a cable pulled or plugged."""
+        raise NotImplementedError(f"the {self.name} provider cannot change link state")
+
+    def repair(self, nodes: list[str], progress: Progress) -> None:
+        """Start again the given nodes that stopped (their disks and addresses kept)."""
+        raise NotImplementedError(f"the {self.name} provider cannot repair nodes")
+
     @abstractmethod
     def destroy(self) -> list[str]:
         """Remove everything recorded in the lab's state; return what was removed."""

@@ -30,6 +30,7 @@ from labctl.lab import ssh
 from labctl.net import labnet
 from labctl.providers.accel import choose_accel
 from labctl.providers.base import NodeRuntime, Progress, Provider
+from labctl.providers.qmp import qmp_command
 from labctl.topology.resolved import Lab, Node
 
 READY = "labctl: ready"
@@ -282,48 +283,62 @@ class QemuProvider(Provider):
             d.mkdir(parents=True, exist_ok=True)
             image = images[node.image]
             subprocess.run(
-                [
-                    "qemu-img",
-                    "create",
-                    "-q",
-                    "-f",
-                    "qcow2",
-                    "-b",
-                    str(image.rootfs),
-                    "-F",
-                    "raw",
-                    str(d / "disk.qcow2"),
-                ],
-                check=True,
-                stdin=subprocess.DEVNULL,
+                ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image.rootfs),
+                 "-F", "raw", str(d / "disk.qcow2")],
+                check=True, stdin=subprocess.DEVNULL,
             )
             (d / "initrd").write_bytes(image.initrd.read_bytes() + _payload(plan.env, public_key))
-            (d / "console.log").write_bytes(b"")
-            fds = {
-                t.name: labnet.open_tap(lab_plan.netns, t.name, t.bridge, t.mtu) for t in plan.taps
-            }
-            argv = plan.argv
-            for tap, fd in fds.items():
-                argv = [a.replace(f"{{fd:{tap}}}", str(fd)) for a in argv]
-            progress(f"{node.name}: starting qemu ({accel})")
-            with (d / "qemu.log").open("wb") as log:
-                proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    pass_fds=tuple(fds.values()),
-                )
-            for fd in fds.values():
-                os.close(fd)
             state["nodes"][node.name] = {
-                "pid": proc.pid,
                 "ssh_port": ports[node.name],
                 "rdma_dev": rdma_device_name(node) if node.rdma_interface else "",
-                "started": time.time(),
+                # what a repair needs to start the node again exactly as before
+                "argv": plan.argv,
+                "taps": [[t.name, t.bridge, t.mtu] for t in plan.taps],
             }
-            self.labdir.save_state(state)
+            progress(f"{node.name}: starting qemu ({accel})")
+            self._launch(node.name, state)
+
+    def _launch(self, node: str, state: dict[str, Any]) -> None:
+        """Start (or restart) a node's qemu with fresh taps; record its pid at once."""
+        info = state["nodes"][node]
+        d = self.labdir.node_dir(node)
+        console = d / "console.log"
+        if console.exists() and console.stat().st_size:
+            console.replace(d / "console.log.1")  # keep the previous boot for diagnosis
+        console.write_bytes(b"")
+        fds = {name: labnet.open_tap(state["netns"], name, bridge, mtu)
+               for name, bridge, mtu in info["taps"]}
+        argv = list(info["argv"])
+        for tap, fd in fds.items():
+            argv = [a.replace(f"{{fd:{tap}}}", str(fd)) for a in argv]
+        try:
+            with (d / "qemu.log").open("wb") as log:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=subprocess.STDOUT, start_new_session=True,
+                                        pass_fds=tuple(fds.values()))
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        info.update({"pid": proc.pid, "started": time.time()})
+        for stale in ("gid_index", "active_mtu", "port_state"):
+            info.pop(stale, None)
+        self.labdir.save_state(state)
+
+    def set_link_state(self, node: str, ifname: str, up: bool) -> None:
+        # qemu drops the carrier on the node's NIC (the node sees link down) and stops
+        # forwarding its frames; the netdev id is the interface name (see plan_lab).
+        qmp_command(self.labdir.node_dir(node) / "qmp.sock", "set_link", name=ifname, up=up)
+
+    def repair(self, nodes: list[str], progress: Progress) -> None:
+        """Start again the nodes whose qemu is gone, on their existing disks."""
+        state = self.labdir.load_state()
+        for node in nodes:
+            progress(f"{node}: restarting qemu")
+            self._stop_qemu(state["nodes"][node].get("pid", 0), self._marker(node))
+            (self.labdir.path / f"cm-{node}").unlink(missing_ok=True)
+            self._launch(node, state)
+        state["phase"] = "repairing"
+        self.labdir.save_state(state)
 
     # --- readiness -----------------------------------------------------------------------
     def _console(self, node: str) -> str:
@@ -349,7 +364,7 @@ class QemuProvider(Provider):
             stages = {}
             for node in sorted(pending):
                 console = self._console(node)
-                pid = state["nodes"][node]["pid"]
+                pid = state["nodes"][node].get("pid", 0)
                 if READY in console:
                     pending.discard(node)
                     state["nodes"][node].update(ready_facts(console))
@@ -389,6 +404,10 @@ class QemuProvider(Provider):
 
     def _start_master(self, node: str, deadline: float) -> None:
         """A persistent ssh connection per node makes every later exec cheap."""
+        check = subprocess.run(["ssh", "-F", str(self.labdir.ssh_config), "-O", "check", node],
+                               stdin=subprocess.DEVNULL, capture_output=True, check=False)
+        if check.returncode == 0:
+            return  # its master survived (a repair restarts only the nodes that died)
         argv = [
             "ssh",
             "-F",
@@ -427,11 +446,11 @@ class QemuProvider(Provider):
                 result.append(NodeRuntime(node.name, "absent", "never started"))
                 continue
             details = {
-                "pid": str(info["pid"]),
+                "pid": str(info.get("pid", 0)),
                 "ssh": f"127.0.0.1:{info['ssh_port']}",
                 "accel": state.get("accel", "?"),
             }
-            if _pid_alive(info["pid"], self._marker(node.name)):
+            if _pid_alive(info.get("pid", 0), self._marker(node.name)):
                 console = self._console(node.name)
                 if READY in console:
                     result.append(NodeRuntime(node.name, "running", "", details))
@@ -456,7 +475,7 @@ class QemuProvider(Provider):
         if self.labdir.ssh_config.exists():
             ssh.close_masters(self.labdir.ssh_config, list(nodes))
         for name, info in nodes.items():
-            if self._stop_qemu(info["pid"], self._marker(name)):
+            if self._stop_qemu(info.get("pid", 0), self._marker(name)):
                 removed.append(f"qemu {name} (pid {info['pid']})")
         ns = state.get("netns") or labnet.netns_name(self.lab.name)
         if labnet.delete_netns(ns):

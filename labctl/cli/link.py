@@ -1,0 +1,80 @@
+"""`labctl link set NODE:IF ...`: pull a data link's cable, or make it lossy and slow."""
+
+from __future__ import annotations
+
+import re
+
+import typer
+
+from labctl.cli.common import LabOption, console
+from labctl.errors import LabctlError, UsageError
+from labctl.lab.handle import LabHandle, open_lab
+
+link_app = typer.Typer(help="Change the state of a node's data link.", no_args_is_help=True)
+
+_PERCENT = re.compile(r"^(\d+(?:\.\d+)?)%?$")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)?$")
+
+
+def parse_endpoint(handle: LabHandle, endpoint: str) -> tuple[str, str]:
+    node, sep, ifname = endpoint.partition(":")
+    if not sep:
+        raise UsageError(f"bad endpoint {endpoint!r}", hint="write NODE:IF, e.g. node1:eth1")
+    names = {i.name for i in handle.lab.node(node).interfaces} if node in {
+        n.name for n in handle.lab.nodes} else None
+    if names is None:
+        raise UsageError(f"lab {handle.lab.name} has no node {node!r}",
+                         hint=f"nodes: {', '.join(n.name for n in handle.lab.nodes)}")
+    if ifname not in names:
+        raise UsageError(f"node {node} has no data interface {ifname!r}",
+                         hint=f"its data interfaces: {', '.join(sorted(names)) or 'none'}")
+    return node, ifname
+
+
+def netem_args(loss: str | None, delay: str | None) -> list[str]:
+    """tc netem arguments for the node (the lab host's kernel may have no netem)."""
+    args: list[str] = []
+    if delay:
+        match = _DURATION.match(delay)
+        if not match:
+            raise UsageError(f"bad --delay {delay!r}", hint="e.g. 10ms, 500us, 1s")
+        args += ["delay", f"{match.group(1)}{match.group(2) or 'ms'}"]
+    if loss:
+        match = _PERCENT.match(loss)
+        if not match or float(match.group(1)) > 100:
+            raise UsageError(f"bad --loss {loss!r}", hint="a percentage, e.g. 5%")
+        args += ["loss", f"{match.group(1)}%"]
+    return args
+
+
+@link_app.command("set")
+def set_link(
+    endpoint: str = typer.Argument(..., help="NODE:IF, e.g. node1:eth1."),
+    state: str = typer.Argument(None, help="up or down (carrier on/off)."),
+    loss: str = typer.Option(None, "--loss", help="Drop this share of frames sent, e.g. 5%."),
+    delay: str = typer.Option(None, "--delay", help="Delay frames sent by this much, e.g. 10ms."),
+    clear: bool = typer.Option(False, "--clear", help="Remove loss and delay."),
+    lab: str = LabOption,
+) -> None:
+    """Take a data link down or up, or impair what the node sends on it (netem)."""
+    if state not in (None, "up", "down"):
+        raise UsageError(f"link state must be up or down (got {state!r})")
+    if state is None and not (loss or delay or clear):
+        raise UsageError("nothing to do", hint="give up|down, --loss, --delay or --clear")
+    handle = open_lab(lab)
+    node, ifname = parse_endpoint(handle, endpoint)
+    if state is not None:
+        handle.provider.set_link_state(node, ifname, state == "up")
+        console.print(f"{node}:{ifname} {state}")
+    if clear or loss or delay:
+        tc = (["tc", "qdisc", "del", "dev", ifname, "root"] if clear and not (loss or delay)
+              else ["tc", "qdisc", "replace", "dev", ifname, "root", "netem",
+                    *netem_args(loss, delay)])
+        result = handle.run(node, tc, timeout=60)
+        if result.returncode != 0 and not (clear and "No such file" in result.stderr):
+            raise LabctlError(f"tc in {node} failed: {result.stderr.strip()}")
+        console.print(f"{node}:{ifname} " + ("cleared" if tc[2] == "del" else " ".join(tc[6:])))
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(link_app, name="link")
