@@ -9,6 +9,7 @@ An image directory holds:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import lzma
@@ -236,6 +237,25 @@ def build_image(
         return Image.at(final)
     _check_host_tools()
     final.parent.mkdir(parents=True, exist_ok=True)
+    # One build per image at a time: a second labctl waits, then finds it in the cache.
+    lock = os.open(final.parent / f".lock-{final.name}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                   0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        progress("waiting for another labctl building the same image")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        if not force and (final / "manifest.json").is_file():
+            return Image.at(final)
+        return _build_locked(recipe, mirror, final, force, progress)
+    finally:
+        os.close(lock)
+
+
+def _build_locked(
+    recipe: Recipe, mirror: str | None, final: Path, force: bool, progress: Progress
+) -> Image:
     work = final.parent / f".build-{final.name}-{os.getpid()}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()

@@ -24,11 +24,22 @@ class Recipe:
     packages: tuple[str, ...]
 
 
+DOCKER_HOST_PACKAGES = ("docker.io", "docker-cli", "containerd", "runc")
+
 # trixie userland (rdma-core 56.1) with the trixie-backports 7.x kernel, whose rxe works
 # per network namespace (needed by the Docker provider, see design.md).
 RECIPES: dict[str, Recipe] = {
     "trixie": Recipe("trixie", "trixie", "trixie-backports", node_packages()),
     "sid": Recipe("sid", "sid", "sid", node_packages()),
+    # The Docker host VM (labctl docker-host): a node image plus a Docker engine, for hosts
+    # whose kernel cannot give containers their own working rxe (see docs/docker.md).
+    # trixie packages the docker client separately from the engine.
+    "docker-host": Recipe(
+        "docker-host",
+        "trixie",
+        "trixie-backports",
+        (*node_packages(), *DOCKER_HOST_PACKAGES),
+    ),
 }
 
 

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Lab bring-up figures: warm `labctl up` to all devices ACTIVE, qemu RSS per node,
+`labctl down`, and RC pingpong cost per iteration, for two- and four-node labs.
+
+Run as root from the repository:  python3 benchmarks/bringup.py --runs 3
+Cold image build:                 python3 benchmarks/bringup.py --cold-image
+Prints a Markdown table (min / median / max over the runs) for docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def labctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "labctl", *args], capture_output=True,
+                          text=True, cwd=REPO, env=env, check=False)
+
+
+def timed(*args: str, env: dict[str, str] | None = None) -> float:
+    started = time.monotonic()
+    result = labctl(*args, env=env)
+    if result.returncode != 0:
+        raise SystemExit(f"labctl {' '.join(args)} failed:\n{result.stderr}")
+    return time.monotonic() - started
+
+
+def qemu_rss_mib(lab: str) -> list[float]:
+    out = subprocess.run(["ps", "-eo", "rss=,args="], capture_output=True, text=True).stdout
+    return [int(line.split()[0]) / 1024 for line in out.splitlines()
+            if f"guest=labctl-{lab}-" in line]
+
+
+def fmt(values: list[float], unit: str = "s") -> str:
+    return (f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f} {unit}"
+            if values else "-")
+
+
+def bench_topology(topology: str, runs: int, iters: int) -> dict[str, list[float]]:
+    lab = json.loads(labctl("validate", topology, "--json").stdout)["name"]
+    figures: dict[str, list[float]] = {"up": [], "ready": [], "rss": [], "down": [],
+                                       "usec_per_iter": []}
+    for _ in range(runs):
+        labctl("down", "--lab", lab)
+        figures["up"].append(timed("up", topology))
+        state = json.loads((Path("/var/lib/labctl/labs") / lab / "state.json").read_text())
+        figures["ready"].append(float(state["ready_seconds"]))
+        figures["rss"] += qemu_rss_mib(lab)
+        run = labctl("run", "pingpong", "--lab", lab, "--size", "4096", "--iters", str(iters),
+                     "--json")
+        if run.returncode == 0:
+            figures["usec_per_iter"].append(json.loads(run.stdout)["figures"]["usec_per_iter"])
+        figures["down"].append(timed("down", "--lab", lab))
+    return figures
+
+
+def cold_image() -> None:
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "LABCTL_CACHE_DIR": cache}
+        cold = timed("image", "build", env=env)
+        warm = [timed("image", "build", env=env) for _ in range(3)]
+        manifest = next(Path(cache, "images").glob("*/manifest.json"))
+        size = sum(f.stat().st_blocks * 512 for f in manifest.parent.iterdir()) / 2**20
+    print(f"| cold image build | {cold:.1f} s | (image on disk {size:.0f} MiB) |")
+    print(f"| warm image build | {fmt(warm)} | |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--iters", type=int, default=500)
+    parser.add_argument("--cold-image", action="store_true")
+    parser.add_argument("topologies", nargs="*",
+                        default=["topologies/two-node.yaml", "topologies/four-node.yaml"])
+    args = parser.parse_args()
+    if args.cold_image:
+        cold_image()
+        return
+    print(f"load average at start: {os.getloadavg()[0]:.2f}, runs: {args.runs}")
+    print("| topology | labctl up (to ACTIVE) | boot to ready | qemu RSS per node | "
+          "labctl down | RC 4 KiB usec/iter |")
+    print("|---|---|---|---|---|---|")
+    for topology in args.topologies:
+        f = bench_topology(topology, args.runs, args.iters)
+        print(f"| {Path(topology).stem} | {fmt(f['up'])} | {fmt(f['ready'])} | "
+              f"{fmt(f['rss'], 'MiB')} | {fmt(f['down'])} | {fmt(f['usec_per_iter'], 'us')} |")
+
+
+if __name__ == "__main__":
+    main()
