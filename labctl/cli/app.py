@@ -7,6 +7,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from labctl.errors import LabctlError
 
@@ -22,6 +23,8 @@ COMMAND_MODULES = [
     "validate",
     "inspect",
     "link",
+    "doctor",
+    "docker_host",
 ]
 
 app = typer.Typer(
@@ -48,9 +51,10 @@ def main() -> None:
     try:
         app()
     except LabctlError as exc:
-        err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        # escape(): a message is text, "[node1:eth1, ...]" or a console's "[t=3]" no markup
+        err_console.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False)
         if exc.hint:
-            err_console.print(f"[yellow]hint:[/] {exc.hint}", highlight=False)
+            err_console.print(f"[yellow]hint:[/] {escape(exc.hint)}", highlight=False)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("[bold red]interrupted[/]; run `labctl down` to remove what was made")

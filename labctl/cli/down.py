@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import typer
@@ -12,6 +13,7 @@ from labctl.errors import LabctlError
 from labctl.lab.labdir import LabDir, running_labs
 from labctl.net import labnet
 from labctl.providers import provider_for
+from labctl.topology.model import LAB_NAME_RE
 from labctl.topology.resolved import Lab
 
 
@@ -58,6 +60,7 @@ def down(
             set(running_labs())
             | {ns.removeprefix(labnet.NETNS_PREFIX) for ns in labnet.lab_namespaces()}
         )
+        names = [n for n in names if re.match(LAB_NAME_RE, n)]  # never a path like ".."
     elif lab or topology:
         names = [lab or _name_from_topology(topology)]
     else:

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from labctl.cli.common import LabOption, console
+from labctl.cli.common import LabOption, console, err_console
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir, find_labdir, running_labs
 
@@ -113,7 +113,10 @@ def status(
         print(json.dumps(result, indent=2))
     else:
         console.print(_table(result))
-    if any(n["state"] != "running" for n in result["nodes"]):
+    if result["phase"] != "up":  # an interrupted up or repair: some step never ran
+        err_console.print(f"lab {result['lab']}: `up` did not finish (phase {result['phase']});"
+                          f" `labctl down --lab {result['lab']}` removes it")
+    if result["phase"] != "up" or any(n["state"] != "running" for n in result["nodes"]):
         raise typer.Exit(1)
 
 

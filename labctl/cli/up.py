@@ -64,6 +64,13 @@ def _repair_or_refuse(labdir: LabDir, timeout: float) -> None:
     from labctl.cli.status import print_status
 
     lab = labdir.load_lab()
+    phase = labdir.load_state().get("phase")
+    if phase not in ("up", "repairing"):  # the first `up` died before every node existed
+        raise LabctlError(
+            f"lab {lab.name} was never fully created (its `up` stopped in phase"
+            f" {phase or 'start'})",
+            hint=f"`labctl down --lab {lab.name}` removes what was made; then `labctl up` again",
+        )
     provider = provider_for(lab, labdir)
     dead = [n.name for n in provider.nodes() if n.state in ("stopped", "absent")]
     if not dead:

@@ -7,7 +7,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from labctl.errors import LabctlError
+from labctl.errors import LabctlError, UsageError
 from labctl.lab.labdir import LabDir, find_labdir
 from labctl.providers import provider_for
 from labctl.providers.base import Provider
@@ -24,8 +24,8 @@ class LabHandle:
 
     def _check_node(self, node: str) -> None:
         names = [n.name for n in self.lab.nodes]
-        if node not in names:
-            raise LabctlError(
+        if node not in names:  # bad input: exit 2, like every other unknown name
+            raise UsageError(
                 f"lab {self.lab.name} has no node {node!r}", hint=f"nodes: {', '.join(names)}"
             )
 

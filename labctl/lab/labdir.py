@@ -13,18 +13,24 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from labctl.errors import LabctlError
+from labctl.errors import LabctlError, UsageError
 from labctl.paths import state_root
+from labctl.topology.model import LAB_NAME_RE
 from labctl.topology.resolved import Lab
 
 
 class LabDir:
     def __init__(self, name: str, root: Path | None = None) -> None:
+        # The name becomes a path that `down` removes: "..", "/" or "a/b" must never get there.
+        if not re.match(LAB_NAME_RE, name):
+            raise UsageError(f"bad lab name {name!r}",
+                             hint="lab names are lowercase letters, digits and '-' (max 20)")
         self.name = name
         self.path = (root or state_root()) / name
 

@@ -71,6 +71,10 @@ cp /etc/labctl/authorized_keys /root/.ssh/authorized_keys
 chmod 600 /root/.ssh/authorized_keys
 rm -f /etc/ssh/ssh_host_ed25519_key /etc/ssh/ssh_host_ed25519_key.pub  # a repaired node boots again
 ssh-keygen -q -t ed25519 -N "" -f /etc/ssh/ssh_host_ed25519_key
+# The same in the config, so `sshd -T` and any sshd started later agree: keys only.
+mkdir -p /etc/ssh/sshd_config.d
+printf '%s\n' 'PasswordAuthentication no' 'KbdInteractiveAuthentication no' \
+    'PermitRootLogin prohibit-password' > /etc/ssh/sshd_config.d/00-labctl.conf
 /usr/sbin/sshd -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no \
     -o PermitRootLogin=prohibit-password -o UseDNS=no -o HostKey=/etc/ssh/ssh_host_ed25519_key \
     -o ListenAddress=10.0.2.15 || fail "sshd did not start"

@@ -13,6 +13,10 @@ def provider_for(lab: Lab, labdir: LabDir) -> Provider:
         from labctl.providers.qemu import QemuProvider
 
         return QemuProvider(lab, labdir)
+    if lab.provider == "docker":
+        from labctl.providers.docker import DockerProvider
+
+        return DockerProvider(lab, labdir)
     if lab.provider == "vagrant":
         from labctl.providers.vagrant import VagrantProvider
 

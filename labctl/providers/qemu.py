@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from labctl.errors import LabctlError
+from labctl.faults import fault_point
 from labctl.images.builder import Image, build_image
 from labctl.images.cpio import CpioWriter
 from labctl.images.recipes import recipe
@@ -255,6 +256,7 @@ class QemuProvider(Provider):
             images[name] = build_image(
                 recipe(name), self.mirror, progress=self._prefixed(progress, f"image {name}: ")
             )
+        fault_point("image")
         first = images[self.lab.nodes[0].image]
         accel = choose_accel(self.accel_request, first.kernel)
         state: dict[str, Any] = {
@@ -265,6 +267,7 @@ class QemuProvider(Provider):
             "nodes": {},
         }
         self.labdir.save_state(state)  # before anything exists: `down` knows what to look for
+        fault_point("state")
         public_key = ssh.make_key(self.labdir.ssh_key)
         ports = {n.name: _free_port() for n in self.lab.nodes}
         node_dirs = {n.name: self.labdir.node_dir(n.name) for n in self.lab.nodes}
@@ -274,8 +277,10 @@ class QemuProvider(Provider):
 
         progress(f"network namespace {lab_plan.netns}")
         labnet.create_netns(lab_plan.netns)
+        fault_point("netns")
         for bridge, mtu in lab_plan.bridges:
             labnet.add_bridge(lab_plan.netns, bridge, mtu)
+        fault_point("bridges")
 
         for node in self.lab.nodes:
             plan = plans[node.name]
@@ -287,6 +292,7 @@ class QemuProvider(Provider):
                  "-F", "raw", str(d / "disk.qcow2")],
                 check=True, stdin=subprocess.DEVNULL,
             )
+            fault_point("disk", node.name)
             (d / "initrd").write_bytes(image.initrd.read_bytes() + _payload(plan.env, public_key))
             state["nodes"][node.name] = {
                 "ssh_port": ports[node.name],
@@ -319,10 +325,12 @@ class QemuProvider(Provider):
         finally:
             for fd in fds.values():
                 os.close(fd)
+        fault_point("qemu-started", node)
         info.update({"pid": proc.pid, "started": time.time()})
         for stale in ("gid_index", "active_mtu", "port_state"):
             info.pop(stale, None)
         self.labdir.save_state(state)
+        fault_point("launched", node)
 
     def set_link_state(self, node: str, ifname: str, up: bool) -> None:
         # qemu drops the carrier on the node's NIC (the node sees link down) and stops
@@ -395,6 +403,7 @@ class QemuProvider(Provider):
                 + ", ".join(f"{n} {s}" for n, s in stages.items())
             )
             time.sleep(0.2)
+        fault_point("booted")
         progress("opening management connections")
         with ThreadPoolExecutor(max_workers=len(state["nodes"]) or 1) as pool:
             list(pool.map(lambda node: self._start_master(node, deadline), state["nodes"]))
@@ -431,6 +440,7 @@ class QemuProvider(Provider):
                 check=False,
             )
             if result.returncode == 0:
+                fault_point("master", node)
                 return
             if time.monotonic() > deadline:
                 raise self._failure(node, f"ssh does not answer: {result.stderr.strip()}")
@@ -443,7 +453,12 @@ class QemuProvider(Provider):
         for node in self.lab.nodes:
             info = state.get("nodes", {}).get(node.name)
             if info is None:
-                result.append(NodeRuntime(node.name, "absent", "never started"))
+                pid = self._pidfile(node.name)
+                if _pid_alive(pid, self._marker(node.name)):
+                    result.append(NodeRuntime(node.name, "unrecorded", f"qemu process {pid} runs"
+                                              " but up stopped before recording it"))
+                else:
+                    result.append(NodeRuntime(node.name, "absent", "never started"))
                 continue
             details = {
                 "pid": str(info.get("pid", 0)),
@@ -474,13 +489,26 @@ class QemuProvider(Provider):
         nodes = state.get("nodes", {})
         if self.labdir.ssh_config.exists():
             ssh.close_masters(self.labdir.ssh_config, list(nodes))
-        for name, info in nodes.items():
-            if self._stop_qemu(info.get("pid", 0), self._marker(name)):
-                removed.append(f"qemu {name} (pid {info['pid']})")
+        # A node's own pidfile also names its qemu: up may have died before recording it.
+        for name in sorted(set(nodes) | self._node_dirs()):
+            for pid in sorted({nodes.get(name, {}).get("pid", 0), self._pidfile(name)} - {0}):
+                if self._stop_qemu(pid, self._marker(name)):
+                    removed.append(f"qemu {name} (pid {pid})")
         ns = state.get("netns") or labnet.netns_name(self.lab.name)
         if labnet.delete_netns(ns):
             removed.append(f"netns {ns}")
         return removed
+
+    def _node_dirs(self) -> set[str]:
+        nodes = self.labdir.path / "nodes"
+        return {p.name for p in nodes.iterdir() if p.is_dir()} if nodes.is_dir() else set()
+
+    def _pidfile(self, node: str) -> int:
+        """The pid qemu wrote to the node's -pidfile (0 if none)."""
+        try:
+            return int((self.labdir.node_dir(node) / "qemu.pid").read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0
 
     def _stop_qemu(self, pid: int, marker: str) -> bool:
         if not _pid_alive(pid, marker):
@@ -489,10 +517,14 @@ class QemuProvider(Provider):
             os.kill(pid, signal.SIGTERM)
         for _ in range(50):
             if not _pid_alive(pid, marker):
-                return True
+                break
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
             time.sleep(0.05)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        # Reap it if it is our child (an in-process `up`): no zombie left. Other pids: ECHILD.
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
         return True

@@ -64,8 +64,20 @@ def endpoint(handle: LabHandle, node: str) -> Endpoint:
 
 
 def _bounded(argv: list[str], seconds: float) -> list[str]:
-    # The bound runs inside the node, so a stuck program dies even if ssh is cut.
-    return ["timeout", "--signal=KILL", f"{seconds:.0f}", *argv]
+    # The bound runs inside the node, so a stuck program dies even if ssh is cut. TERM first
+    # (KILL 5 s later): `timeout` then exits 124; with --signal=KILL it killed its own process
+    # group, itself included, and ssh reported a bare 255 instead of a timeout.
+    return ["timeout", "--kill-after=5", f"{seconds:.0f}", *argv]
+
+
+def _lost_nodes(handle: LabHandle, nodes: tuple[str, str]) -> str:
+    """Why a run's node is no longer running ("" when both run)."""
+    try:
+        runtimes = handle.provider.nodes()
+    except Exception:  # the reason is a courtesy; never hide the run's own failure
+        return ""
+    return "; ".join(f"node {r.name} is {r.state}" + (f" ({r.reason})" if r.reason else "")
+                     for r in runtimes if r.name in nodes and r.state != "running")
 
 
 def _wait_listening(
@@ -157,6 +169,9 @@ def run_example(
             )
             if shortfall:
                 result.reason = shortfall + ("" if code == 0 else f"; {result.reason}")
+            lost = _lost_nodes(handle, (server_node, client_node))
+            if lost:
+                result.reason += f"; {lost}"
     except RuntimeError as exc:
         server.kill()
         out, _ = server.communicate()

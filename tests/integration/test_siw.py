@@ -42,11 +42,22 @@ def test_status_shows_iwarp_devices(siw_lab: LabHandle) -> None:
         assert device["node_type"] == "4: RNIC"
 
 
+# About one rping in ten on siw (7.3 kernel, TCG) stalls: the server's first RDMA READ
+# never completes ("wait for RDMA_READ_COMPLETE state 10") and the client times out.
+# That kernel flake is allowed once, by its exact signature; a second failure fails.
+SIW_READ_STALL = "wait for RDMA_READ_COMPLETE state 10"
+
+
 def test_rping_passes_over_siw(siw_lab: LabHandle) -> None:
-    result = labctl("run", "rping", "--lab", SIW_LAB, "--count", "5", "--json", timeout=300)
-    assert result.returncode == 0, result.stderr
-    record = json.loads(result.stdout)
-    assert record["status"] == "passed"
+    for attempt in (1, 2):
+        result = labctl("run", "rping", "--lab", SIW_LAB, "--count", "5", "--timeout", "40",
+                        "--json", timeout=300)
+        record = json.loads(result.stdout)
+        if record["status"] == "passed":
+            assert result.returncode == 0
+            return
+        assert attempt == 1 and SIW_READ_STALL in record["server_output"], result.stderr
+    raise AssertionError("unreachable")
 
 
 def test_perftest_uses_rdma_cm_on_siw(siw_lab: LabHandle) -> None:

@@ -1,0 +1,114 @@
+"""Where a docker lab's engine lives: the Docker host VM, or a local engine.
+
+Both answer the same three questions: the engine's URL (for the Docker SDK and CLI), how
+to run a node-side helper as root on the kernel that runs the containers (the link
+plumbing of dockernet.py), and a name for messages. The choice is recorded in the lab's
+state, so status and down reach the same engine later.
+
+  engine: vm      the Docker host VM (started on demand); the default, because it works
+                  on any host with qemu and its kernel has per-netns rxe
+  engine: local   the engine at DOCKER_HOST or /var/run/docker.sock, for hosts whose own
+                  kernel passes `labctl doctor`'s per-netns rxe probe
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from labctl.dockerhost.vm import DockerHostVM
+from labctl.errors import LabctlError
+from labctl.providers.base import Progress
+
+ENGINES = ("vm", "local")
+
+
+def sdk() -> Any:
+    """The Docker SDK module (imported late: only docker labs need it). Typed Any: the
+    repository's docker/ directory looks like a namespace package `docker` to mypy."""
+    return importlib.import_module("docker")
+
+
+def helper_source() -> str:
+    return resources.files("labctl.nodeside").joinpath("dockernet.py").read_text()
+
+
+def local_base_url() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+@dataclass(frozen=True)
+class Engine:
+    kind: str  # "vm" | "local"
+    base_url: str
+
+    @property
+    def where(self) -> str:
+        return "the Docker host VM" if self.kind == "vm" else "this host"
+
+    def to_state(self) -> dict[str, str]:
+        return {"kind": self.kind, "base_url": self.base_url}
+
+    @classmethod
+    def from_state(cls, data: dict[str, Any]) -> Engine:
+        return cls(str(data["kind"]), str(data["base_url"]))
+
+    def client(self, timeout: int = 120) -> Any:
+        try:
+            client = sdk().DockerClient(base_url=self.base_url, timeout=timeout)
+            client.ping()
+        except Exception as exc:  # the SDK raises many kinds
+            hint = ("`labctl docker-host up` starts it" if self.kind == "vm"
+                    else "start the Docker engine, or use `engine: vm`")
+            raise LabctlError(f"the Docker engine of {self.where} ({self.base_url}) does not "
+                              f"answer: {exc}", hint=hint) from None
+        return client
+
+    def reachable(self) -> bool:
+        if self.kind == "vm":
+            return DockerHostVM().engine_answers()
+        try:
+            self.client(timeout=10).close()
+        except LabctlError:
+            return False
+        return True
+
+    def helper(self, *args: str, timeout: float = 120) -> dict[str, Any]:
+        """Run dockernet.py with `args` as root next to the engine; its JSON answer."""
+        source = helper_source()
+        if self.kind == "vm":
+            proc = DockerHostVM().run(["python3", "-", *args], input=source, timeout=timeout)
+        else:
+            proc = subprocess.run([sys.executable, "-", *args], input=source,
+                                  capture_output=True, text=True, timeout=timeout, check=False)
+        try:
+            answer: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (json.JSONDecodeError, IndexError):
+            raise LabctlError(
+                f"network helper in {self.where} failed ({' '.join(args[:1])}, exit "
+                f"{proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}",
+                hint="`labctl doctor` checks the engine's host",
+            ) from None
+        if "error" in answer:
+            raise LabctlError(f"network helper in {self.where}: {answer['error']}",
+                              hint="`labctl down` removes what was made")
+        return answer
+
+
+def resolve_engine(option: str, progress: Progress) -> Engine:
+    """The engine for a new lab (`engine:` provider option, default vm), started if needed."""
+    if option not in ENGINES:
+        raise LabctlError(f"unknown docker engine {option!r}", hint="use engine: vm or local")
+    if option == "local":
+        engine = Engine("local", local_base_url())
+        engine.client(timeout=10).close()
+        return engine
+    vm = DockerHostVM()
+    vm.up(progress)
+    return Engine("vm", vm.base_url)

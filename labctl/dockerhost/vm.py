@@ -1,0 +1,306 @@
+"""The Docker host VM: one qemu VM running a Docker engine, shared by every docker lab.
+
+It exists for hosts whose kernel cannot give containers their own working rxe (or that
+have no Docker engine). It is started on demand, reused across labs and stopped only by
+`labctl docker-host down`. It is a one-node lab of the qemu provider, run by the same
+code (launch, readiness from the console, ssh master, stop): only its directory
+(/var/lib/labctl/docker-host, beside the labs, not among them), its image (recipe
+`docker-host`) and a second disk differ. The engine's unix socket is forwarded by the
+node's ssh master to `docker.sock` in that directory (0600, root only): the Docker SDK and
+CLI on the host use `unix://.../docker.sock`. Nothing listens on TCP.
+
+The engine's data disk (/var/lib/docker: imported node images) is a sparse ext4 file in
+labctl's cache, one per docker-host image, so a restarted VM finds its images again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from labctl.errors import LabctlError
+from labctl.images.builder import Image, build_image
+from labctl.images.recipes import recipe
+from labctl.lab import ssh
+from labctl.lab.labdir import LabDir
+from labctl.paths import cache_root, state_root
+from labctl.providers.accel import choose_accel
+from labctl.providers.base import Progress
+from labctl.providers.qemu import QemuProvider, _free_port, _payload, _pid_alive, node_env, plan_lab
+from labctl.topology.resolved import Lab, Node
+
+IMAGE = "docker-host"
+# Not a valid lab name (underscore): cannot collide with a user's lab, netns or qemu.
+VM_LAB = "docker_host"
+VM_NODE = "engine"
+DEFAULT_MEMORY_MIB = 1024
+DEFAULT_CPUS = 2
+DATA_DISK_SIZE = "20G"
+REMOTE_SOCKET = "/run/docker.sock"
+
+
+def vm_dir() -> LabDir:
+    return LabDir("docker-host", root=state_root().parent)
+
+
+def data_disk(image: Image) -> Path:
+    return cache_root() / "docker-host" / f"{image.path.name}.docker.ext4"
+
+
+def _sdk() -> Any:
+    from labctl.dockerhost.engine import sdk
+
+    return sdk()
+
+
+def _nodeside(name: str) -> str:
+    return resources.files("labctl.nodeside").joinpath(name).read_text()
+
+
+def _vm_lab(memory_mib: int, cpus: int) -> Lab:
+    node = Node(VM_NODE, 1, "none", memory_mib, cpus, IMAGE, ())
+    return Lab(VM_LAB, "qemu", "", (node,), ())
+
+
+def vm_argv(lab: Lab, node_dir: Path, image: Image, accel: str, port: int, disk: Path) -> list[str]:
+    """The qemu provider's argv for this one node, plus the engine's data disk (vdb)."""
+    plan = plan_lab(lab, {VM_NODE: node_dir}, {IMAGE: image}, accel, {VM_NODE: port})
+    argv = list(plan.nodes[0].argv)
+    at = argv.index("-drive") + 2  # right after the root disk: it becomes /dev/vdb
+    argv[at:at] = ["-drive", f"file={disk},if=virtio,format=raw,cache=writeback"]
+    return argv
+
+
+class DockerHostVM:
+    def __init__(self) -> None:
+        self.labdir = vm_dir()
+
+    # --- paths and state -----------------------------------------------------------------
+    @property
+    def socket(self) -> Path:
+        return self.labdir.path / "docker.sock"
+
+    @property
+    def base_url(self) -> str:
+        return f"unix://{self.socket}"
+
+    def _state(self) -> dict[str, Any]:
+        return self.labdir.load_state()
+
+    def _provider(self, state: dict[str, Any] | None = None) -> QemuProvider:
+        state = state if state is not None else self._state()
+        info = state.get("vm", {})
+        lab = _vm_lab(int(info.get("memory_mib", DEFAULT_MEMORY_MIB)),
+                      int(info.get("cpus", DEFAULT_CPUS)))
+        return QemuProvider(lab, self.labdir)
+
+    def running(self) -> bool:
+        node = self._state().get("nodes", {}).get(VM_NODE)
+        return bool(node) and _pid_alive(node.get("pid", 0), f"guest=labctl-{VM_LAB}-{VM_NODE}")
+
+    def engine_answers(self) -> bool:
+        if not self.socket.exists():
+            return False
+        try:
+            client = _sdk().DockerClient(base_url=self.base_url, timeout=10)
+            try:
+                return bool(client.ping())
+            finally:
+                client.close()
+        except Exception:  # any failure means "not answering"
+            return False
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Blocking lock: two labs started at once share one VM start."""
+        self.labdir.path.mkdir(parents=True, exist_ok=True, mode=0o750)
+        fd = os.open(self.labdir.path / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    # --- ssh into the VM -----------------------------------------------------------------
+    def ssh_argv(self, command: list[str]) -> list[str]:
+        return ssh.ssh_argv(self.labdir.ssh_config, VM_NODE, command)
+
+    def run(self, command: list[str], *, input: str | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.ssh_argv(command), input=input, capture_output=True,
+                              text=True, timeout=timeout, check=False,
+                              stdin=None if input is not None else subprocess.DEVNULL)
+
+    # --- up ------------------------------------------------------------------------------
+    def up(self, progress: Progress, *, memory_mib: int = DEFAULT_MEMORY_MIB,
+           cpus: int = DEFAULT_CPUS, accel: str = "auto", mirror: str | None = None,
+           timeout: float = 600) -> dict[str, Any]:
+        """Start the VM and its engine unless they run; return timings of what was done."""
+        if os.geteuid() != 0:
+            raise LabctlError("the Docker host VM needs root", hint="run labctl as root")
+        timings: dict[str, Any] = {}
+        with self._locked():
+            if self.running():
+                if self.engine_answers():
+                    return {"already_running": True}
+                progress("VM running, engine socket not answering: reconnecting")
+                self._start_engine(progress, time.monotonic() + timeout, timings)
+                return timings
+            if self.labdir.state_file.exists():
+                self._provider().destroy()  # a VM that died: clear what it left
+            started = time.monotonic()
+            progress(f"image {IMAGE}: checking cache")
+            image = build_image(recipe(IMAGE), mirror,
+                                progress=lambda m: progress(f"image {IMAGE}: {m}"))
+            timings["image_seconds"] = round(time.monotonic() - started, 1)
+            self._launch(image, memory_mib, cpus, accel, progress)
+            boot = time.monotonic()
+            self._provider().wait_ready(timeout, progress)
+            timings["boot_seconds"] = round(time.monotonic() - boot, 1)
+            self._start_engine(progress, time.monotonic() + timeout, timings)
+        return timings
+
+    def _launch(self, image: Image, memory_mib: int, cpus: int, accel: str,
+                progress: Progress) -> None:
+        lab = _vm_lab(memory_mib, cpus)
+        node = lab.nodes[0]
+        chosen = choose_accel(accel, image.kernel)
+        self.labdir.path.mkdir(parents=True, exist_ok=True, mode=0o750)
+        node_dir = self.labdir.node_dir(VM_NODE)
+        node_dir.mkdir(parents=True, exist_ok=True)
+        disk = data_disk(image)
+        if not disk.exists():
+            progress(f"engine data disk {disk} ({DATA_DISK_SIZE}, sparse)")
+            disk.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "labctl-docker", str(disk),
+                            DATA_DISK_SIZE], check=True, stdin=subprocess.DEVNULL)
+        public_key = ssh.make_key(self.labdir.ssh_key)
+        port = _free_port()
+        ssh.write_config(self.labdir.ssh_config, self.labdir.ssh_key, {VM_NODE: port})
+        overlay = node_dir / "disk.qcow2"
+        overlay.unlink(missing_ok=True)
+        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image.rootfs),
+                        "-F", "raw", str(overlay)], check=True, stdin=subprocess.DEVNULL)
+        (node_dir / "initrd").write_bytes(
+            image.initrd.read_bytes() + _payload(node_env(lab, node), public_key))
+        argv = vm_argv(lab, node_dir, image, chosen, port, disk)
+        state: dict[str, Any] = {
+            "provider": "qemu",
+            "accel": chosen,
+            "phase": "creating",
+            "netns": "",
+            "vm": {"memory_mib": memory_mib, "cpus": cpus, "image": image.path.name,
+                   "data_disk": str(disk), "kernel": image.manifest.get("kernel", "?")},
+            "nodes": {VM_NODE: {"ssh_port": port, "rdma_dev": "", "argv": argv, "taps": []}},
+        }
+        self.labdir.save_state(state)
+        progress(f"starting the Docker host VM ({chosen}, {memory_mib} MiB, {cpus} CPUs)")
+        self._provider(state)._launch(VM_NODE, state)
+
+    def _start_engine(self, progress: Progress, deadline: float,
+                      timings: dict[str, Any]) -> None:
+        started = time.monotonic()
+        progress("starting dockerd in the VM")
+        result = self.run(["sh", "-s"], input=_nodeside("docker-host-init.sh"),
+                          timeout=max(30.0, deadline - time.monotonic()))
+        if "labctl: engine ready" not in result.stdout:
+            raise LabctlError(
+                f"the Docker engine in the Docker host VM did not start:\n"
+                f"{result.stdout}{result.stderr}",
+                hint="`labctl docker-host status`; the engine log is /var/log/dockerd.log in "
+                "the VM (`labctl docker-host exec -- tail /var/log/dockerd.log`)",
+            )
+        timings["engine_seconds"] = round(time.monotonic() - started, 1)
+        self._forward_socket()
+        while not self.engine_answers():
+            if time.monotonic() > deadline:
+                raise LabctlError(f"the engine socket {self.socket} does not answer",
+                                  hint="`labctl docker-host down` and `up` again")
+            time.sleep(0.2)
+        self._prune_orphans(progress)
+
+    def _forward_socket(self) -> None:
+        """Ask the VM's ssh master to forward the engine's unix socket to ours (0600)."""
+        self.socket.unlink(missing_ok=True)
+        old_umask = os.umask(0o177)
+        try:
+            subprocess.run(["ssh", "-F", str(self.labdir.ssh_config), "-O", "forward", "-L",
+                            f"{self.socket}:{REMOTE_SOCKET}", VM_NODE],
+                           capture_output=True, text=True, check=True, timeout=30,
+                           stdin=subprocess.DEVNULL)
+        except subprocess.CalledProcessError as exc:
+            raise LabctlError(f"cannot forward the engine socket: {exc.stderr.strip()}",
+                              hint="`labctl docker-host down` and `up` again") from None
+        finally:
+            os.umask(old_umask)
+
+    def _prune_orphans(self, progress: Progress) -> None:
+        """Containers of labs whose lab directory is gone (e.g. VM stopped under a lab)."""
+        client = _sdk().DockerClient(base_url=self.base_url, timeout=60)
+        try:
+            for container in client.containers.list(all=True, filters={"label": "labctl.lab"}):
+                lab = container.labels.get("labctl.lab", "")
+                if lab and not LabDir(lab).path.exists():
+                    progress(f"removing container {container.name} of lab {lab} (gone)")
+                    container.remove(force=True)
+        finally:
+            client.close()
+
+    # --- down, status --------------------------------------------------------------------
+    def down(self) -> list[str]:
+        removed: list[str] = []
+        with self._locked():
+            state = self._state()
+            if not state:
+                return removed
+            if self.running():
+                # Stop the engine and flush its disk before the VM goes.
+                self.run(["sh", "-c", "kill $(cat /run/docker.pid) 2>/dev/null; "
+                          "i=0; while [ -e /run/docker.pid ] && [ $i -lt 100 ]; do "
+                          "sleep 0.1; i=$((i+1)); done; sync; umount /var/lib/docker"],
+                         timeout=60)
+            removed += self._provider(state).destroy()
+            self.socket.unlink(missing_ok=True)
+            if self.labdir.remove():
+                removed.append(f"directory {self.labdir.path}")
+        return removed
+
+    def status(self) -> dict[str, Any]:
+        state = self._state()
+        info: dict[str, Any] = {"directory": str(self.labdir.path), "running": False}
+        if not state:
+            info["state"] = "absent"
+            return info
+        node = state.get("nodes", {}).get(VM_NODE, {})
+        running = self.running()
+        info.update({
+            "running": running,
+            "state": "running" if running else "stopped",
+            "pid": node.get("pid"),
+            "ssh": f"127.0.0.1:{node.get('ssh_port')}",
+            "accel": state.get("accel"),
+            **state.get("vm", {}),
+            "socket": str(self.socket),
+            "engine": "answering" if running and self.engine_answers() else "not answering",
+        })
+        if running and info["engine"] == "answering":
+            client = _sdk().DockerClient(base_url=self.base_url, timeout=30)
+            try:
+                version = client.version()
+                info["engine_version"] = version.get("Version")
+                info["containers"] = len(client.containers.list(all=True))
+                info["images"] = [t for i in client.images.list() for t in i.tags]
+            finally:
+                client.close()
+            mem = self.run(["free", "-m"], timeout=30).stdout.splitlines()
+            if len(mem) > 1:
+                total, used = mem[1].split()[1:3]
+                info["memory_used_mib"] = f"{used} of {total}"
+        return info

@@ -1,0 +1,408 @@
+"""The docker provider: nodes are containers sharing one kernel with per-netns Soft-RoCE.
+
+The engine is the Docker host VM (default; labctl/dockerhost) or a local engine whose
+kernel passes `labctl doctor`. Nodes run the node image's root filesystem, imported into
+the engine once (`docker import` of root.ext4's files plus docker/node-image.conf): the
+same packages as VM nodes. Each container gets only what RDMA needs (see docs/docker.md):
+
+  --network none           its data interfaces come from labctl, nothing else
+  --cap-add NET_ADMIN      `rdma link add` and addresses inside its own netns
+  --ulimit memlock=-1      memory registration pins pages (instead of CAP_IPC_LOCK)
+  /dev/infiniband (bind)   uverbs nodes appear there as devices are created
+  device cgroup rules      c 231:* (uverbs/umad/issm) and c 10:M (the RDMA CM misc device)
+
+Links: one netns per lab in the engine's kernel (`labctl-LAB`) with a bridge per segment;
+per node interface a veth whose bridge end stays there and whose other end is created
+inside the container's netns (dockernet.py, run as root beside the engine). Each node
+creates its own rxe inside its netns (container-init.sh), named rxe_LAB_NODE since in
+shared netns mode every namespace of the kernel sees every device. Containers carry
+labels (labctl, labctl.lab, labctl.node, labctl.rdma-dev): status and down find them by
+label alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import labctl
+from labctl.dockerhost.engine import Engine, resolve_engine, sdk
+from labctl.errors import LabctlError
+from labctl.images.builder import Image, build_image
+from labctl.images.recipes import recipe
+from labctl.lab.labdir import LabDir
+from labctl.net import labnet
+from labctl.providers.base import NodeRuntime, Progress, Provider
+from labctl.providers.qemu import FAIL, NODE_PACKAGES, READY, STAGE, node_env, ready_facts
+from labctl.topology.resolved import Lab, Node
+
+IMAGE_REPOSITORY = "labctl-node"
+LABEL = "labctl"
+INFINIBAND_MAJOR = 231  # umad 0-63, issm 64-127, uverbs 192-255: one major for all of them
+INIT = "/opt/labctl/labctl/nodeside/container-init.sh"
+# Not shipped into containers: modules (containers cannot load them) and the fs's own dir.
+IMPORT_EXCLUDES = ("./usr/lib/modules", "./lost+found", "./boot")
+
+
+def docker_dir() -> Path:
+    """The repository's docker/ directory (the node image's import recipe)."""
+    return Path(labctl.__file__).resolve().parent.parent / "docker"
+
+
+def import_changes() -> list[str]:
+    """Dockerfile instructions applied by `docker import --change` (docker/node-image.conf)."""
+    path = docker_dir() / "node-image.conf"
+    try:
+        text = path.read_text()
+    except OSError:
+        raise LabctlError(f"{path} is missing", hint="run labctl from its source tree") from None
+    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def image_tag(image: Image, changes: list[str]) -> str:
+    digest = hashlib.sha256("\n".join(changes).encode()).hexdigest()[:8]
+    return f"{IMAGE_REPOSITORY}:{image.path.name}-{digest}"
+
+
+def rdma_device_name(lab: str, node: Node) -> str:
+    return f"{node.rdma}_{lab}_{node.name}"
+
+
+def container_name(lab: str, node: str) -> str:
+    return f"labctl-{lab}-{node}"
+
+
+def veth_name(node: Node, ifname: str) -> str:
+    return f"v{node.index}-{ifname}"[:15]
+
+
+def container_env(lab: Lab, node: Node) -> dict[str, str]:
+    env = node_env(lab, node)
+    env.pop("LABCTL_MGMT_MAC", None)  # no management NIC: docker exec is the channel
+    env["LABCTL_RDMA_DEV"] = rdma_device_name(lab.name, node) if node.rdma_interface else ""
+    return env
+
+
+@dataclass
+class ContainerPlan:
+    node: str
+    create: dict[str, Any]  # keyword arguments of client.containers.create
+
+
+@dataclass
+class DockerLabPlan:
+    netns: str
+    bridges: list[tuple[str, int]]
+    veths: list[dict[str, Any]]  # host, bridge, node, name, mac, mtu (pid filled at create)
+    containers: list[ContainerPlan] = field(default_factory=list)
+
+
+def plan_lab(lab: Lab, tags: dict[str, str], rdma_cm: str) -> DockerLabPlan:
+    """Everything `create` makes, as data (golden-tested). `tags`: image name -> engine tag;
+    `rdma_cm`: "MAJOR:MINOR" of the RDMA CM device in the engine's kernel."""
+    rules = [f"c {INFINIBAND_MAJOR}:* rwm"]
+    if rdma_cm:
+        rules.append(f"c {rdma_cm} rwm")
+    containers = []
+    for node in lab.nodes:
+        labels = {
+            LABEL: "1",
+            f"{LABEL}.lab": lab.name,
+            f"{LABEL}.node": node.name,
+            f"{LABEL}.rdma-dev": rdma_device_name(lab.name, node) if node.rdma_interface else "",
+        }
+        containers.append(ContainerPlan(node.name, {
+            "image": tags[node.image],
+            "name": container_name(lab.name, node.name),
+            "hostname": node.name,
+            "network_mode": "none",
+            "cap_add": ["NET_ADMIN"],
+            "ulimits": [{"Name": "memlock", "Soft": -1, "Hard": -1}],
+            "device_cgroup_rules": rules,
+            "volumes": {"/dev/infiniband": {"bind": "/dev/infiniband", "mode": "rw"}},
+            "environment": container_env(lab, node),
+            "labels": labels,
+            "mem_limit": f"{node.memory_mib}m",
+            "detach": True,
+        }))
+    veths = [
+        {"host": veth_name(node, iface.name), "bridge": labnet.bridge_name(iface.segment),
+         "node": node.name, "name": iface.name, "mac": iface.mac, "mtu": iface.mtu}
+        for node in lab.nodes for iface in node.interfaces
+    ]
+    return DockerLabPlan(labnet.netns_name(lab.name),
+                         [(labnet.bridge_name(s.index), s.mtu) for s in lab.segments],
+                         veths, containers)
+
+
+def node_payload(env: dict[str, str]) -> bytes:
+    """A tar of /opt/labctl (node-side code) and /etc/labctl/node.env for put_archive."""
+    package = Path(labctl.__file__).parent
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        def add_file(name: str, data: bytes, mode: int = 0o644) -> None:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+
+        add_file("opt/labctl/labctl/__init__.py", (package / "__init__.py").read_bytes())
+        for sub in NODE_PACKAGES:
+            for path in sorted((package / sub).rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    mode = 0o755 if path.suffix == ".sh" else 0o644
+                    add_file(f"opt/labctl/labctl/{path.relative_to(package)}",
+                             path.read_bytes(), mode)
+        add_file("etc/labctl/node.env",
+                 "".join(f"{k}='{v}'\n" for k, v in env.items()).encode())
+    return buf.getvalue()
+
+
+def ensure_node_image(client: Any, image: Image, progress: Progress) -> str:
+    """Import the node image's root filesystem into the engine unless it is there."""
+    changes = import_changes()
+    tag = image_tag(image, changes)
+    try:
+        client.images.get(tag)
+        return tag
+    except sdk().errors.ImageNotFound:
+        pass
+    progress(f"importing {image.rootfs.name} of {image.path.name} as {tag}")
+    with tempfile.TemporaryDirectory(prefix="labctl-rootfs-") as mnt:
+        subprocess.run(["mount", "-o", "loop,ro,noload", str(image.rootfs), mnt], check=True,
+                       stdin=subprocess.DEVNULL)
+        try:
+            tar = subprocess.Popen(
+                ["tar", "--numeric-owner", "--xattrs", "-C", mnt, "-cf", "-",
+                 *(f"--exclude={e}" for e in IMPORT_EXCLUDES), "."],
+                stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+            assert tar.stdout is not None
+            repository, _, version = tag.partition(":")
+            client.api.import_image_from_stream(tar.stdout, repository=repository,
+                                                tag=version, changes=changes)
+            if tar.wait() != 0:
+                raise LabctlError(f"tar of {image.rootfs} failed (exit {tar.returncode})")
+        finally:
+            subprocess.run(["umount", mnt], check=False, stdin=subprocess.DEVNULL)
+    client.images.get(tag)
+    return tag
+
+
+def _failure(node: str, reason: str, logs: str) -> LabctlError:
+    tail = "".join(logs.splitlines(keepends=True)[-25:])
+    return LabctlError(f"node {node}: {reason}\n--- container log tail ---\n{tail}",
+                       hint="fix the cause, then `labctl down` removes what was made")
+
+
+class DockerProvider(Provider):
+    name = "docker"
+
+    def __init__(self, lab: Lab, labdir: LabDir) -> None:
+        super().__init__(lab, labdir)
+        self.mirror: str | None = lab.provider_options.get("mirror")
+        self.engine_option = str(lab.provider_options.get("engine")
+                                 or os.environ.get("LABCTL_DOCKER_ENGINE", "vm"))
+
+    # --- host checks ---------------------------------------------------------------------
+    def check_host(self) -> None:
+        if shutil.which("docker") is None:
+            raise LabctlError("the docker client (docker CLI) is not installed: `labctl exec`"
+                              " and the examples run through `docker exec`",
+                              hint="apt-get install docker-cli (or docker.io)")
+        if os.geteuid() != 0:
+            raise LabctlError("the docker provider needs root (the Docker host VM, mounting "
+                              "the node image)", hint="run labctl with sudo or as root")
+        if self.engine_option == "vm":
+            from labctl.providers.qemu import QemuProvider
+
+            QemuProvider(self.lab, self.labdir).check_host()
+
+    @staticmethod
+    def _prefixed(progress: Progress, prefix: str) -> Progress:
+        return lambda message: progress(prefix + message)
+
+    def _engine(self) -> Engine:
+        data = self.labdir.load_state().get("engine")
+        if data:
+            return Engine.from_state(data)
+        raise LabctlError(f"lab {self.lab.name} has no engine recorded",
+                          hint=f"`labctl down --lab {self.lab.name}`")
+
+    # --- create --------------------------------------------------------------------------
+    def create(self, progress: Progress) -> None:
+        state: dict[str, Any] = {"provider": self.name, "phase": "creating",
+                                 "netns": labnet.netns_name(self.lab.name), "nodes": {}}
+        self.labdir.save_state(state)
+        engine = resolve_engine(self.engine_option, progress)
+        state["engine"] = engine.to_state()
+        self.labdir.save_state(state)
+        client = engine.client(timeout=900)
+        try:
+            images: dict[str, str] = {}
+            for name in sorted({n.image for n in self.lab.nodes}):
+                progress(f"image {name}: checking cache")
+                image = build_image(recipe(name), self.mirror,
+                                    progress=self._prefixed(progress, f"image {name}: "))
+                images[name] = ensure_node_image(client, image, progress)
+            facts = engine.helper("facts")
+            if any(n.rdma == "rxe" for n in self.lab.nodes) and not facts.get("rdma_rxe"):
+                raise LabctlError(f"rdma_rxe is not loaded in {engine.where}",
+                                  hint="modprobe rdma_rxe there; `labctl doctor` checks it")
+            if any(n.rdma == "siw" for n in self.lab.nodes) and not facts.get("siw"):
+                raise LabctlError(f"siw is not loaded in {engine.where}",
+                                  hint="modprobe siw there (Debian kernels lack it; the "
+                                  "Docker host VM's image builds it)")
+            plan = plan_lab(self.lab, images, str(facts.get("rdma_cm", "")))
+            pids: dict[str, int] = {}
+            for cplan in plan.containers:
+                node = self.lab.node(cplan.node)
+                kwargs = cplan.create
+                progress(f"{node.name}: creating container {kwargs['name']}")
+                try:
+                    container = client.containers.create(**kwargs)
+                except sdk().errors.APIError as exc:
+                    raise LabctlError(f"cannot create container {kwargs['name']}: {exc}",
+                                      hint="`labctl down` first if a lab of this name "
+                                      "was left behind") from None
+                state["nodes"][node.name] = {"container": kwargs["name"], "id": container.id,
+                                             "rdma_dev": kwargs["labels"][f"{LABEL}.rdma-dev"]}
+                self.labdir.save_state(state)
+                container.put_archive("/", node_payload(kwargs["environment"]))
+                container.start()
+                container.reload()
+                pids[node.name] = int(container.attrs["State"]["Pid"])
+                state["nodes"][node.name]["started"] = time.time()
+            progress(f"links: netns {plan.netns} in {engine.where}")
+            veths = [{**v, "pid": pids[v["node"]]} for v in plan.veths]
+            engine.helper("plumb", json.dumps({"netns": plan.netns, "bridges": plan.bridges,
+                                               "veths": veths}))
+            state["veths"] = [v["host"] for v in veths]
+            self.labdir.save_state(state)
+        finally:
+            client.close()
+
+    # --- readiness -----------------------------------------------------------------------
+    def _containers(self, client: Any) -> dict[str, Any]:
+        found = client.containers.list(all=True,
+                                       filters={"label": f"{LABEL}.lab={self.lab.name}"})
+        return {c.labels.get(f"{LABEL}.node", ""): c for c in found}
+
+    def wait_ready(self, timeout: float, progress: Progress) -> None:
+        state = self.labdir.load_state()
+        engine = self._engine()
+        client = engine.client()
+        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        try:
+            pending = set(state["nodes"])
+            while pending:
+                containers = self._containers(client)
+                stages = {}
+                for node in sorted(pending):
+                    container = containers.get(node)
+                    if container is None:
+                        raise _failure(node, "its container is gone", "")
+                    logs = container.logs().decode(errors="replace")
+                    if READY in logs:
+                        pending.discard(node)
+                        state["nodes"][node].update(ready_facts(logs))
+                        continue
+                    if FAIL in logs:
+                        line = logs[logs.index(FAIL):].splitlines()[0]
+                        raise _failure(node, line.removeprefix(FAIL).strip(), logs)
+                    container.reload()
+                    if container.status != "running":
+                        raise _failure(node, f"container {container.status}", logs)
+                    found = [ln for ln in logs.splitlines() if ln.startswith(STAGE)]
+                    stages[node] = found[-1].removeprefix(STAGE) if found else "start"
+                if not pending:
+                    break
+                if time.monotonic() > deadline:
+                    slow = sorted(pending)[0]
+                    raise _failure(slow, f"not ready after {timeout:.0f} s",
+                                   containers[slow].logs().decode(errors="replace"))
+                progress(f"starting ({time.monotonic() - started:.0f} s): "
+                         + ", ".join(f"{n} {s}" for n, s in stages.items()))
+                time.sleep(0.2)
+        finally:
+            client.close()
+        state["phase"] = "up"
+        state["ready_seconds"] = round(time.monotonic() - started, 1)
+        self.labdir.save_state(state)
+
+    # --- status, exec, destroy -----------------------------------------------------------
+    def nodes(self) -> list[NodeRuntime]:
+        state = self.labdir.load_state()
+        try:
+            engine = self._engine()
+            client = engine.client(timeout=30)
+        except LabctlError as exc:
+            return [NodeRuntime(n.name, "stopped", exc.message) for n in self.lab.nodes]
+        try:
+            containers = self._containers(client)
+            result = []
+            for node in self.lab.nodes:
+                container = containers.get(node.name)
+                if container is None:
+                    why = "never started" if node.name not in state.get("nodes", {}) else (
+                        "its container is gone")
+                    result.append(NodeRuntime(node.name, "absent", why))
+                    continue
+                details = {"container": container.name, "engine": engine.where}
+                if container.status != "running":
+                    result.append(NodeRuntime(node.name, "stopped",
+                                              f"container {container.status}", details))
+                    continue
+                logs = container.logs().decode(errors="replace")
+                if READY in logs:
+                    result.append(NodeRuntime(node.name, "running", "", details))
+                elif FAIL in logs:
+                    reason = logs[logs.index(FAIL):].splitlines()[0]
+                    result.append(NodeRuntime(node.name, "failed", reason, details))
+                else:
+                    result.append(NodeRuntime(node.name, "booting", "", details))
+            return result
+        finally:
+            client.close()
+
+    def exec_argv(self, node: str, command: list[str], *, tty: bool = False) -> list[str]:
+        engine = self._engine()
+        argv = ["docker", "-H", engine.base_url, "exec", "-i"]
+        if tty:
+            argv.append("-t")
+        return [*argv, container_name(self.lab.name, node), *(command or ["bash", "-l"])]
+
+    def destroy(self) -> list[str]:
+        """Remove the lab's containers (by label) and its netns in the engine's kernel."""
+        state = self.labdir.load_state()
+        if not state.get("engine"):
+            return []  # up died before choosing an engine: nothing was made there
+        engine = Engine.from_state(state["engine"])
+        if not engine.reachable():
+            if engine.kind == "vm":
+                # Its containers stopped with the VM; the VM removes them when it next
+                # starts (containers of labs without a lab directory).
+                return ["nothing in the engine (the Docker host VM is not running)"]
+            raise LabctlError(f"the Docker engine at {engine.base_url} does not answer",
+                              hint="start it, then `labctl down` again")
+        removed: list[str] = []
+        client = engine.client()
+        try:
+            for container in client.containers.list(
+                    all=True, filters={"label": f"{LABEL}.lab={self.lab.name}"}):
+                container.remove(force=True)
+                removed.append(f"container {container.name}")
+        finally:
+            client.close()
+        # The veths died with the containers' namespaces, and the rxe devices with them.
+        removed += engine.helper("teardown", labnet.netns_name(self.lab.name))["removed"]
+        return removed

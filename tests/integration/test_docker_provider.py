@@ -1,0 +1,157 @@
+"""The docker provider against a real Docker engine: the one in the Docker host VM.
+
+Two container nodes (topologies/docker-two-node.yaml, under a lab name of its own), each
+with its own rxe made inside its netns: status, RC pingpong, rping (RDMA CM), inspector
+fidelity (C ibv_devinfo vs the Python one in a container), then down with nothing left in
+the engine or its kernel. The VM is started on demand by `labctl up` and stopped at the
+end only if this module started it (a developer's running VM is left alone).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from labctl.dockerhost.engine import Engine
+from labctl.dockerhost.vm import DockerHostVM
+from labctl.lab.handle import LabHandle
+from labctl.lab.labdir import LabDir
+from tests.integration.conftest import REPO, labctl
+
+pytestmark = pytest.mark.integration
+
+LAB = os.environ.get("LABCTL_DOCKER_TEST_LAB", "ditest")
+NODES = ("node1", "node2")
+
+
+@pytest.fixture(scope="module")
+def docker_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, float]]:
+    data = yaml.safe_load((REPO / "topologies/docker-two-node.yaml").read_text())
+    data["name"] = LAB
+    topology: Path = tmp_path_factory.mktemp("docker") / "docker-two-node.yaml"
+    topology.write_text(yaml.safe_dump(data, sort_keys=False))
+    vm = DockerHostVM()
+    started_vm = not vm.running()
+    labctl("down", "--lab", LAB)  # left by an interrupted earlier run
+    timings: dict[str, float] = {}
+    begin = time.monotonic()
+    labctl("up", str(topology), check=True, timeout=1800)
+    timings["up"] = time.monotonic() - begin
+    yield timings
+    labctl("down", "--lab", LAB)
+    if started_vm:
+        labctl("docker-host", "down")
+
+
+@pytest.fixture(scope="module")
+def handle(docker_lab: dict[str, float]) -> LabHandle:
+    return LabHandle(LabDir(LAB))
+
+
+def engine() -> Engine:
+    return Engine("vm", DockerHostVM().base_url)
+
+
+def test_status_shows_two_running_container_nodes(handle: LabHandle) -> None:
+    result = labctl("status", "--lab", LAB, "--json", check=True)
+    status = json.loads(result.stdout)
+    assert status["provider"] == "docker"
+    state = handle.labdir.load_state()
+    assert state["engine"]["kind"] == "vm"
+    for node in status["nodes"]:
+        assert node["state"] == "running", node
+        assert node["container"] == f"labctl-{LAB}-{node['name']}"
+        own = state["nodes"][node["name"]]["rdma_dev"]
+        assert own == f"rxe_{LAB}_{node['name']}"
+        assert handle.rdma_device(node["name"]) == own
+        assert own in [d["name"] for d in node["devices"]]
+        assert {d["name"]: d for d in node["devices"]}[own]["port_state"] == "ACTIVE"
+
+
+def test_containers_are_labelled_and_not_privileged(handle: LabHandle) -> None:
+    client = engine().client()
+    try:
+        found = client.containers.list(filters={"label": f"labctl.lab={LAB}"})
+        assert sorted(c.labels["labctl.node"] for c in found) == list(NODES)
+        for container in found:
+            host = container.attrs["HostConfig"]
+            assert host["Privileged"] is False
+            assert host["NetworkMode"] == "none"
+            assert host["CapAdd"] == ["NET_ADMIN"]
+            assert host["DeviceCgroupRules"][0] == "c 231:* rwm"
+            assert host["DeviceCgroupRules"][1].startswith("c 10:")
+    finally:
+        client.close()
+
+
+def test_each_node_knows_its_device(handle: LabHandle) -> None:
+    for node in NODES:
+        result = handle.run(node, ["sh", "-c", ". /etc/labctl/node.env; "
+                                   "echo $LABCTL_RDMA_DEV; printenv LABCTL_RDMA_DEV"], timeout=60)
+        assert result.stdout.split() == [f"rxe_{LAB}_{node}"] * 2, result
+
+
+def test_rc_pingpong(handle: LabHandle) -> None:
+    result = labctl("run", "pingpong", "--lab", LAB, "--transport", "rc", "--iters", "100",
+                    "--size", "1024", "--json", check=True, timeout=300)
+    record = json.loads(result.stdout)
+    records = record if isinstance(record, list) else [record]
+    assert records[0]["status"] == "passed", result.stdout
+    assert records[0]["figures"]["iters"] == 100
+
+
+def test_rping_through_rdma_cm(handle: LabHandle) -> None:
+    result = labctl("run", "rping", "--lab", LAB, "--json", check=True, timeout=300)
+    record = json.loads(result.stdout)
+    records = record if isinstance(record, list) else [record]
+    assert records[0]["status"] == "passed", result.stdout
+
+
+def test_inspector_matches_ibv_devinfo_in_a_container(handle: LabHandle) -> None:
+    for node in NODES:
+        for args in ([], ["-v"]):
+            c = handle.run(node, ["ibv_devinfo", *args], timeout=120)
+            py = handle.run(node, handle.node_python("labctl.verbs", "devinfo", *args),
+                            timeout=180)
+            assert c.returncode == py.returncode == 0, (c.stderr, py.stderr)
+            assert py.stdout == c.stdout
+            assert f"rxe_{LAB}_{node}" in c.stdout
+
+
+def test_zz_down_leaves_nothing_in_the_engine(docker_lab: dict[str, float]) -> None:
+    begin = time.monotonic()
+    result = labctl("down", "--lab", LAB, check=True, timeout=300)
+    docker_lab["down"] = time.monotonic() - begin
+    assert f"container labctl-{LAB}-node1" in result.stdout
+    assert f"netns labctl-{LAB}" in result.stdout
+    client = engine().client()
+    try:
+        assert client.containers.list(all=True, filters={"label": f"labctl.lab={LAB}"}) == []
+        assert sorted(n.name for n in client.networks.list()) == ["host", "none"]
+    finally:
+        client.close()
+    left = engine().helper("show", f"labctl-{LAB}")
+    assert f"labctl-{LAB}" not in left["netns"]
+    assert not [d for d in left["rdma_links"] if f"_{LAB}_" in d]
+    assert left["root_veths"] == []
+    assert not LabDir(LAB).path.exists()
+    again = labctl("down", "--lab", LAB, check=True)
+    assert "nothing to remove" in again.stdout
+    print(f"\ndocker provider timings: up {docker_lab['up']:.1f} s, "
+          f"down {docker_lab['down']:.1f} s")
+
+
+def test_doctor_tells_the_truth_about_this_host() -> None:
+    result = labctl("doctor", "--json", check=True, timeout=300)
+    report = json.loads(result.stdout)
+    checks = {c["name"]: c for c in report["checks"]}
+    if not Path("/sys/class/infiniband").exists() and checks["host kernel RDMA"]["result"] == "no":
+        assert "Docker host VM" in checks["host kernel RDMA"]["todo"]
+    if DockerHostVM().running():
+        assert checks["per-netns rxe (VM)"]["result"] == "ok", checks["per-netns rxe (VM)"]
