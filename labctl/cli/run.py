@@ -128,7 +128,13 @@ def _run_one(name: str, variant: str, lab: str | None, server: str | None,
     handle = open_lab(lab)
     server, client = pick_nodes(handle, server, client)
     spec = EXAMPLES[(name, variant)]
-    print_results([run_example(handle, spec, server, client, options)], as_json)
+    result = run_example(handle, spec, server, client, options)
+    print_results([result], as_json)
+    if result.status == "skipped":
+        # Asked for by name, an unsupported run is refused: say why, exit as for bad input.
+        err_console.print(f"[bold red]refused:[/] {result.label} between {server} and "
+                          f"{client}: {result.reason}")
+        raise typer.Exit(2)
 
 
 ImplOption = typer.Option("c", "--impl", help="Server implementation (and the client's "

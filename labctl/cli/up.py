@@ -19,6 +19,9 @@ def up(
     accel: str = typer.Option("auto", help="qemu accelerator: auto (probe KVM), kvm or tcg."),
     mirror: str = typer.Option(None, help="Debian mirror URL for image builds."),
     timeout: float = typer.Option(300, help="Seconds to wait for every node to be ready."),
+    provider_name: str = typer.Option(
+        None, "--provider", help="qemu, docker or vagrant (overrides the topology's)."
+    ),
 ) -> None:
     """Start the lab described by TOPOLOGY and wait until every RDMA device is ACTIVE."""
     from labctl.cli.status import print_status
@@ -31,6 +34,10 @@ def up(
     options["accel"] = accel
     if mirror:
         options["mirror"] = mirror
+    if provider_name is not None:
+        if provider_name not in ("qemu", "docker", "vagrant"):
+            raise UsageError(f"--provider must be qemu, docker or vagrant (got {provider_name!r})")
+        lab = dataclasses.replace(lab, provider=provider_name)
     lab = dataclasses.replace(lab, provider_options=options)
     labdir = LabDir(lab.name)
     started = time.monotonic()

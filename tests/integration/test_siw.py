@@ -74,6 +74,8 @@ def test_verbs_pingpong_is_reported_unsupported(siw_lab: LabHandle, transport: s
     result = labctl("run", "pingpong", "--lab", SIW_LAB, "--transport", transport, "--json",
                     timeout=120)
     record = json.loads(result.stdout)
+    assert result.returncode == 2
+    assert "refused" in result.stderr
     assert record["status"] == "skipped"
     assert "iWARP" in record["reason"] or "siw" in record["reason"]
 
