@@ -59,3 +59,8 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("[bold red]interrupted[/]; run `labctl down` to remove what was made")
         sys.exit(130)
+    except SystemExit as exc:  # typer turns Ctrl-C into a silent exit 130 itself
+        if exc.code == 130:
+            err_console.print("[bold red]interrupted[/]; run `labctl down` to remove what was"
+                              " made")
+        raise

@@ -24,7 +24,7 @@ docker_host_app = typer.Typer(
 @docker_host_app.command()
 def up(
     memory: int = typer.Option(None, help="MiB of VM RAM (default 1024)."),
-    cpus: int = typer.Option(None, help="Virtual CPUs (default 2)."),
+    cpus: int = typer.Option(None, help="Virtual CPUs (default 2 under KVM, 1 under TCG)."),
     accel: str = typer.Option("auto", help="qemu accelerator: auto (probe KVM), kvm or tcg."),
     mirror: str = typer.Option(None, help="Debian mirror URL for the image build."),
     timeout: float = typer.Option(600, help="Seconds to wait for the VM and its engine."),

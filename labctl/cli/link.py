@@ -71,7 +71,9 @@ def set_link(
               else ["tc", "qdisc", "replace", "dev", ifname, "root", "netem",
                     *netem_args(loss, delay)])
         result = handle.run(node, tc, timeout=60)
-        if result.returncode != 0 and not (clear and "No such file" in result.stderr):
+        nothing_to_clear = ("No such file" in result.stderr  # no qdisc of ours on the link
+                            or "handle of zero" in result.stderr)
+        if result.returncode != 0 and not (clear and nothing_to_clear):
             raise LabctlError(f"tc in {node} failed: {result.stderr.strip()}")
         console.print(f"{node}:{ifname} " + ("cleared" if tc[2] == "del" else " ".join(tc[6:])))
 

@@ -22,6 +22,9 @@ def up(
     provider_name: str = typer.Option(
         None, "--provider", help="qemu, docker or vagrant (overrides the topology's)."
     ),
+    engine: str = typer.Option(
+        None, "--engine", help="docker provider: vm (labctl's Docker host VM) or local."
+    ),
 ) -> None:
     """Start the lab described by TOPOLOGY and wait until every RDMA device is ACTIVE."""
     from labctl.cli.status import print_status
@@ -34,6 +37,10 @@ def up(
     options["accel"] = accel
     if mirror:
         options["mirror"] = mirror
+    if engine is not None:
+        if engine not in ("vm", "local"):
+            raise UsageError(f"--engine must be vm or local (got {engine!r})")
+        options["engine"] = engine
     if provider_name is not None:
         if provider_name not in ("qemu", "docker", "vagrant"):
             raise UsageError(f"--provider must be qemu, docker or vagrant (got {provider_name!r})")

@@ -36,7 +36,7 @@ def sdk() -> Any:
 
 
 def helper_source() -> str:
-    return resources.files("labctl.nodeside").joinpath("dockernet.py").read_text()
+    return resources.files("labctl.dockerhost").joinpath("dockernet.py").read_text()
 
 
 def local_base_url() -> str:

@@ -97,6 +97,10 @@ def interfaces() -> list[dict[str, object]]:
 
 def main() -> int:
     devices = sorted(os.listdir(IB)) if os.path.isdir(IB) else []
+    # Container nodes share one kernel and see every lab's devices: report our own.
+    own = os.environ.get("LABCTL_RDMA_DEV")
+    if own and own in devices:
+        devices = [own]
     json.dump(
         {"devices": [device_record(d) for d in devices], "interfaces": interfaces()}, sys.stdout
     )

@@ -339,6 +339,12 @@ class DockerProvider(Provider):
         state["ready_seconds"] = round(time.monotonic() - started, 1)
         self.labdir.save_state(state)
 
+    def repair(self, nodes: list[str], progress: Progress) -> None:
+        # A restarted container has a new netns: its veths and device are gone with the old.
+        raise LabctlError(f"container nodes {', '.join(nodes)} stopped; the docker provider "
+                          "does not restart nodes in place",
+                          hint=f"`labctl down --lab {self.lab.name}`, then `labctl up` again")
+
     # --- status, exec, destroy -----------------------------------------------------------
     def nodes(self) -> list[NodeRuntime]:
         state = self.labdir.load_state()

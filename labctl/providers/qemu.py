@@ -326,6 +326,12 @@ class QemuProvider(Provider):
             for fd in fds.values():
                 os.close(fd)
         fault_point("qemu-started", node)
+        # Popen can return before the kernel shows qemu's argv in /proc: wait for it, or
+        # the first liveness check would take a starting node for a dead one.
+        for _ in range(100):
+            if proc.poll() is not None or _pid_alive(proc.pid, self._marker(node)):
+                break
+            time.sleep(0.01)
         info.update({"pid": proc.pid, "started": time.time()})
         for stale in ("gid_index", "active_mtu", "port_state"):
             info.pop(stale, None)

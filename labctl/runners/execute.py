@@ -70,6 +70,21 @@ def _bounded(argv: list[str], seconds: float) -> list[str]:
     return ["timeout", "--kill-after=5", f"{seconds:.0f}", *argv]
 
 
+def _give_up(server: subprocess.Popen[str]) -> str:
+    """Kill our ssh to the server and return what it printed, without waiting for EOF: the
+    node's ssh master holds the output pipe until the program in the node ends (at its
+    in-node bound), so a plain communicate() waited that long after a peer node died."""
+    server.kill()
+    try:
+        out, _ = server.communicate(timeout=3)
+    except subprocess.TimeoutExpired as exc:
+        partial = exc.stdout or b""
+        out = partial.decode(errors="replace") if isinstance(partial, bytes) else partial
+        if server.stdout:
+            server.stdout.close()
+    return out or ""
+
+
 def _lost_nodes(handle: LabHandle, nodes: tuple[str, str]) -> str:
     """Why a run's node is no longer running ("" when both run)."""
     try:
@@ -151,8 +166,7 @@ def run_example(
             grace = 15 + float(options.get("wait") or 0) if client.returncode == 0 else 3
             server_out, _ = server.communicate(timeout=grace)
         except subprocess.TimeoutExpired:
-            server.kill()
-            server_out, _ = server.communicate()
+            server_out = _give_up(server)
         result.server_output = server_out or ""
         result.figures = spec.parse(result.client_output)
         if spec.parse_server:
@@ -173,9 +187,7 @@ def run_example(
             if lost:
                 result.reason += f"; {lost}"
     except RuntimeError as exc:
-        server.kill()
-        out, _ = server.communicate()
-        result.server_output = out or ""
+        result.server_output = _give_up(server)
         result.reason = str(exc)
     finally:
         if server.poll() is None:
