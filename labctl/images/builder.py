@@ -1,7 +1,9 @@
 """Builds node images from Debian packages and caches them by a hash of their inputs.
 
 An image directory holds:
-  vmlinuz        the kernel
+  vmlinuz        the kernel as Debian ships it (bzImage)
+  vmlinux        the same kernel uncompressed, booted directly through its PVH entry
+                 point when it could be extracted (no decompression under emulation)
   initrd.cpio    stage 1: busybox, the virtio_blk/ext4 modules and our init script
   root.ext4      the root filesystem (nodes boot qcow2 overlays on top of it)
   manifest.json  kernel and package versions, sizes, build time
@@ -15,8 +17,10 @@ import json
 import lzma
 import os
 import shutil
+import struct
 import subprocess
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -27,7 +31,7 @@ from labctl.images.cpio import CpioWriter
 from labctl.images.recipes import Recipe
 from labctl.paths import cache_root
 
-BUILDER_VERSION = "2"
+BUILDER_VERSION = "3"
 # Modules stage 1 needs to mount the root disk (their dependencies are resolved by modprobe).
 STAGE1_MODULES = ("virtio_blk", "ext4")
 # Modules every node loads at boot: stored uncompressed, since decompressing them under
@@ -50,7 +54,8 @@ class Image:
     @classmethod
     def at(cls, path: Path) -> Image:
         manifest = json.loads((path / "manifest.json").read_text())
-        return cls(path, path / "vmlinuz", path / "initrd.cpio", path / "root.ext4", manifest)
+        kernel = path / "vmlinux" if (path / "vmlinux").is_file() else path / "vmlinuz"
+        return cls(path, kernel, path / "initrd.cpio", path / "root.ext4", manifest)
 
 
 def _resource_text(*parts: str) -> str:
@@ -197,6 +202,37 @@ def _package_versions(rootdir: Path) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in out.splitlines() if line)
 
 
+def extract_vmlinux(bzimage: Path, target: Path) -> bool:
+    """Uncompress the kernel inside a bzImage (zstd, xz or gzip); False if not possible.
+
+    The payload's offset and length are in the boot protocol header (setup_sects at
+    0x1f1, payload_offset/payload_length at 0x248).
+    """
+    data = bzimage.read_bytes()
+    setup_sectors = (data[0x1F1] or 4) + 1
+    offset, length = struct.unpack_from("<II", data, 0x248)
+    payload = data[setup_sectors * 512 + offset : setup_sectors * 512 + offset + length]
+    try:
+        if payload.startswith(b"\x28\xb5\x2f\xfd"):
+            if shutil.which("zstd") is None:
+                return False
+            # the kernel appends the uncompressed size, which zstd reports as trailing junk
+            out = subprocess.run(["zstd", "-dcq"], input=payload, capture_output=True).stdout
+        elif payload.startswith(b"\xfd7zXZ\x00"):
+            out = lzma.LZMADecompressor().decompress(payload)
+        elif payload.startswith(b"\x1f\x8b"):
+            out = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(payload)
+        else:
+            return False
+    except (lzma.LZMAError, zlib.error, OSError):
+        return False
+    # Only an ELF kernel with a PVH entry note (XEN_ELFNOTE_PHYS32_ENTRY) boots this way.
+    if not out.startswith(b"\x7fELF") or b"Xen\x00" not in out:
+        return False
+    target.write_bytes(out)
+    return True
+
+
 def _dir_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
@@ -269,6 +305,7 @@ def _build_locked(
         _mmdebstrap(recipe, rootdir, mirror, progress, log)
         kernel = (rootdir / "etc/labctl-kernel").read_text().strip()
         shutil.copyfile(rootdir / f"usr/lib/modules/{kernel}/vmlinuz", work / "vmlinuz")
+        extract_vmlinux(work / "vmlinuz", work / "vmlinux")
         progress("stage-1 initramfs")
         _write_initrd(rootdir, kernel, work / "initrd.cpio")
         _decompress_node_modules(rootdir, kernel)
