@@ -160,7 +160,8 @@ def cycle(topology: Path, name: str, timeout: float = 300) -> dict[str, Any]:
 
     started = time.monotonic()
     with _quiet():
-        up(topology=topology, accel="auto", mirror=None, timeout=timeout)
+        up(topology=topology, accel="auto", mirror=None, timeout=timeout, provider_name=None,
+           engine=None)
     up_seconds = time.monotonic() - started
     during = lab_snapshot(name)
     host_during = host_snapshot()

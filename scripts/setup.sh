@@ -7,7 +7,7 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "setup.sh: run as root (labctl makes network namespaces and taps)" >&2
     exit 1
 fi
-packages=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs zstd openssh-client iproute2
+packages=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs zstd cpio openssh-client iproute2
           debian-archive-keyring ca-certificates python3 python3-venv python3-pip)
 # Optional: Debian's vagrant lets the tests run `vagrant validate` (not every release has it).
 optional=(vagrant)

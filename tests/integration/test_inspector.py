@@ -199,17 +199,6 @@ class Watcher:
             self.proc.wait()
 
 
-def _link_command_available() -> bool:
-    proc = subprocess.run(
-        [sys.executable, "-m", "labctl", "link", "--help"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-    )
-    return proc.returncode == 0
-
-
 def _wait_active(handle: LabHandle, node: str, dev: str, timeout: float = 60) -> None:
     path = f"/sys/class/infiniband/{dev}/ports/1/state"
     deadline = time.monotonic() + timeout
@@ -226,8 +215,6 @@ def test_asyncwatch_same_events(lab_handle: LabHandle, how: str) -> None:
     dev = lab_handle.rdma_device(node)
     ifname = lab_handle.lab.node(node).rdma_interface.name  # type: ignore[union-attr]
     if how == "labctl-link":
-        if not _link_command_available():
-            pytest.skip("`labctl link set` is not available yet (lead's issue)")
 
         def toggle(state: str) -> None:
             proc = subprocess.run(
