@@ -9,7 +9,7 @@ if [ "${KEEP:-0}" != 1 ]; then
     trap '"$labctl" down --lab two-node' EXIT
 fi
 "$labctl" up topologies/two-node.yaml
-"$labctl" run pingpong --transport rc --size 4096 --iters 1000
+"$labctl" run pingpong --lab two-node --transport rc --size 4096 --iters 1000
 if [ "${KEEP:-0}" = 1 ]; then
     echo "lab left up: try '$labctl status', '$labctl exec node1 -- ibv_devinfo', then '$labctl down'"
 fi
