@@ -11,6 +11,10 @@ from labctl.topology.resolved import Lab
 
 Progress = Callable[[str], None]
 
+# What a node's init script reports (serial console for VMs, container log for containers).
+READY = "labctl: ready"
+FAIL = "labctl: fail"
+
 
 @dataclass
 class NodeRuntime:
@@ -20,6 +24,15 @@ class NodeRuntime:
     state: str  # "running" | "stopped" | "failed" | "absent"
     reason: str = ""
     details: dict[str, str] = field(default_factory=dict)
+
+
+def runtime_from_boot_log(name: str, log: str, details: dict[str, str]) -> NodeRuntime:
+    """A node whose process runs: ready, failed (with the init's reason) or still booting."""
+    if READY in log:
+        return NodeRuntime(name, "running", "", details)
+    if FAIL in log:
+        return NodeRuntime(name, "failed", log[log.index(FAIL) :].splitlines()[0], details)
+    return NodeRuntime(name, "booting", "", details)
 
 
 class Provider(ABC):

@@ -42,7 +42,7 @@ from labctl.images.builder import Image, build_image
 from labctl.images.recipes import recipe
 from labctl.lab.labdir import LabDir
 from labctl.net import labnet
-from labctl.providers.base import NodeRuntime, Progress, Provider
+from labctl.providers.base import NodeRuntime, Progress, Provider, runtime_from_boot_log
 from labctl.providers.qemu import FAIL, NODE_PACKAGES, READY, STAGE, node_env, ready_facts
 from labctl.topology.resolved import Lab, Node
 
@@ -369,13 +369,7 @@ class DockerProvider(Provider):
                                               f"container {container.status}", details))
                     continue
                 logs = container.logs().decode(errors="replace")
-                if READY in logs:
-                    result.append(NodeRuntime(node.name, "running", "", details))
-                elif FAIL in logs:
-                    reason = logs[logs.index(FAIL):].splitlines()[0]
-                    result.append(NodeRuntime(node.name, "failed", reason, details))
-                else:
-                    result.append(NodeRuntime(node.name, "booting", "", details))
+                result.append(runtime_from_boot_log(node.name, logs, details))
             return result
         finally:
             client.close()

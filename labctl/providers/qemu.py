@@ -30,12 +30,17 @@ from labctl.images.recipes import recipe
 from labctl.lab import ssh
 from labctl.net import labnet
 from labctl.providers.accel import choose_accel
-from labctl.providers.base import NodeRuntime, Progress, Provider
+from labctl.providers.base import (
+    FAIL,
+    READY,
+    NodeRuntime,
+    Progress,
+    Provider,
+    runtime_from_boot_log,
+)
 from labctl.providers.qmp import qmp_command
 from labctl.topology.resolved import Lab, Node
 
-READY = "labctl: ready"
-FAIL = "labctl: fail"
 STAGE = "labctl: stage "
 # Node-side code shipped in every node's payload (stdlib + pyverbs only).
 NODE_PACKAGES = ("nodeside", "verbs")
@@ -472,14 +477,9 @@ class QemuProvider(Provider):
                 "accel": state.get("accel", "?"),
             }
             if _pid_alive(info.get("pid", 0), self._marker(node.name)):
-                console = self._console(node.name)
-                if READY in console:
-                    result.append(NodeRuntime(node.name, "running", "", details))
-                elif FAIL in console:
-                    reason = console[console.index(FAIL) :].splitlines()[0]
-                    result.append(NodeRuntime(node.name, "failed", reason, details))
-                else:
-                    result.append(NodeRuntime(node.name, "booting", "", details))
+                result.append(
+                    runtime_from_boot_log(node.name, self._console(node.name), details)
+                )
             else:
                 log = _tail(self.labdir.node_dir(node.name) / "qemu.log", 3).strip()
                 why = f"qemu process {info['pid']} is gone" + (f": {log}" if log else "")

@@ -38,23 +38,6 @@ def _pingpong_args(ctx: RunContext, side: str, transport: str) -> list[str]:
     return args
 
 
-def _pingpong(transport: str) -> ExampleSpec:
-    program = f"ibv_{transport}_pingpong"
-    return ExampleSpec(
-        name="pingpong",
-        variant=transport,
-        server_argv=lambda ctx: [program, *_pingpong_args(ctx, "server", transport)],
-        client_argv=lambda ctx: [program, *_pingpong_args(ctx, "client", transport),
-                                     ctx.server.address],
-        parse=parse_pingpong,
-        parse_server=parse_pingpong,
-        devices=ROCE_ONLY,
-        unsupported_reason=NO_VERBS_PINGPONG_ON_IWARP,
-        ready_probe=lambda ctx: _LISTENING.format(port=ctx.opt("port", PINGPONG_PORT)),
-        key_figure="usec_per_iter",
-    )
-
-
 # --- Python RC pingpong (labctl/nodeside/pingpong.py), alone and against the C one ---------
 IMPLS = ("c", "python")
 
@@ -68,20 +51,21 @@ def pingpong_variant(server_impl: str, client_impl: str) -> str:
     return f"rc-{server_impl[:2]}-{client_impl[:2]}"
 
 
-def _rc_program(impl: str) -> list[str]:
-    if impl == "python":
-        return LabHandle.node_python("labctl.nodeside.pingpong")
-    return ["ibv_rc_pingpong"]
+def _pingpong(transport: str, server_impl: str = "c", client_impl: str = "c") -> ExampleSpec:
+    """A verbs pingpong: the C programs for every transport, or RC with Python on a side."""
 
+    def program(impl: str) -> list[str]:
+        if impl == "python":
+            return LabHandle.node_python("labctl.nodeside.pingpong")
+        return [f"ibv_{transport}_pingpong"]
 
-def _python_pingpong(server_impl: str, client_impl: str) -> ExampleSpec:
     return ExampleSpec(
         name="pingpong",
-        variant=pingpong_variant(server_impl, client_impl),
-        server_argv=lambda ctx: [*_rc_program(server_impl),
-                                 *_pingpong_args(ctx, "server", "rc")],
-        client_argv=lambda ctx: [*_rc_program(client_impl),
-                                 *_pingpong_args(ctx, "client", "rc"), ctx.server.address],
+        variant=transport if transport != "rc" else pingpong_variant(server_impl, client_impl),
+        server_argv=lambda ctx: [*program(server_impl),
+                                 *_pingpong_args(ctx, "server", transport)],
+        client_argv=lambda ctx: [*program(client_impl),
+                                 *_pingpong_args(ctx, "client", transport), ctx.server.address],
         parse=parse_pingpong,
         parse_server=parse_pingpong,
         devices=ROCE_ONLY,
@@ -206,8 +190,8 @@ def _mckey(one_qp: bool) -> ExampleSpec:
 EXAMPLES: dict[tuple[str, str], ExampleSpec] = {
     (spec.name, spec.variant): spec for spec in (
         _pingpong("rc"), _pingpong("uc"), _pingpong("ud"), _pingpong("srq"),
-        _python_pingpong("python", "python"), _python_pingpong("python", "c"),
-        _python_pingpong("c", "python"),
+        _pingpong("rc", "python", "python"), _pingpong("rc", "python", "c"),
+        _pingpong("rc", "c", "python"),
         RPING,
         *(_perftest(test) for test in PERFTESTS),
         _mckey(one_qp=False), _mckey(one_qp=True),
