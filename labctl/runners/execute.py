@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import shlex
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from labctl.errors import LabctlError
 from labctl.lab.handle import LabHandle
+from labctl.runners.server import ServerProcess
 from labctl.runners.spec import Endpoint, ExampleSpec, RunContext
 
 READY_WAIT_SECONDS = 30.0
@@ -67,36 +67,23 @@ def _bounded(argv: list[str], seconds: float) -> list[str]:
     # The bound runs inside the node, so a stuck program dies even if ssh is cut. TERM first
     # (KILL 5 s later): `timeout` then exits 124; with --signal=KILL it killed its own process
     # group, itself included, and ssh reported a bare 255 instead of a timeout.
-    return ["timeout", "--kill-after=5", f"{seconds:.0f}", *argv]
+    # stdbuf: the examples print through stdio into a pipe (block-buffered); line buffering
+    # keeps what a program printed before the bound ended it, for the record.
+    return ["timeout", "--kill-after=5", f"{seconds:.0f}", "stdbuf", "-oL", "-eL", *argv]
 
 
-def _give_up(server: subprocess.Popen[str]) -> str:
-    """Kill our ssh to the server and return what it printed, without waiting for EOF: the
-    node's ssh master holds the output pipe until the program in the node ends (at its
-    in-node bound), so a plain communicate() waited that long after a peer node died."""
-    server.kill()
-    try:
-        out, _ = server.communicate(timeout=3)
-    except subprocess.TimeoutExpired as exc:
-        partial = exc.stdout or b""
-        out = partial.decode(errors="replace") if isinstance(partial, bytes) else partial
-        if server.stdout:
-            server.stdout.close()
-    return out or ""
-
-
-def _lost_nodes(handle: LabHandle, nodes: tuple[str, str]) -> str:
-    """Why a run's node is no longer running ("" when both run)."""
+def _lost_nodes(handle: LabHandle, nodes: tuple[str, str]) -> dict[str, str]:
+    """Why each of a run's nodes that is no longer running is not (empty when both run)."""
     try:
         runtimes = handle.provider.nodes()
     except Exception:  # the reason is a courtesy; never hide the run's own failure
-        return ""
-    return "; ".join(f"node {r.name} is {r.state}" + (f" ({r.reason})" if r.reason else "")
-                     for r in runtimes if r.name in nodes and r.state != "running")
+        return {}
+    return {r.name: f"node {r.name} is {r.state}" + (f" ({r.reason})" if r.reason else "")
+            for r in runtimes if r.name in nodes and r.state != "running"}
 
 
 def _wait_listening(
-    handle: LabHandle, spec: ExampleSpec, ctx: RunContext, server: subprocess.Popen[str]
+    handle: LabHandle, spec: ExampleSpec, ctx: RunContext, server: ServerProcess
 ) -> None:
     if spec.ready_probe is None:
         time.sleep(1.0)
@@ -107,7 +94,7 @@ def _wait_listening(
         "&& exit 1; sleep 0.1; done"
     )
     result = handle.run(ctx.server.node, ["sh", "-c", loop], timeout=READY_WAIT_SECONDS + 15)
-    if result.returncode != 0 or server.poll() is not None:
+    if result.returncode != 0 or not server.running():
         raise RuntimeError("server did not start listening")
 
 
@@ -150,24 +137,19 @@ def run_example(
     result.server_argv = spec.server_argv(ctx)
     result.client_argv = spec.client_argv(ctx)
     started = time.monotonic()
-    server = handle.popen(
-        server_node,
-        _bounded(result.server_argv, timeout + 10),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    server = ServerProcess(handle, server_node, _bounded(result.server_argv, timeout + 10))
     try:
         _wait_listening(handle, spec, ctx, server)
         client = handle.run(
             client_node, _bounded(result.client_argv, timeout), timeout=timeout + 15
         )
         result.client_output = client.stdout + client.stderr
-        try:
-            grace = 15 + float(options.get("wait") or 0) if client.returncode == 0 else 3
-            server_out, _ = server.communicate(timeout=grace)
-        except subprocess.TimeoutExpired:
-            server_out = _give_up(server)
-        result.server_output = server_out or ""
+        grace = 15 + float(options.get("wait") or 0) if client.returncode == 0 else 3
+        ended = server.wait(grace)
+        lost = {} if ended and client.returncode == 0 else _lost_nodes(
+            handle, (server_node, client_node))
+        server.stop(in_node=server_node not in lost)
+        result.server_output = server.output()
         result.figures = spec.parse(result.client_output)
         if spec.parse_server:
             result.server_figures = spec.parse_server(result.server_output)
@@ -183,16 +165,14 @@ def run_example(
             )
             if shortfall:
                 result.reason = shortfall + ("" if code == 0 else f"; {result.reason}")
-            lost = _lost_nodes(handle, (server_node, client_node))
             if lost:
-                result.reason += f"; {lost}"
+                result.reason += "; " + "; ".join(lost.values())
     except RuntimeError as exc:
-        result.server_output = _give_up(server)
+        server.stop(in_node=True)
+        result.server_output = server.output()
         result.reason = str(exc)
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+        server.stop(in_node=False)  # whatever happened above: never leave our ssh behind
     result.seconds = round(time.monotonic() - started, 2)
     return result
 

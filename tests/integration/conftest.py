@@ -66,3 +66,27 @@ def lab_up(lab_topology: Path) -> Iterator[subprocess.CompletedProcess[str]]:
 @pytest.fixture(scope="session")
 def lab_handle(lab_up: subprocess.CompletedProcess[str]) -> LabHandle:
     return LabHandle(LabDir(LAB_NAME))
+
+
+# The example programs by process name (pgrep -x: the whole name; kernel threads are named
+# kworker/..., so they never match).
+EXAMPLE_PROGRAMS = ("ibv_.*|ib_.*|rping|mckey|rdma_.*|udaddy|ucmatose|cmtime|rstream|riostream"
+                    "|rcopy")
+
+
+@pytest.fixture(autouse=True)
+def no_programs_left_in_the_shared_lab(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test on the shared lab leaves no example program running in a node. One that did
+    (a server that outlived its run, busy-polling the node's only vCPU and holding its port)
+    made the next tests fail in a full run only; this names the test that leaves one."""
+    yield
+    if "lab_handle" not in request.fixturenames:
+        return
+    handle: LabHandle = request.getfixturevalue("lab_handle")
+    left = {}
+    for node in handle.lab.nodes:
+        found = handle.run(node.name, ["pgrep", "-a", "-x", EXAMPLE_PROGRAMS], timeout=60)
+        if found.returncode == 0 and found.stdout.strip():
+            left[node.name] = found.stdout.strip()
+            handle.run(node.name, ["pkill", "-KILL", "-x", EXAMPLE_PROGRAMS], timeout=60)
+    assert not left, f"example programs left running in the shared lab's nodes: {left}"

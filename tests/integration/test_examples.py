@@ -13,6 +13,7 @@ import pytest
 from labctl.lab.handle import LabHandle
 from labctl.runners.examples import EXAMPLES, KNOWN_LIMITATIONS, PERFTESTS
 from labctl.runners.execute import RunResult, command_line, run_example
+from labctl.runners.spec import ExampleSpec
 from tests.integration.conftest import LAB_NAME, labctl
 
 pytestmark = pytest.mark.integration
@@ -109,3 +110,17 @@ def test_bench_json_and_plot(lab_handle: LabHandle, tmp_path: Any) -> None:
         assert figures["usec_per_iter"] > 0 and figures["failures"] == 0
     assert report["ratios"]["python_vs_c_msg_rate"] > 0
     assert chart.stat().st_size > 10_000
+
+
+def test_a_run_given_up_leaves_nothing_running_in_the_node(lab_handle: LabHandle) -> None:
+    """A client that fails at once: the runner gives up on the server, and stops it in the
+    node (its whole process group), not only its own ssh. The server's output is kept."""
+    spec = ExampleSpec(name="stuck", variant="", devices=frozenset({"rxe"}), parse=dict,
+                       server_argv=lambda ctx: ["sh", "-c", "echo waiting; exec sleep 997"],
+                       client_argv=lambda ctx: ["false"])
+    result = run_example(lab_handle, spec, SERVER, CLIENT, {"timeout": 60})
+    assert result.status == "failed" and result.reason == "client exited with 1", explain(result)
+    assert "waiting" in result.server_output, explain(result)
+    assert result.seconds < 30, result.seconds  # not the in-node bound (70 s)
+    left = lab_handle.run(SERVER, ["pgrep", "-a", "-f", "sleep 997"], timeout=60)
+    assert left.returncode == 1, f"still running in {SERVER}: {left.stdout}"
