@@ -1,9 +1,44 @@
 #!/usr/bin/env bash
 # The whole test suite: set up, lint and type-check, then unit and integration tests
-# (integration tests boot real qemu nodes with real rxe devices).
+# (integration tests boot real qemu nodes with real rxe devices). Prints how long each
+# stage took at the end, also when a stage fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
-.venv/bin/ruff check labctl tests
-.venv/bin/mypy labctl
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+report=$(mktemp -d)
+stages=()
+started=$SECONDS
+
+print_timings() {
+    local rc=$?
+    echo
+    echo "stage timings (seconds):"
+    for line in "${stages[@]}"; do echo "  $line"; done
+    echo "  total $((SECONDS - started))"
+    if [ -s "$report/junit.xml" ]; then  # the counts last, for whoever reads the last line
+        python3 - "$report/junit.xml" <<'EOF'
+import sys
+import xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suite = root if root.tag == "testsuite" else root.find("testsuite")
+n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+failed = n["failures"] + n["errors"]
+print(f"tests: {n['tests'] - failed - n['skipped']} passed, {failed} failed, {n['skipped']} skipped")
+EOF
+    fi
+    rm -rf "$report"
+    exit "$rc"
+}
+trap print_timings EXIT
+
+stage() {  # stage NAME COMMAND...: run it, remember how long it took
+    local name=$1 t0=$SECONDS
+    shift
+    "$@" || { local rc=$?; stages+=("$name $((SECONDS - t0)) (failed)"); return "$rc"; }
+    stages+=("$name $((SECONDS - t0))")
+}
+
+stage setup ./scripts/setup.sh
+stage lint .venv/bin/ruff check labctl tests
+stage typecheck .venv/bin/mypy labctl
+stage tests .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 \
+    --junitxml="$report/junit.xml" "$@"
