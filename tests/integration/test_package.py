@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -53,9 +54,14 @@ def _must(result: subprocess.CompletedProcess[str]) -> str:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     started = time.monotonic()
     dist = tmp_path_factory.mktemp("dist")
+    # Built from a clean copy of the tree: setuptools leaves build/ behind, and a stale
+    # build/lib of an earlier run could slip deleted files into the wheel.
+    source = tmp_path_factory.mktemp("source") / "rdma-lab"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"))
     # No build isolation: the dev extra brings setuptools>=77, so nothing is downloaded here.
     _must(subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                          "--no-build-isolation", "-w", str(dist), str(REPO)],
+                          "--no-build-isolation", "-w", str(dist), str(source)],
                          capture_output=True, text=True, timeout=600, check=False))
     (wheel,) = dist.glob("labctl-*.whl")
     assert wheel.name == f"labctl-{labctl.__version__}-py3-none-any.whl"

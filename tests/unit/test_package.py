@@ -12,6 +12,7 @@ import fnmatch
 import importlib.metadata
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -83,6 +84,28 @@ def test_providers_read_the_packaged_copies() -> None:
     assert any(c.startswith("CMD ") for c in import_changes())
     assert (vagrantfile_dir() / "Vagrantfile").read_bytes() == (REPO / "Vagrantfile").read_bytes()
     assert "labctl.verbs" not in str(vagrantfile_dir())  # the data dir, not a code dir
+
+
+@pytest.mark.skipif(shutil.which("ruby") is None, reason="ruby not installed")
+def test_the_packaged_vagrantfile_finds_its_files_in_site_packages(tmp_path: Path) -> None:
+    """Installed, the Vagrantfile sits in site-packages/labctl/data: the node-side code and
+    the package list are two levels up, the topologies beside it."""
+    site = tmp_path / "site-packages"
+    shutil.copytree(REPO / "labctl", site / "labctl",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    script = ('load ARGV[0]; l = LabctlVagrant; puts l.root, l.node_packages.size, '
+              'l.node_code_files.include?("labctl/nodeside/node-commands.sh"), '
+              'l.load_lab({})["name"], l.load_lab({"LABCTL_TOPOLOGY" => '
+              '"topologies/siw-pair.yaml"})["name"]')
+    result = subprocess.run(["ruby", "-e", script, str(site / "labctl/data/Vagrantfile")],
+                            env={**os.environ, "LABCTL_VAGRANTFILE_LIBRARY": "1"},
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    from labctl.images.recipes import node_packages
+
+    assert result.stdout.split() == [str(site), str(len(node_packages())), "true", "two-node",
+                                     "siw-pair"]
 
 
 def test_dependencies_and_extras() -> None:
