@@ -171,6 +171,30 @@ def test_validate_and_topologies_by_name_from_any_directory(
     assert rows["docker-two-node"][2] == "docker"
 
 
+def test_up_takes_a_shipped_name_from_any_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`labctl up two-node` in an empty directory gets the shipped file's lab (the provider
+    is replaced: it records the lab and refuses to boot anything)."""
+    import labctl.cli.up as up_module
+    from labctl.errors import LabctlError
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(tmp_path / "labs"))
+    seen = []
+
+    def provider_for(lab: Any, labdir: Any) -> None:
+        seen.append(lab)
+        raise LabctlError("no booting in unit tests")
+
+    monkeypatch.setattr(up_module, "provider_for", provider_for)
+    code, _, err = run_cli(monkeypatch, capsys, "up", "siw-pair", "--accel", "tcg")
+    assert code == 1 and "no booting in unit tests" in err
+    (lab,) = seen
+    assert (lab.name, lab.source) == ("siw-pair", str(data_path("topologies", "siw-pair.yaml")))
+    assert [n.rdma for n in lab.nodes] == ["siw", "siw"]
+
+
 def test_up_of_an_unknown_name_is_refused_before_anything(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
