@@ -205,7 +205,8 @@ def rping(
 
 @run_app.command()
 def perftest(
-    test: str = typer.Argument(..., help=f"One of: {', '.join(PERFTESTS)}."),
+    test: str = typer.Argument(..., help=f"One of: {', '.join(PERFTESTS)}.", metavar="TEST",
+                               autocompletion=complete.choices(*PERFTESTS)),
     server: str = ServerOption,
     client: str = ClientOption,
     iters: int = typer.Option(100, "--iters", "-n", help="Iterations (perftest -n)."),

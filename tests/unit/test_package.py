@@ -297,6 +297,7 @@ def test_shell_completion_through_the_real_entry_point(two_labs: Path, tmp_path:
     assert tab("exec", "--lab", "ut-two", "node") == ["node1", "node2"]
     assert tab("status", "--lab", "ut-th") == ["ut-three"]
     assert tab("run", "pingpong", "--transport", "u") == ["uc", "ud"]
+    assert tab("run", "perftest", "ib_send") == ["ib_send_lat", "ib_send_bw"]
 
 
 def test_completion_can_be_installed(monkeypatch: pytest.MonkeyPatch,
