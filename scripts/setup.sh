@@ -12,11 +12,24 @@ packages=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs zstd cpio openssh-clie
 # Optional: Debian's vagrant lets the tests run `vagrant validate` (not every release has it).
 optional=(vagrant)
 missing=()
+# Each check captures the command's output first, then tests it: `cmd | grep -q` under
+# pipefail fails when grep exits at its first match and cmd then dies of SIGPIPE (that
+# once reported an installable vagrant as "not available here").
+installed() {
+    local status
+    status=$(dpkg-query -W -f '${Status}' "$1" 2>/dev/null) || return 1
+    [[ $status == *"ok installed"* ]]
+}
+available() {
+    local policy
+    policy=$(apt-cache policy "$1" 2>/dev/null) || return 1
+    [[ $policy =~ Candidate:\ [0-9] ]]
+}
 for pkg in "${packages[@]}"; do
-    dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+    installed "$pkg" || missing+=("$pkg")
 done
 for pkg in "${optional[@]}"; do
-    dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg?")
+    installed "$pkg" || missing+=("$pkg?")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "setup.sh: installing ${missing[*]}"
@@ -25,7 +38,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     for pkg in "${missing[@]}"; do
         case "$pkg" in
             *\?) name=${pkg%\?}
-                  if apt-cache policy "$name" 2>/dev/null | grep -q "Candidate: [0-9]"; then
+                  if available "$name"; then
                       required+=("$name")
                   else
                       echo "setup.sh: $name is not available here; its tests will be skipped"

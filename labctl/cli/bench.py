@@ -9,6 +9,7 @@ from rich.table import Table
 
 from labctl.cli.common import LabOption, console, err_console
 from labctl.cli.run import ClientOption, ServerOption, TimeoutOption, pick_nodes
+from labctl.errors import UsageError
 from labctl.lab.handle import open_lab
 from labctl.runners.bench import BenchReport, plot, run_bench
 from labctl.runners.execute import RunResult, command_line
@@ -45,6 +46,17 @@ def print_report(report: BenchReport) -> None:
                   "(< 1: RDMA faster)")
 
 
+def require_matplotlib() -> None:
+    """--plot needs the `plot` extra: say so before minutes of benchmarking, not after."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            "--plot needs matplotlib, which is not installed",
+            hint="pip install 'labctl[plot]' (pipx: pipx inject labctl matplotlib)",
+        ) from None
+
+
 def _show_failure(r: RunResult) -> None:
     err_console.print(f"[bold red]{r.label} failed[/]: {r.reason}")
     err_console.print(f"--- server {r.server}: {command_line(r.server_argv)}\n"
@@ -60,12 +72,15 @@ def bench(
     iters: int = typer.Option(200, "--iters", "-n", help="Round trips per run."),
     rounds: int = typer.Option(3, "--rounds", help="Runs of each implementation (median)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-    plot_file: str = typer.Option(None, "--plot", help="Draw a chart into this PNG file."),
+    plot_file: str = typer.Option(None, "--plot", help="Draw a chart into this PNG file.",
+                                 metavar="FILE.png"),
     timeout: float = TimeoutOption,
     lab: str = LabOption,
 ) -> None:
     """C ibv_rc_pingpong vs labctl's Python RC pingpong vs a TCP ping-pong (same size, same
     two nodes, same run): latency, message rate, throughput and their ratios."""
+    if plot_file:
+        require_matplotlib()
     handle = open_lab(lab)
     server, client = pick_nodes(handle, server, client)
 

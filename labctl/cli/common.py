@@ -10,12 +10,20 @@ from contextlib import contextmanager
 import typer
 from rich.console import Console
 
+from labctl.cli import complete
 from labctl.providers.base import Progress
 
 console = Console(highlight=False, width=None if Console().is_terminal else 120)
 err_console = Console(stderr=True, highlight=False)
 
-LabOption = typer.Option(None, "--lab", help="Lab name (default: the only lab that is up).")
+LabOption = typer.Option(None, "--lab", help="Lab name (default: the only lab that is up).",
+                         metavar="NAME", autocompletion=complete.lab_names)
+NodeArgument = typer.Argument(..., metavar="NODE", help="Node name.",
+                              autocompletion=complete.node_names)
+TopologyArgument = typer.Argument(
+    ..., metavar="TOPOLOGY", autocompletion=complete.topologies,
+    help="Topology file (YAML), or the name of a shipped one (`labctl topologies`).",
+)
 
 _ELAPSED = re.compile(r"\(\d+ s\)")
 

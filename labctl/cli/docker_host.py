@@ -13,6 +13,8 @@ import time
 import typer
 
 from labctl.cli.common import console, progress_reporter
+from labctl.cli.complete import choice_metavar, choices
+from labctl.cli.up import ACCELS
 from labctl.errors import LabctlError, UsageError
 
 docker_host_app = typer.Typer(
@@ -25,14 +27,15 @@ docker_host_app = typer.Typer(
 def up(
     memory: int = typer.Option(None, help="MiB of VM RAM (default 1024)."),
     cpus: int = typer.Option(None, help="Virtual CPUs (default 2 under KVM, 1 under TCG)."),
-    accel: str = typer.Option("auto", help="qemu accelerator: auto (probe KVM), kvm or tcg."),
+    accel: str = typer.Option("auto", help="qemu accelerator: auto (probe KVM), kvm or tcg.",
+                              metavar=choice_metavar(*ACCELS), autocompletion=choices(*ACCELS)),
     mirror: str = typer.Option(None, help="Debian mirror URL for the image build."),
     timeout: float = typer.Option(600, help="Seconds to wait for the VM and its engine."),
 ) -> None:
     """Start the Docker host VM and its engine (a no-op when they run)."""
     from labctl.dockerhost.vm import DEFAULT_CPUS, DEFAULT_MEMORY_MIB, DockerHostVM
 
-    if accel not in ("auto", "kvm", "tcg"):
+    if accel not in ACCELS:
         raise UsageError(f"--accel must be auto, kvm or tcg (got {accel!r})")
     vm = DockerHostVM()
     started = time.monotonic()

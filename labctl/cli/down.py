@@ -8,11 +8,13 @@ from pathlib import Path
 import typer
 import yaml
 
+from labctl.cli import complete
 from labctl.cli.common import LabOption, console
 from labctl.errors import LabctlError
 from labctl.lab.labdir import LabDir, running_labs
 from labctl.net import labnet
 from labctl.providers import provider_for
+from labctl.topology.catalog import find_topology
 from labctl.topology.model import LAB_NAME_RE
 from labctl.topology.resolved import Lab
 
@@ -50,7 +52,9 @@ def destroy_lab(name: str) -> list[str]:
 
 
 def down(
-    topology: Path = typer.Argument(None, help="Topology file of the lab (or use --lab)."),
+    topology: str = typer.Argument(None, help="Topology file of the lab, or a shipped "
+                                   "topology's name (or use --lab).", metavar="TOPOLOGY",
+                                   autocompletion=complete.topologies),
     lab: str = LabOption,
     all_labs: bool = typer.Option(False, "--all", help="Remove every lab."),
 ) -> None:
@@ -62,7 +66,7 @@ def down(
         )
         names = [n for n in names if re.match(LAB_NAME_RE, n)]  # never a path like ".."
     elif lab or topology:
-        names = [lab or _name_from_topology(topology)]
+        names = [lab or _name_from_topology(find_topology(topology))]
     else:
         names = running_labs()
         if len(names) > 1:

@@ -6,13 +6,14 @@ import os
 
 import typer
 
-from labctl.cli.common import LabOption
+from labctl.cli.common import LabOption, NodeArgument
 from labctl.lab.handle import open_lab
 
 
 def exec_command(
-    node: str = typer.Argument(..., help="Node name."),
-    command: list[str] = typer.Argument(None, help="Command and arguments (after --)."),
+    node: str = NodeArgument,
+    command: list[str] = typer.Argument(None, help="Command and arguments (after --).",
+                                        metavar="COMMAND"),
     lab: str = LabOption,
 ) -> None:
     """Run COMMAND in NODE (an interactive shell when no command is given)."""

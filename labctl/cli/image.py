@@ -18,7 +18,8 @@ image_app = typer.Typer(help="Build and list node images.", no_args_is_help=True
 
 @image_app.command()
 def build(
-    name: str = typer.Argument("trixie", help=f"Image recipe: {', '.join(RECIPES)}."),
+    name: str = typer.Argument("trixie", help=f"Image recipe: {', '.join(RECIPES)}.",
+                               metavar="NAME"),
     mirror: str = typer.Option(None, help="Debian mirror URL (default: mmdebstrap's)."),
     force: bool = typer.Option(False, help="Rebuild even if the cache has it."),
 ) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from labctl.cli import complete
 from labctl.cli.common import LabOption
 
 if TYPE_CHECKING:
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
 
 NODE_MODULE = "labctl.verbs"
 
-NODES_ARG = typer.Argument(None, help="Nodes to inspect (default: every node of the lab).")
+NODES_ARG = typer.Argument(None, help="Nodes to inspect (default: every node of the lab).",
+                           metavar="NODE", autocompletion=complete.node_names)
 
 
 def _open(lab: str | None) -> LabHandle:
@@ -137,7 +139,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("asyncwatch")
     def asyncwatch(
-        node: str = typer.Argument(..., help="Node to watch."),
+        node: str = typer.Argument(..., help="Node to watch.", metavar="NODE",
+                                   autocompletion=complete.node_names),
         ib_dev: str | None = typer.Option(None, "-d", "--ib-dev", help="Device (default first)."),
         as_json: bool = typer.Option(False, "--json", help="One JSON object per event."),
         lab: str | None = LabOption,

@@ -6,6 +6,7 @@ import re
 
 import typer
 
+from labctl.cli import complete
 from labctl.cli.common import LabOption, console
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle, open_lab
@@ -49,8 +50,10 @@ def netem_args(loss: str | None, delay: str | None) -> list[str]:
 
 @link_app.command("set")
 def set_link(
-    endpoint: str = typer.Argument(..., help="NODE:IF, e.g. node1:eth1."),
-    state: str = typer.Argument(None, help="up or down (carrier on/off)."),
+    endpoint: str = typer.Argument(..., help="NODE:IF, e.g. node1:eth1.", metavar="NODE:IF",
+                                   autocompletion=complete.endpoints),
+    state: str = typer.Argument(None, help="up or down (carrier on/off).", metavar="up|down",
+                                autocompletion=complete.choices("up", "down")),
     loss: str = typer.Option(None, "--loss", help="Drop this share of frames sent, e.g. 5%."),
     delay: str = typer.Option(None, "--delay", help="Delay frames sent by this much, e.g. 10ms."),
     clear: bool = typer.Option(False, "--clear", help="Remove loss and delay."),

@@ -8,6 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from labctl.cli import complete
 from labctl.cli.common import LabOption, console, err_console
 from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle, open_lab
@@ -24,8 +25,11 @@ from labctl.runners.matrix import run_matrix
 run_app = typer.Typer(help="Run rdma-core example programs across the lab's nodes.",
                       no_args_is_help=True)
 
-ServerOption = typer.Option(None, "--server", help="Server node (default: the first node).")
-ClientOption = typer.Option(None, "--client", help="Client node (default: the second node).")
+TRANSPORTS = ("rc", "uc", "ud", "srq")  # --transport's choices (checked in pingpong)
+ServerOption = typer.Option(None, "--server", help="Server node (default: the first node).",
+                            metavar="NODE", autocompletion=complete.node_names)
+ClientOption = typer.Option(None, "--client", help="Client node (default: the second node).",
+                            metavar="NODE", autocompletion=complete.node_names)
 JsonOption = typer.Option(False, "--json", help="Print the result record(s) as JSON.")
 TimeoutOption = typer.Option(None, "--timeout", help="Seconds before a run counts as failed.")
 
@@ -146,7 +150,9 @@ ClientImplOption = typer.Option(None, "--client-impl", help="Client implementati
 
 @run_app.command()
 def pingpong(
-    transport: str = typer.Option("rc", "--transport", "-t", help="rc, uc, ud or srq."),
+    transport: str = typer.Option("rc", "--transport", "-t", help="rc, uc, ud or srq.",
+                                  metavar=complete.choice_metavar(*TRANSPORTS),
+                                  autocompletion=complete.choices(*TRANSPORTS)),
     impl: str = ImplOption,
     client_impl: str = ClientImplOption,
     server: str = ServerOption,
@@ -199,7 +205,8 @@ def rping(
 
 @run_app.command()
 def perftest(
-    test: str = typer.Argument(..., help=f"One of: {', '.join(PERFTESTS)}."),
+    test: str = typer.Argument(..., help=f"One of: {', '.join(PERFTESTS)}.", metavar="TEST",
+                               autocompletion=complete.choices(*PERFTESTS)),
     server: str = ServerOption,
     client: str = ClientOption,
     iters: int = typer.Option(100, "--iters", "-n", help="Iterations (perftest -n)."),
@@ -221,8 +228,10 @@ def perftest(
 
 @run_app.command()
 def mckey(
-    server: str = typer.Option(None, "--server", help="Receiver node (default: the first)."),
-    client: str = typer.Option(None, "--client", help="Sender node (default: the second)."),
+    server: str = typer.Option(None, "--server", help="Receiver node (default: the first).",
+                               metavar="NODE", autocompletion=complete.node_names),
+    client: str = typer.Option(None, "--client", help="Sender node (default: the second).",
+                               metavar="NODE", autocompletion=complete.node_names),
     count: int = typer.Option(4, "--count", "-C", help="Messages expected by the receiver."),
     group: str = typer.Option(MCKEY_GROUP, "--group", "-m", help="Multicast address."),
     wait: int = typer.Option(20, "--wait", help="Seconds the receiver waits at most."),

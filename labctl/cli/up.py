@@ -4,45 +4,55 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from pathlib import Path
 
 import typer
 
-from labctl.cli.common import console, progress_reporter
+from labctl.cli.common import TopologyArgument, console, progress_reporter
+from labctl.cli.complete import choice_metavar, choices
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.labdir import LabDir
 from labctl.providers import provider_for
 
+# Choices of the options (shown in --help, completed); checked below, with these messages.
+ACCELS = ("auto", "kvm", "tcg")
+PROVIDERS = ("qemu", "docker", "vagrant")
+ENGINES = ("vm", "local")
+
 
 def up(
-    topology: Path = typer.Argument(..., help="Topology file (YAML)."),
-    accel: str = typer.Option("auto", help="qemu accelerator: auto (probe KVM), kvm or tcg."),
-    mirror: str = typer.Option(None, help="Debian mirror URL for image builds."),
-    timeout: float = typer.Option(300, help="Seconds to wait for every node to be ready."),
+    topology: str = TopologyArgument,
+    accel: str = typer.Option("auto", help="qemu accelerator: auto (probe KVM), kvm or tcg.",
+                              metavar=choice_metavar(*ACCELS), autocompletion=choices(*ACCELS)),
+    mirror: str = typer.Option(None, help="Debian mirror URL for image builds.", metavar="URL"),
+    timeout: float = typer.Option(300, help="Seconds to wait for every node to be ready.",
+                                  metavar="SECONDS"),
     provider_name: str = typer.Option(
-        None, "--provider", help="qemu, docker or vagrant (overrides the topology's)."
+        None, "--provider", help="qemu, docker or vagrant (overrides the topology's).",
+        metavar=choice_metavar(*PROVIDERS), autocompletion=choices(*PROVIDERS),
     ),
     engine: str = typer.Option(
-        None, "--engine", help="docker provider: vm (labctl's Docker host VM) or local."
+        None, "--engine", help="docker provider: vm (labctl's Docker host VM) or local.",
+        metavar=choice_metavar(*ENGINES), autocompletion=choices(*ENGINES),
     ),
 ) -> None:
     """Start the lab described by TOPOLOGY and wait until every RDMA device is ACTIVE."""
     from labctl.cli.status import print_status
+    from labctl.topology.catalog import find_topology
     from labctl.topology.load import load_lab
 
-    if accel not in ("auto", "kvm", "tcg"):
+    if accel not in ACCELS:
         raise UsageError(f"--accel must be auto, kvm or tcg (got {accel!r})")
-    lab = load_lab(topology)
+    lab = load_lab(find_topology(topology))
     options = dict(lab.provider_options)
     options["accel"] = accel
     if mirror:
         options["mirror"] = mirror
     if engine is not None:
-        if engine not in ("vm", "local"):
+        if engine not in ENGINES:
             raise UsageError(f"--engine must be vm or local (got {engine!r})")
         options["engine"] = engine
     if provider_name is not None:
-        if provider_name not in ("qemu", "docker", "vagrant"):
+        if provider_name not in PROVIDERS:
             raise UsageError(f"--provider must be qemu, docker or vagrant (got {provider_name!r})")
         lab = dataclasses.replace(lab, provider=provider_name)
     lab = dataclasses.replace(lab, provider_options=options)

@@ -6,10 +6,11 @@ building the CLI stays fast.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+
+from labctl.cli.common import TopologyArgument
 
 if TYPE_CHECKING:
     from labctl.topology.resolved import Lab
@@ -55,15 +56,17 @@ def summary(lab: Lab) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("validate")
     def validate(
-        topology: Path = typer.Argument(..., help="Topology file (YAML)."),
+        topology: str = TopologyArgument,
         as_json: bool = typer.Option(False, "--json", help="Print the resolved lab as JSON."),
     ) -> None:
-        """Check a topology file and show the lab it describes (addresses, MACs, devices)."""
+        """Check a topology (a file or a shipped one) and show the lab it describes
+        (addresses, MACs, devices)."""
         from labctl.errors import LabctlError
+        from labctl.topology.catalog import find_topology
         from labctl.topology.load import load_lab
 
         try:
-            lab = load_lab(topology)
+            lab = load_lab(find_topology(topology))
         except LabctlError as exc:
             # Report here too (not only in main()) so that the exit code and message are
             # the same when the app is driven directly, e.g. by tests.

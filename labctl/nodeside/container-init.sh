@@ -16,6 +16,7 @@ fail() { say "fail $*"; exec sleep infinity; }
 
 [ -r /etc/labctl/node.env ] || fail "missing /etc/labctl/node.env"
 . /etc/labctl/node.env
+sh /opt/labctl/labctl/nodeside/node-commands.sh || fail "cannot install labctl-devinfo & co"
 ip link set lo up
 
 say "stage network"

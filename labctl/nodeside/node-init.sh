@@ -22,6 +22,7 @@ mount -t tmpfs tmpfs /dev/shm
 . /etc/labctl/node.env
 hostname "$LABCTL_NODE"
 echo "$LABCTL_NODE" > /etc/hostname
+sh /opt/labctl/labctl/nodeside/node-commands.sh || fail "cannot install labctl-devinfo & co"
 
 say "stage modules"
 # Entropy from the host (virtio-rng): otherwise sshd waits seconds for the kernel's CRNG.

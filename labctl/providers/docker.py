@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import labctl
+from labctl.data import data_path
 from labctl.dockerhost.engine import Engine, resolve_engine, sdk
 from labctl.errors import LabctlError
 from labctl.images.builder import Image, build_image
@@ -55,8 +56,8 @@ IMPORT_EXCLUDES = ("./usr/lib/modules", "./lost+found", "./boot")
 
 
 def docker_dir() -> Path:
-    """The repository's docker/ directory (the node image's import recipe)."""
-    return Path(labctl.__file__).resolve().parent.parent / "docker"
+    """labctl's copy of the checkout's docker/ directory (the node image's import recipe)."""
+    return data_path("docker")
 
 
 def import_changes() -> list[str]:
@@ -65,7 +66,7 @@ def import_changes() -> list[str]:
     try:
         text = path.read_text()
     except OSError:
-        raise LabctlError(f"{path} is missing", hint="run labctl from its source tree") from None
+        raise LabctlError(f"{path} is missing", hint="reinstall labctl") from None
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
 
 

@@ -46,13 +46,14 @@ INSTALL_HINT = (
 
 
 def vagrantfile_dir() -> Path:
-    """The directory holding the Vagrantfile: the source tree (LABCTL_VAGRANTFILE_DIR overrides)."""
+    """The directory holding the Vagrantfile: labctl's copy of the checkout's (labctl/data),
+    so an installed labctl has it too (LABCTL_VAGRANTFILE_DIR overrides)."""
     override = os.environ.get("LABCTL_VAGRANTFILE_DIR")
     if override:
         return Path(override)
-    import labctl
+    from labctl.data import data_path
 
-    return Path(labctl.__file__).resolve().parent.parent
+    return data_path()
 
 
 def rdma_device_name(node: Node) -> str:

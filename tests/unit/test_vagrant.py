@@ -525,7 +525,7 @@ def test_create_runs_vagrant_up_on_the_lab(tmp_path: Path, fake: Fake) -> None:
     up, ssh_config = [c for c in fake.calls() if c["argv"][0] != "plugin"]
     assert up["argv"] == ["up", "--provider", "libvirt", "--no-color"]
     assert up["env"] == {
-        "VAGRANT_CWD": str(REPO),
+        "VAGRANT_CWD": str(REPO / "labctl" / "data"),  # the packaged Vagrantfile
         "VAGRANT_DOTFILE_PATH": str(provider.labdir.path / ".vagrant"),
         "LABCTL_LAB_JSON": str(provider.labdir.lab_file),
         "LABCTL_TOPOLOGY": None,
