@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from labctl.cli.common import console, progress_reporter
+from labctl.cli.common import console, progress_reporter, seconds
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.labdir import LabDir
 from labctl.providers import provider_for
@@ -18,7 +18,8 @@ def up(
     topology: Path = typer.Argument(..., help="Topology file (YAML)."),
     accel: str = typer.Option("auto", help="qemu accelerator: auto (probe KVM), kvm or tcg."),
     mirror: str = typer.Option(None, help="Debian mirror URL for image builds."),
-    timeout: float = typer.Option(300, help="Seconds to wait for every node to be ready."),
+    timeout: float = typer.Option(300, help="Seconds to wait for every node to be ready.",
+                                  callback=seconds("timeout")),
     provider_name: str = typer.Option(
         None, "--provider", help="qemu, docker or vagrant (overrides the topology's)."
     ),

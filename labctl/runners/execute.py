@@ -10,7 +10,7 @@ from typing import Any
 
 from labctl.errors import LabctlError
 from labctl.lab.handle import LabHandle
-from labctl.runners.spec import Endpoint, ExampleSpec, RunContext
+from labctl.runners.spec import Endpoint, ExampleSpec, RunContext, check_options
 
 READY_WAIT_SECONDS = 30.0
 
@@ -131,6 +131,7 @@ def run_example(
     client_node: str,
     options: dict[str, Any],
 ) -> RunResult:
+    options = check_options(options)  # values reach argv and shell snippets in the nodes
     result = RunResult(spec.name, spec.variant, server_node, client_node, "failed",
                        key_figure=spec.key_figure)
     server_ep, client_ep = endpoint(handle, server_node), endpoint(handle, client_node)
