@@ -8,7 +8,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from labctl.errors import LabctlError
+from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import LabHandle
 from labctl.runners.spec import Endpoint, ExampleSpec, RunContext, check_options
 
@@ -48,10 +48,14 @@ class RunResult:
 
 def endpoint(handle: LabHandle, node: str) -> Endpoint:
     """The node's RDMA device, GID index and data address (GID index cached at `up`)."""
+    names = [n.name for n in handle.lab.nodes]
+    if node not in names:
+        raise UsageError(f"lab {handle.lab.name} has no node {short_repr(node)}",
+                         hint=f"nodes: {', '.join(names)}")
     lab_node = handle.lab.node(node)
     iface = lab_node.rdma_interface
     if iface is None:
-        raise LabctlError(
+        raise UsageError(
             f"node {node} has no RDMA device (rdma: {lab_node.rdma})",
             hint="choose other nodes with --server/--client",
         )
