@@ -35,15 +35,10 @@ from labctl.runners.examples import (
     recvs_counter,
 )
 from labctl.runners.spec import Endpoint, RunContext, check_options
+from labctl.topology.checks import Subnets, free_subnets
 from labctl.topology.errors import TopologyError
-from labctl.topology.load import (
-    MAX_FILE_BYTES,
-    _free_subnets,
-    _Subnets,
-    load_lab,
-    parse_topology,
-    resolve,
-)
+from labctl.topology.load import load_lab, parse_topology, resolve
+from labctl.topology.reading import MAX_FILE_BYTES
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_NODE = REPO / "topologies/two-node.yaml"
@@ -407,7 +402,7 @@ _nets = st.builds(lambda a, p: ipaddress.IPv4Network((a >> (32 - p) << (32 - p),
 @given(st.lists(_nets, max_size=12), st.integers(17, 26))
 def test_free_subnets_match_the_quadratic_version(taken: list[Any], prefix: int) -> None:
     pool = ipaddress.IPv4Network("172.16.0.0/16")
-    fast = list(_free_subnets(pool, prefix, taken))
+    fast = list(free_subnets(pool, prefix, taken))
     slow = [n for n in list(pool.subnets(new_prefix=prefix))[1:]
             if not any(t.overlaps(n) for t in taken)]
     assert fast == slow
@@ -416,7 +411,7 @@ def test_free_subnets_match_the_quadratic_version(taken: list[Any], prefix: int)
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_nets, min_size=1, max_size=15))
 def test_first_overlap_matches_the_quadratic_version(nets: list[Any]) -> None:
-    seen = _Subnets()
+    seen = Subnets()
     for i, net in enumerate(nets):
         slow = next((k for k in range(i) if nets[k].overlaps(net)), None)
         assert seen.first_overlap(net) == slow
