@@ -73,9 +73,11 @@ _INT_RANGES: dict[str, tuple[int, int, int]] = {
     "rx_depth": (1, 1 << 16, 500),
     "port": (1, 65535, 18515),
     "wait": (1, 3600, 20),
+    # Bounded only: the pingpongs themselves refuse an MTU other than 256..4096 in powers
+    # of two, and that refusal is a failed run (exit 1) the integration tests rely on.
+    "mtu": (1, 65535, 1024),
 }
-PATH_MTUS = (256, 512, 1024, 2048, 4096)
-_EXAMPLES = {"mtu": "1024", "timeout": "60", "group": "239.1.1.1",
+_EXAMPLES = {"timeout": "60", "group": "239.1.1.1",
              **{k: str(v[2]) for k, v in _INT_RANGES.items()}}
 
 
@@ -108,10 +110,6 @@ def check_options(options: dict[str, Any]) -> dict[str, Any]:
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise _bad(option, value, f"a whole number from {low} to {high}")
             checked[option] = value
-        elif option == "mtu":
-            if value not in PATH_MTUS or isinstance(value, bool):
-                raise _bad(option, value, "one of " + ", ".join(map(str, PATH_MTUS)))
-            checked[option] = value
         elif option == "timeout":
             checked[option] = check_seconds(option, value)
         elif option == "group":
@@ -124,7 +122,7 @@ def check_options(options: dict[str, Any]) -> dict[str, Any]:
     return checked
 
 
-KNOWN_OPTIONS = frozenset({*_INT_RANGES, "mtu", "timeout", "group", "verbose", "rdma_cm"})
+KNOWN_OPTIONS = frozenset({*_INT_RANGES, "timeout", "group", "verbose", "rdma_cm"})
 
 
 def check_multicast_group(value: Any) -> str:

@@ -132,7 +132,7 @@ BAD_OPTIONS: list[dict[str, Any]] = [
     {"timeout": -5}, {"timeout": 0}, {"timeout": math.nan}, {"timeout": math.inf},
     {"timeout": 1e9}, {"timeout": True}, {"port": 0}, {"port": 65536}, {"port": -1},
     {"size": 0}, {"size": -4096}, {"size": 1 << 40}, {"iters": 0}, {"iters": "100"},
-    {"count": 0}, {"wait": 0}, {"wait": -1}, {"rx_depth": 0}, {"mtu": 1000}, {"mtu": 0},
+    {"count": 0}, {"wait": 0}, {"wait": -1}, {"rx_depth": 0}, {"mtu": 70000}, {"mtu": 0},
     {"group": "239.1.1.1; touch pwned #"}, {"group": "10.0.0.1"}, {"group": "ff02::1"},
     {"group": "-x"}, {"group": "239.1.1.1\n"}, {"group": 239}, {"bogus": 1},
 ]
@@ -214,7 +214,7 @@ BAD_CLI: list[tuple[list[str], str]] = [
     (["run", "pingpong", *LAB, "--timeout", "inf"], "--timeout must be"),
     (["run", "pingpong", *LAB, "--port", "70000"], "--port must be"),
     (["run", "pingpong", *LAB, "--size", "0"], "--size must be"),
-    (["run", "pingpong", *LAB, "--mtu", "1000"], "--mtu must be"),
+    (["run", "pingpong", *LAB, "--mtu", "0"], "--mtu must be"),
     (["run", "rping", *LAB, "--count", "0"], "--count must be"),
     (["run", "perftest", "ib_send_bw", *LAB, "--iters", "-1"], "--iters must be"),
     (["run", "all", *LAB, "--iters", "0"], "--iters must be"),
