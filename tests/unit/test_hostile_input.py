@@ -416,3 +416,16 @@ def test_first_overlap_matches_the_quadratic_version(nets: list[Any]) -> None:
         slow = next((k for k in range(i) if nets[k].overlaps(net)), None)
         assert seen.first_overlap(net) == slow
         seen.add(net, i)
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("`not yaml`\n", "invalid YAML"),
+    ("- a list\n", "cannot tell the lab from this file (no name)"),
+    ("name: Bad_Name\n", "cannot tell the lab from this file (name 'Bad_Name')"),
+    ("name: x\n" + "[" * 100 + "\n", "nested deeper than"),
+])
+def test_down_of_a_file_without_a_usable_name(text: str, says: str, cli: Cli,
+                                               tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text(text)
+    _refused(cli, ["down", str(path)], says)
