@@ -226,6 +226,8 @@ BAD_CLI: list[tuple[list[str], str]] = [
     (["run", "pingpong", *LAB, "--server", "node9"], "has no node 'node9'"),
     (["run", "pingpong", *LAB, "--client", "ghost"], "nodes: node1, node2"),
     (["run", "mckey", *LAB, "--server", "x" * 5000], "…"),
+    (["exec", *LAB, "x" * 5000, "--", "true"], "bad node name 'xxx"),
+    (["exec", *LAB, "node1\n", "--", "true"], "bad node name 'node1\\n'"),
     (["link", "set", *LAB, "node1:eth1", "--delay", "10ms\n"], "bad --delay"),
     (["link", "set", *LAB, "node1:eth1", "--delay", "99999s"], "bad --delay"),
     (["link", "set", *LAB, "node1:eth1", "--loss", "5%\n"], "bad --loss"),
