@@ -18,3 +18,12 @@ class UsageError(LabctlError):
     """Bad input from the user (topology file, arguments): exit code 2, nothing created."""
 
     exit_code = 2
+
+
+def short_repr(value: object, limit: int = 60) -> str:
+    """repr() of a value for a message, cut to about `limit` characters with an ellipsis:
+    a hostile input (a 20 MB name) is never echoed whole."""
+    if isinstance(value, str | bytes):  # cut by characters: escapes make repr() longer
+        return repr(value[:limit]) + "…" if len(value) > limit else repr(value)
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"

@@ -7,12 +7,13 @@ import json
 import typer
 from rich.table import Table
 
-from labctl.cli.common import LabOption, console, err_console
+from labctl.cli.common import LabOption, console, err_console, int_range
 from labctl.cli.run import ClientOption, ServerOption, TimeoutOption, pick_nodes
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab
 from labctl.runners.bench import BenchReport, plot, run_bench
 from labctl.runners.execute import RunResult, command_line
+from labctl.runners.spec import check_options
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -70,7 +71,8 @@ def bench(
     client: str = ClientOption,
     size: int = typer.Option(4096, "--size", "-s", help="Message size in bytes."),
     iters: int = typer.Option(200, "--iters", "-n", help="Round trips per run."),
-    rounds: int = typer.Option(3, "--rounds", help="Runs of each implementation (median)."),
+    rounds: int = typer.Option(3, "--rounds", help="Runs of each implementation (median).",
+                               callback=int_range("--rounds", 1, 1000)),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     plot_file: str = typer.Option(None, "--plot", help="Draw a chart into this PNG file.",
                                  metavar="FILE.png"),
@@ -79,6 +81,7 @@ def bench(
 ) -> None:
     """C ibv_rc_pingpong vs labctl's Python RC pingpong vs a TCP ping-pong (same size, same
     two nodes, same run): latency, message rate, throughput and their ratios."""
+    check_options({"size": size, "iters": iters, "timeout": timeout})  # exit 2 before any run
     if plot_file:
         require_matplotlib()
     handle = open_lab(lab)

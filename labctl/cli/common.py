@@ -4,26 +4,63 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import typer
 from rich.console import Console
 
 from labctl.cli import complete
+from labctl.errors import UsageError
 from labctl.providers.base import Progress
+from labctl.runners.spec import check_seconds
 
 console = Console(highlight=False, width=None if Console().is_terminal else 120)
 err_console = Console(stderr=True, highlight=False)
 
+
+
+def _check_lab(value: str | None) -> str | None:
+    """--lab is checked as it is parsed: "" is refused (never "the only lab"), and so is
+    any text that is not a lab name (a path, "x\\n")."""
+    if value is None:
+        return None
+    from labctl.lab.labdir import check_lab_name  # pydantic-free, but keep startup lean
+
+    return check_lab_name(value)
+
+
 LabOption = typer.Option(None, "--lab", help="Lab name (default: the only lab that is up).",
-                         metavar="NAME", autocompletion=complete.lab_names)
+                         metavar="NAME", autocompletion=complete.lab_names, callback=_check_lab)
 NodeArgument = typer.Argument(..., metavar="NODE", help="Node name.",
                               autocompletion=complete.node_names)
 TopologyArgument = typer.Argument(
     ..., metavar="TOPOLOGY", autocompletion=complete.topologies,
     help="Topology file (YAML), or the name of a shipped one (`labctl topologies`).",
 )
+
+
+
+def seconds(option: str) -> Callable[[float | None], float | None]:
+    """A typer callback for a duration option: finite, above 0, at most a day (exit 2)."""
+
+    def check(value: float | None) -> float | None:
+        return None if value is None else check_seconds(option, value)
+
+    return check
+
+
+def int_range(flag: str, low: int, high: int) -> Callable[[int | None], int | None]:
+    """A typer callback for a whole-number option bounded to low..high (exit 2)."""
+
+    def check(value: int | None) -> int | None:
+        if value is not None and not low <= value <= high:
+            raise UsageError(f"{flag} must be a whole number from {low} to {high} (got {value})",
+                             hint=f"e.g. {flag} {low}")
+        return value
+
+    return check
+
 
 _ELAPSED = re.compile(r"\(\d+ s\)")
 

@@ -12,7 +12,7 @@ import time
 
 import typer
 
-from labctl.cli.common import console, progress_reporter
+from labctl.cli.common import console, int_range, progress_reporter, seconds
 from labctl.cli.complete import choice_metavar, choices
 from labctl.cli.up import ACCELS
 from labctl.errors import LabctlError, UsageError
@@ -25,12 +25,15 @@ docker_host_app = typer.Typer(
 
 @docker_host_app.command()
 def up(
-    memory: int = typer.Option(None, help="MiB of VM RAM (default 1024)."),
-    cpus: int = typer.Option(None, help="Virtual CPUs (default 2 under KVM, 1 under TCG)."),
+    memory: int = typer.Option(None, help="MiB of VM RAM (default 1024).",
+                               callback=int_range("--memory", 256, 65536)),
+    cpus: int = typer.Option(None, help="Virtual CPUs (default 2 under KVM, 1 under TCG).",
+                             callback=int_range("--cpus", 1, 64)),
     accel: str = typer.Option("auto", help="qemu accelerator: auto (probe KVM), kvm or tcg.",
                               metavar=choice_metavar(*ACCELS), autocompletion=choices(*ACCELS)),
     mirror: str = typer.Option(None, help="Debian mirror URL for the image build."),
-    timeout: float = typer.Option(600, help="Seconds to wait for the VM and its engine."),
+    timeout: float = typer.Option(600, help="Seconds to wait for the VM and its engine.",
+                                  callback=seconds("timeout")),
 ) -> None:
     """Start the Docker host VM and its engine (a no-op when they run)."""
     from labctl.dockerhost.vm import DEFAULT_CPUS, DEFAULT_MEMORY_MIB, DockerHostVM

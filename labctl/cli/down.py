@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import typer
-import yaml
 
 from labctl.cli import complete
 from labctl.cli.common import LabOption, console
@@ -20,13 +19,11 @@ from labctl.topology.resolved import Lab
 
 
 def _name_from_topology(path: Path) -> str:
-    try:
-        data = yaml.safe_load(path.read_text())
-        return str(data["name"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
-        raise LabctlError(
-            f"cannot read the lab name from {path}: {exc}", hint="use --lab NAME"
-        ) from None
+    """The lab name in a topology file, read with the topology loader's bounds (regular
+    file, size, depth): a binary file, a FIFO or /dev/zero exit 2 with a message."""
+    from labctl.topology.load import read_lab_name
+
+    return read_lab_name(path)
 
 
 def destroy_lab(name: str) -> list[str]:
@@ -64,7 +61,7 @@ def down(
             set(running_labs())
             | {ns.removeprefix(labnet.NETNS_PREFIX) for ns in labnet.lab_namespaces()}
         )
-        names = [n for n in names if re.match(LAB_NAME_RE, n)]  # never a path like ".."
+        names = [n for n in names if re.fullmatch(LAB_NAME_RE, n)]  # never a path like ".."
     elif lab or topology:
         names = [lab or _name_from_topology(find_topology(topology))]
     else:

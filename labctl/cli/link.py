@@ -8,26 +8,29 @@ import typer
 
 from labctl.cli import complete
 from labctl.cli.common import LabOption, console
-from labctl.errors import LabctlError, UsageError
+from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle, open_lab
 
 link_app = typer.Typer(help="Change the state of a node's data link.", no_args_is_help=True)
 
-_PERCENT = re.compile(r"^(\d+(?:\.\d+)?)%?$")
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)?$")
+# fullmatch only: with match(), `$` also accepts a trailing newline
+_PERCENT = re.compile(r"(\d{1,3}(?:\.\d{1,6})?)%?")
+_DURATION = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)(us|ms|s)?")
+_MAX_DELAY_US = 60_000_000  # a minute: more is a typo, and tc's own limit is near
 
 
 def parse_endpoint(handle: LabHandle, endpoint: str) -> tuple[str, str]:
     node, sep, ifname = endpoint.partition(":")
     if not sep:
-        raise UsageError(f"bad endpoint {endpoint!r}", hint="write NODE:IF, e.g. node1:eth1")
+        raise UsageError(f"bad endpoint {short_repr(endpoint)}",
+                         hint="write NODE:IF, e.g. node1:eth1")
     names = {i.name for i in handle.lab.node(node).interfaces} if node in {
         n.name for n in handle.lab.nodes} else None
     if names is None:
-        raise UsageError(f"lab {handle.lab.name} has no node {node!r}",
+        raise UsageError(f"lab {handle.lab.name} has no node {short_repr(node)}",
                          hint=f"nodes: {', '.join(n.name for n in handle.lab.nodes)}")
     if ifname not in names:
-        raise UsageError(f"node {node} has no data interface {ifname!r}",
+        raise UsageError(f"node {node} has no data interface {short_repr(ifname)}",
                          hint=f"its data interfaces: {', '.join(sorted(names)) or 'none'}")
     return node, ifname
 
@@ -36,14 +39,16 @@ def netem_args(loss: str | None, delay: str | None) -> list[str]:
     """tc netem arguments for the node (the lab host's kernel may have no netem)."""
     args: list[str] = []
     if delay:
-        match = _DURATION.match(delay)
-        if not match:
-            raise UsageError(f"bad --delay {delay!r}", hint="e.g. 10ms, 500us, 1s")
+        match = _DURATION.fullmatch(delay)
+        scale = {"us": 1, "ms": 1000, "s": 1_000_000}
+        if not match or float(match.group(1)) * scale[match.group(2) or "ms"] > _MAX_DELAY_US:
+            raise UsageError(f"bad --delay {short_repr(delay)}",
+                             hint="e.g. 10ms, 500us, 1s (at most 60 s)")
         args += ["delay", f"{match.group(1)}{match.group(2) or 'ms'}"]
     if loss:
-        match = _PERCENT.match(loss)
+        match = _PERCENT.fullmatch(loss)
         if not match or float(match.group(1)) > 100:
-            raise UsageError(f"bad --loss {loss!r}", hint="a percentage, e.g. 5%")
+            raise UsageError(f"bad --loss {short_repr(loss)}", hint="a percentage, e.g. 5%")
         args += ["loss", f"{match.group(1)}%"]
     return args
 
@@ -61,7 +66,7 @@ def set_link(
 ) -> None:
     """Take a data link down or up, or impair what the node sends on it (netem)."""
     if state not in (None, "up", "down"):
-        raise UsageError(f"link state must be up or down (got {state!r})")
+        raise UsageError(f"link state must be up or down (got {short_repr(state)})")
     if state is None and not (loss or delay or clear):
         raise UsageError("nothing to do", hint="give up|down, --loss, --delay or --clear")
     handle = open_lab(lab)

@@ -9,8 +9,8 @@ import typer
 from rich.table import Table
 
 from labctl.cli import complete
-from labctl.cli.common import LabOption, console, err_console
-from labctl.errors import UsageError
+from labctl.cli.common import LabOption, console, err_console, seconds
+from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import LabHandle, open_lab
 from labctl.runners.examples import (
     EXAMPLES,
@@ -21,6 +21,7 @@ from labctl.runners.examples import (
 )
 from labctl.runners.execute import RunResult, command_line, run_example
 from labctl.runners.matrix import run_matrix
+from labctl.runners.spec import check_options
 
 run_app = typer.Typer(help="Run rdma-core example programs across the lab's nodes.",
                       no_args_is_help=True)
@@ -31,11 +32,24 @@ ServerOption = typer.Option(None, "--server", help="Server node (default: the fi
 ClientOption = typer.Option(None, "--client", help="Client node (default: the second node).",
                             metavar="NODE", autocompletion=complete.node_names)
 JsonOption = typer.Option(False, "--json", help="Print the result record(s) as JSON.")
-TimeoutOption = typer.Option(None, "--timeout", help="Seconds before a run counts as failed.")
+TimeoutOption = typer.Option(None, "--timeout", help="Seconds before a run counts as failed.",
+                             callback=seconds("timeout"))
 
 
 def pick_nodes(handle: LabHandle, server: str | None, client: str | None) -> tuple[str, str]:
+    """The server and client nodes: as given (checked), or the first two with RDMA."""
     rdma_nodes = [n.name for n in handle.lab.nodes if n.rdma != "none"]
+    names = [n.name for n in handle.lab.nodes]
+    for flag, value in (("--server", server), ("--client", client)):
+        if value is None:
+            continue
+        if value not in names:
+            raise UsageError(f"{flag}: lab {handle.lab.name} has no node {short_repr(value)}",
+                             hint=f"nodes: {', '.join(names)}")
+        if value not in rdma_nodes:
+            raise UsageError(f"{flag}: node {value} has no RDMA device (rdma: none)",
+                             hint="nodes with RDMA devices: "
+                             + (", ".join(rdma_nodes) or "none"))
     server = server or (rdma_nodes[0] if rdma_nodes else None)
     client = client or next((n for n in rdma_nodes if n != server), None)
     if not server or not client:
@@ -129,6 +143,7 @@ def print_results(results: list[RunResult], as_json: bool, *, summary: bool = Fa
 
 def _run_one(name: str, variant: str, lab: str | None, server: str | None,
              client: str | None, options: dict[str, Any], as_json: bool) -> None:
+    options = check_options(options)  # bad values exit 2 before the lab is even opened
     handle = open_lab(lab)
     server, client = pick_nodes(handle, server, client)
     spec = EXAMPLES[(name, variant)]
@@ -257,9 +272,10 @@ def run_all(
     lab: str = LabOption,
 ) -> None:
     """Every example the two nodes' devices support, one summary; exit 1 on a failure."""
+    options = check_options({"iters": iters, "timeout": timeout})
     handle = open_lab(lab)
     server, client = pick_nodes(handle, server, client)
-    results = run_matrix(handle, server, client, {"iters": iters, "timeout": timeout},
+    results = run_matrix(handle, server, client, options,
                          progress=None if as_json else _progress)
     print_results(results, as_json, summary=True)
 

@@ -7,7 +7,7 @@ import time
 
 import typer
 
-from labctl.cli.common import TopologyArgument, console, progress_reporter
+from labctl.cli.common import TopologyArgument, console, progress_reporter, seconds
 from labctl.cli.complete import choice_metavar, choices
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.labdir import LabDir
@@ -25,7 +25,7 @@ def up(
                               metavar=choice_metavar(*ACCELS), autocompletion=choices(*ACCELS)),
     mirror: str = typer.Option(None, help="Debian mirror URL for image builds.", metavar="URL"),
     timeout: float = typer.Option(300, help="Seconds to wait for every node to be ready.",
-                                  metavar="SECONDS"),
+                                  metavar="SECONDS", callback=seconds("timeout")),
     provider_name: str = typer.Option(
         None, "--provider", help="qemu, docker or vagrant (overrides the topology's).",
         metavar=choice_metavar(*PROVIDERS), autocompletion=choices(*PROVIDERS),

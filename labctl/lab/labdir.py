@@ -19,18 +19,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from labctl.errors import LabctlError, UsageError
+from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.paths import state_root
 from labctl.topology.model import LAB_NAME_RE
 from labctl.topology.resolved import Lab
 
 
+def check_lab_name(name: str) -> str:
+    """`name` if it is a valid lab name, else UsageError (exit 2).
+
+    fullmatch: with re.match, `$` also matches before a trailing newline ("x\\n")."""
+    if not isinstance(name, str) or not re.fullmatch(LAB_NAME_RE, name):
+        raise UsageError(f"bad lab name {short_repr(name)}",
+                         hint="lab names are a lowercase letter then up to 19 of a-z, 0-9 "
+                         "and '-'")
+    return name
+
+
 class LabDir:
     def __init__(self, name: str, root: Path | None = None) -> None:
         # The name becomes a path that `down` removes: "..", "/" or "a/b" must never get there.
-        if not re.match(LAB_NAME_RE, name):
-            raise UsageError(f"bad lab name {name!r}",
-                             hint="lab names are lowercase letters, digits and '-' (max 20)")
+        check_lab_name(name)
         self.name = name
         self.path = (root or state_root()) / name
 
@@ -121,19 +130,21 @@ def running_labs(root: Path | None = None) -> list[str]:
 
 def find_labdir(name: str | None) -> LabDir:
     """The lab called `name`, or the only lab when no name is given."""
-    if name:
-        labdir = LabDir(name)
+    # Every refusal here is bad input (exit 2): the lab asked for does not exist, or the
+    # command needs a lab and none or several could be meant.
+    if name is not None:
+        labdir = LabDir(name)  # "" is refused there, not taken as "the only lab"
         if not labdir.path.exists():
-            raise LabctlError(
-                f"no lab named {name!r} is up",
+            raise UsageError(
+                f"no lab named {short_repr(name)} is up",
                 hint=f"labs up: {', '.join(running_labs()) or 'none'}",
             )
         return labdir
     labs = running_labs()
     if not labs:
-        raise LabctlError("no lab is up", hint="start one with `labctl up TOPOLOGY`")
+        raise UsageError("no lab is up", hint="start one with `labctl up TOPOLOGY`")
     if len(labs) > 1:
-        raise LabctlError(
+        raise UsageError(
             f"several labs are up ({', '.join(labs)})", hint="choose one with --lab NAME"
         )
     return LabDir(labs[0])

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from labctl.lab.handle import LabHandle
-from labctl.runners.examples import EXAMPLES, PINGPONG_PORT, RDMA_DEVICES
+from labctl.runners.examples import EXAMPLES, PINGPONG_PORT, RDMA_DEVICES, listening_probe
 from labctl.runners.execute import RunResult, run_example
 from labctl.runners.parsers import parse_pingpong
 from labctl.runners.spec import ExampleSpec, RunContext
@@ -36,7 +36,7 @@ TCP_PINGPONG = ExampleSpec(
     parse=parse_pingpong,
     parse_server=parse_pingpong,
     devices=RDMA_DEVICES,  # any node with a data address; the device is not used
-    ready_probe=lambda ctx: f"ss -Hltn 'sport = :{ctx.opt('port', PINGPONG_PORT)}' | grep -q .",
+    ready_probe=lambda ctx: listening_probe(ctx.opt("port", PINGPONG_PORT)),
     key_figure="usec_per_iter",
 )
 

@@ -11,13 +11,31 @@ from labctl.runners.spec import ExampleSpec, RunContext
 PINGPONG_PORT = 18515
 PERFTEST_PORT = 18515
 MCKEY_GROUP = "239.1.1.1"
-_LISTENING = "ss -Hltn 'sport = :{port}' | grep -q ."
 _CM_LISTEN = "rdma res show cm_id | grep -q LISTEN"
 
 RDMA_DEVICES = frozenset({"rxe", "siw"})
 ROCE_ONLY = frozenset({"rxe"})
 NO_VERBS_PINGPONG_ON_IWARP = ("iWARP (siw) supports RC through RDMA CM only; the verbs "
                               "pingpongs set up QPs without RDMA CM")
+
+
+# Ready probes and the mckey receiver are shell text run as root in the node: every value
+# in them is an int made here or passes through shlex.quote (values are also checked
+# before a run, see spec.check_options).
+def listening_probe(port: int) -> str:
+    """Exit 0 once something listens on TCP `port` in the node."""
+    return f"ss -Hltn {shlex.quote(f'sport = :{int(port)}')} | grep -q ."
+
+
+def group_joined_probe(group: str) -> str:
+    """Exit 0 once the node is a member of multicast `group` (its IGMP join shows)."""
+    return f"ip maddr show | grep -qwF -e {shlex.quote(group)}"
+
+
+def recvs_counter(device: str) -> str:
+    """Print the rxe device's count of receive completions."""
+    stat = shlex.join(["rdma", "statistic", "show", "link", f"{device}/1"])
+    return stat + " | awk '$1 == \"rdma_recvs\" {print $2}'"
 
 
 def _pingpong_args(ctx: RunContext, side: str, transport: str) -> list[str]:
@@ -70,7 +88,7 @@ def _pingpong(transport: str, server_impl: str = "c", client_impl: str = "c") ->
         parse_server=parse_pingpong,
         devices=ROCE_ONLY,
         unsupported_reason=NO_VERBS_PINGPONG_ON_IWARP,
-        ready_probe=lambda ctx: _LISTENING.format(port=ctx.opt("port", PINGPONG_PORT)),
+        ready_probe=lambda ctx: listening_probe(ctx.opt("port", PINGPONG_PORT)),
         key_figure="usec_per_iter",
     )
 
@@ -136,7 +154,7 @@ def _perftest(test: str) -> ExampleSpec:
         devices=RDMA_DEVICES,
         # -R listens through RDMA CM, otherwise on the TCP exchange port
         ready_probe=lambda ctx: (_CM_LISTEN if perftest_uses_cm(ctx) else
-                                 _LISTENING.format(port=ctx.opt("port", PERFTEST_PORT))),
+                                 listening_probe(ctx.opt("port", PERFTEST_PORT))),
         key_figure="t_typical_usec" if test.endswith("_lat") else "bw_average",
         timeout=120.0,
     )
@@ -144,15 +162,14 @@ def _perftest(test: str) -> ExampleSpec:
 
 # --- mckey (RDMA CM multicast over UD) -----------------------------------------------------
 MCKEY_UNSUPPORTED = "multicast needs UD QPs; iWARP (siw) has RC only"
-# The rxe counter of receive completions on the receiving device, before and after the run:
-# how many multicast messages reached the receiver's QP even when mckey is cut off.
-_RECVS = "rdma statistic show link {dev}/1 | awk '$1 == \"rdma_recvs\" {{print $2}}'"
 
 
 def _mckey_receiver(ctx: RunContext) -> list[str]:
     count = int(ctx.opt("count", 4))
     wait = int(ctx.opt("wait", 20))
-    recvs = _RECVS.format(dev=ctx.server.device)
+    # The rxe counter of receive completions on the receiving device, before and after the
+    # run: how many multicast messages reached the receiver's QP even when mckey is cut off.
+    recvs = recvs_counter(ctx.server.device)
     mckey = shlex.join(["stdbuf", "-oL", "mckey", "-m", ctx.opt("group", MCKEY_GROUP), "-b",
                         ctx.server.address, "-C", str(count)])
     script = (f"b=$({recvs}); timeout {wait} {mckey}; rc=$?; a=$({recvs}); "
@@ -170,7 +187,6 @@ def _mckey_sender(ctx: RunContext, one_qp: bool) -> list[str]:
 
 
 def _mckey(one_qp: bool) -> ExampleSpec:
-    group_joined = "ip maddr show | grep -qw {group}"
     return ExampleSpec(
         name="mckey",
         variant="ud-1qp" if one_qp else "ud",
@@ -181,7 +197,7 @@ def _mckey(one_qp: bool) -> ExampleSpec:
         devices=ROCE_ONLY,
         unsupported_reason=MCKEY_UNSUPPORTED,
         # the receiver's IGMP join (made by RDMA CM) shows once it is a group member
-        ready_probe=lambda ctx: group_joined.format(group=ctx.opt("group", MCKEY_GROUP)),
+        ready_probe=lambda ctx: group_joined_probe(ctx.opt("group", MCKEY_GROUP)),
         key_figure="delivered",
         timeout=60.0,
     )
@@ -204,6 +220,3 @@ KNOWN_LIMITATIONS: dict[tuple[str, str], str] = {
     "before mckey tears it down (docs/examples.md); `labctl run mckey --one-qp` shows it",
 }
 
-
-def example(name: str, variant: str) -> ExampleSpec:
-    return EXAMPLES[(name, variant)]

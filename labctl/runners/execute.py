@@ -7,10 +7,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from labctl.errors import LabctlError
+from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import LabHandle
 from labctl.runners.server import ServerProcess
-from labctl.runners.spec import Endpoint, ExampleSpec, RunContext
+from labctl.runners.spec import Endpoint, ExampleSpec, RunContext, check_options
 
 READY_WAIT_SECONDS = 30.0
 
@@ -48,10 +48,14 @@ class RunResult:
 
 def endpoint(handle: LabHandle, node: str) -> Endpoint:
     """The node's RDMA device, GID index and data address (GID index cached at `up`)."""
+    names = [n.name for n in handle.lab.nodes]
+    if node not in names:
+        raise UsageError(f"lab {handle.lab.name} has no node {short_repr(node)}",
+                         hint=f"nodes: {', '.join(names)}")
     lab_node = handle.lab.node(node)
     iface = lab_node.rdma_interface
     if iface is None:
-        raise LabctlError(
+        raise UsageError(
             f"node {node} has no RDMA device (rdma: {lab_node.rdma})",
             hint="choose other nodes with --server/--client",
         )
@@ -118,6 +122,7 @@ def run_example(
     client_node: str,
     options: dict[str, Any],
 ) -> RunResult:
+    options = check_options(options)  # values reach argv and shell snippets in the nodes
     result = RunResult(spec.name, spec.variant, server_node, client_node, "failed",
                        key_figure=spec.key_figure)
     server_ep, client_ep = endpoint(handle, server_node), endpoint(handle, client_node)

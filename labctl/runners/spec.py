@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from labctl.errors import UsageError, short_repr
 
 
 @dataclass(frozen=True)
@@ -54,3 +58,84 @@ class ExampleSpec:
 
     def supports(self, device_type: str) -> bool:
         return device_type in self.devices
+
+
+# --- option values ---------------------------------------------------------------------------
+# Every option value ends up in a program's argv in the node (ssh quotes each argument) and
+# some in shell snippets (the ready probes, mckey's receiver script): they are checked here,
+# once, for every caller (the CLI, `run all`, bench), before anything runs.
+MAX_SECONDS = 86400.0
+# option -> (lowest, highest, an example)
+_INT_RANGES: dict[str, tuple[int, int, int]] = {
+    "size": (1, 1 << 30, 4096),
+    "iters": (1, 10**9, 100),
+    "count": (1, 10**6, 10),
+    "rx_depth": (1, 1 << 16, 500),
+    "port": (1, 65535, 18515),
+    "wait": (1, 3600, 20),
+    # Bounded only: the pingpongs themselves refuse an MTU other than 256..4096 in powers
+    # of two, and that refusal is a failed run (exit 1) the integration tests rely on.
+    "mtu": (1, 65535, 1024),
+}
+_EXAMPLES = {"timeout": "60", "group": "239.1.1.1",
+             **{k: str(v[2]) for k, v in _INT_RANGES.items()}}
+
+
+def _bad(option: str, value: Any, what: str, hint: str | None = None) -> UsageError:
+    flag = "--" + option.replace("_", "-")
+    return UsageError(f"{flag} must be {what} (got {short_repr(value)})",
+                      hint=hint or f"e.g. {flag} {_EXAMPLES.get(option, '1')}")
+
+
+def check_seconds(option: str, value: Any) -> float:
+    """A duration option: a finite number of seconds, more than 0 and at most a day."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _bad(option, value, "a number of seconds")
+    if not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
+        raise _bad(option, value, f"a number of seconds above 0 and at most {MAX_SECONDS:.0f}")
+    return float(value)
+
+
+def check_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The run options with every value checked; `UsageError` (exit 2) on the first bad one.
+
+    Unset options (None) stay unset; unknown keys are refused (a typo would silently do
+    nothing)."""
+    checked: dict[str, Any] = {}
+    for option, value in options.items():
+        if value is None:
+            checked[option] = None
+        elif option in _INT_RANGES:
+            low, high, _ = _INT_RANGES[option]
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise _bad(option, value, f"a whole number from {low} to {high}")
+            checked[option] = value
+        elif option == "timeout":
+            checked[option] = check_seconds(option, value)
+        elif option == "group":
+            checked[option] = check_multicast_group(value)
+        elif option in ("verbose", "rdma_cm"):
+            checked[option] = bool(value)
+        else:
+            raise UsageError(f"unknown run option {option!r}",
+                             hint="options: " + ", ".join(sorted(KNOWN_OPTIONS)))
+    return checked
+
+
+KNOWN_OPTIONS = frozenset({*_INT_RANGES, "timeout", "group", "verbose", "rdma_cm"})
+
+
+def check_multicast_group(value: Any) -> str:
+    """An IPv4 multicast address, in canonical form (mckey binds to the IPv4 data address)."""
+    what = "an IPv4 multicast address"
+    try:
+        address = ipaddress.ip_address(value) if isinstance(value, str) else None
+    except ValueError:
+        address = None
+    if isinstance(address, ipaddress.IPv6Address):
+        raise _bad("group", value, what, "the lab's data links are IPv4 only: use an address "
+                   "in 224.0.0.0/4, e.g. 239.1.1.1")
+    if address is None or not address.is_multicast or str(address) != value:
+        raise _bad("group", value, what, "use an address in 224.0.0.0/4, e.g. 239.1.1.1")
+    return str(address)
+

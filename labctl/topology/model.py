@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic_core import PydanticCustomError
 
+from labctl.errors import short_repr
+
 LAB_NAME_RE = r"^[a-z][a-z0-9-]{0,19}$"
 NODE_NAME_RE = r"^[a-z][a-z0-9-]{0,14}$"
 LINK_NAME_RE = r"^[a-z][a-z0-9-]{0,14}$"
@@ -35,6 +37,10 @@ PRIVATE_NETWORKS = tuple(
     ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 )
 
+# The nodes' eth0: qemu user networking (and Vagrant's NAT) put it there. A data segment
+# there would make the node's routes ambiguous; the pool skips it, explicit subnets may not.
+MANAGEMENT_NETWORK = ipaddress.IPv4Network("10.0.2.0/24")
+
 Rdma = Literal["rxe", "siw", "none"]
 Provider = Literal["qemu", "docker", "vagrant"]
 
@@ -47,7 +53,8 @@ def _check_ipv4_network(value: str) -> str:
         net = ipaddress.IPv4Network(value, strict=False)
     except ValueError:
         raise PydanticCustomError(
-            "ipv4_network", f"must be an IPv4 network like 10.77.0.0/16 (got {value!r})"
+            "ipv4_network",
+            f"must be an IPv4 network like 10.77.0.0/16 (got {short_repr(value)})",
         ) from None
     if str(net) != value:
         host_bits = str(net.network_address) != value.split("/")[0]

@@ -175,13 +175,13 @@ def test_defaults_applied() -> None:
 
 def test_node_overrides_defaults() -> None:
     lab = _lab(
-        "name: t\ndefaults: {rdma: siw, memory: 1024, cpus: 2, image: img, mtu: 4000}\n"
-        "nodes:\n  a: {rdma: rxe, memory: 128, cpus: 64, image: other}\n  b:\n"
+        "name: t\ndefaults: {rdma: siw, memory: 1024, cpus: 2, image: sid, mtu: 4000}\n"
+        "nodes:\n  a: {rdma: rxe, memory: 128, cpus: 64, image: trixie}\n  b:\n"
         "links:\n  - endpoints: [a:eth1, b:eth1]\n"
     )
     a, b = lab.nodes
-    assert (a.rdma, a.memory_mib, a.cpus, a.image) == ("rxe", 128, 64, "other")
-    assert (b.rdma, b.memory_mib, b.cpus, b.image) == ("siw", 1024, 2, "img")
+    assert (a.rdma, a.memory_mib, a.cpus, a.image) == ("rxe", 128, 64, "trixie")
+    assert (b.rdma, b.memory_mib, b.cpus, b.image) == ("siw", 1024, 2, "sid")
     assert lab.segments[0].mtu == 4000
     assert a.interfaces[0].mtu == 4000
 

@@ -1,0 +1,356 @@
+"""Cross checks of a validated topology (values related to each other) and its resolution
+to a Lab: defaults applied, subnets, addresses and MACs assigned. Each check is a small
+function adding the problems it finds; the earliest one is raised."""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import ipaddress
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from labctl.images.recipes import RECIPES
+from labctl.topology.errors import DEFAULT_HINT
+from labctl.topology.locate import LineIndex, Loc
+from labctl.topology.model import (
+    MANAGEMENT_NETWORK,
+    MAX_NODES,
+    MAX_PREFIX,
+    NodeSpec,
+    Topology,
+)
+from labctl.topology.problems import Problem, did_you_mean, first_problem, show
+from labctl.topology.resolved import Interface, Lab, Node, Segment
+
+
+def _mac(lab_name: str, node_index: int, ifnum: int) -> str:
+    h = hashlib.sha256(lab_name.encode()).digest()
+    return f"02:{h[0]:02x}:{h[1]:02x}:{h[2]:02x}:{node_index:02x}:{ifnum:02x}"
+
+
+def _ifnum(ifname: str) -> int:
+    return int(ifname[3:])
+
+
+def free_subnets(
+    pool: ipaddress.IPv4Network, prefix: int, taken: Sequence[ipaddress.IPv4Network]
+) -> Iterator[ipaddress.IPv4Network]:
+    """Subnets of `pool` in order, from its second one, skipping any overlapping `taken`.
+
+    `taken` as sorted, merged address ranges walked once alongside the candidates:
+    linear, where checking every candidate against every taken subnet was quadratic."""
+    ranges: list[list[int]] = []
+    for start, end in sorted((int(t.network_address), int(t.broadcast_address)) for t in taken):
+        if ranges and start <= ranges[-1][1] + 1:
+            ranges[-1][1] = max(ranges[-1][1], end)
+        else:
+            ranges.append([start, end])
+    size = 2 ** (32 - prefix)
+    base = int(pool.network_address)
+    count = 2 ** (prefix - pool.prefixlen)
+    k, r = 1, 0
+    while k < count:
+        first = base + k * size
+        while r < len(ranges) and ranges[r][1] < first:
+            r += 1
+        if r < len(ranges) and ranges[r][0] <= first + size - 1:  # clash: jump past it
+            k = max(k + 1, -(-(ranges[r][1] + 1 - base) // size))
+            continue
+        yield ipaddress.IPv4Network((first, prefix))
+        k += 1
+
+
+class Subnets:
+    """Subnets seen so far (CIDR blocks: two overlap only when one contains the other),
+    answering "which earlier one overlaps this?" without comparing against all of them."""
+
+    def __init__(self) -> None:
+        self._first: dict[tuple[int, int], int] = {}  # (address, prefix) -> first index
+        self._starts: list[tuple[int, int]] = []  # sorted (address, index)
+
+    def add(self, net: ipaddress.IPv4Network, index: int) -> None:
+        self._first.setdefault((int(net.network_address), net.prefixlen), index)
+        bisect.insort(self._starts, (int(net.network_address), index))
+
+    def first_overlap(self, net: ipaddress.IPv4Network) -> int | None:
+        """The lowest index of a subnet seen that overlaps `net`, or None."""
+        found: list[int] = []
+        for length in range(net.prefixlen + 1):  # `net` itself or a block containing it
+            outer = net.supernet(new_prefix=length)
+            hit = self._first.get((int(outer.network_address), length))
+            if hit is not None:
+                found.append(hit)
+        low = bisect.bisect_left(self._starts, (int(net.network_address), -1))
+        high = bisect.bisect_right(self._starts, (int(net.broadcast_address), 1 << 62))
+        if low < high:  # blocks that start inside `net` lie inside it
+            found.append(min(index for _, index in self._starts[low:high]))
+        return min(found) if found else None
+
+
+@dataclass
+class Checked:
+    """A topology that passed the cross checks, with what they worked out: the input of
+    `build_lab`. Filled by the `_check_*` steps in order; each adds problems it finds."""
+
+    topo: Topology
+    file: str
+    lines: LineIndex
+    specs: dict[str, NodeSpec]
+    problems: list[Problem] = field(default_factory=list)
+    seg_names: list[str] = field(default_factory=list)
+    # node -> its data interfaces as (ifname, link index, endpoint index)
+    node_ifaces: dict[str, list[tuple[str, int, int]]] = field(default_factory=dict)
+    bad_endpoint: bool = False
+    subnets: list[ipaddress.IPv4Network | None] = field(default_factory=list)
+
+    def problem(self, loc: Loc, message: str, hint: str = DEFAULT_HINT) -> None:
+        self.problems.append(Problem(loc, message, hint))
+
+
+def cross_check(topo: Topology, source: str | None = None) -> Checked:
+    """Checks that relate values to each other; raise the earliest problem."""
+    file = topo._source or source or "<topology>"
+    checked = Checked(
+        topo=topo,
+        file=file,
+        lines=LineIndex(topo._yaml_root),
+        specs={name: spec or NodeSpec() for name, spec in topo.nodes.items()},
+    )
+    for step in (
+        _check_node_count,
+        _check_images,
+        _check_segment_names,
+        _check_endpoints,
+        _check_rdma_has_link,
+        _check_explicit_subnets,
+        _assign_pool_subnets,
+        _check_segment_sizes,
+    ):
+        step(checked)
+    if checked.problems:
+        raise first_problem(checked.problems, file, checked.lines)
+    return checked
+
+
+def _check_node_count(c: Checked) -> None:
+    if len(c.specs) > MAX_NODES:
+        c.problem(
+            ("nodes",),
+            f"too many nodes: {len(c.specs)} (at most {MAX_NODES})",
+            "split the lab in two",
+        )
+
+
+def _check_images(c: Checked) -> None:
+    """qemu and docker nodes boot labctl's images: their name must be a known recipe
+    (`up` would otherwise fail after making the lab directory). Vagrant maps image names
+    to boxes in the Vagrantfile (or LABCTL_VAGRANT_BOX), so it is not checked here."""
+    if c.topo.provider == "vagrant":
+        return
+    known = sorted(RECIPES)
+    hint = f"known images: {', '.join(known)} (see `labctl image list`)"
+    if c.topo.defaults.image not in RECIPES:
+        image = c.topo.defaults.image
+        c.problem(("defaults", "image"),
+                  f"unknown image {show(image)}" + did_you_mean(image, known), hint)
+    for name, spec in c.specs.items():
+        if spec.image is not None and spec.image not in RECIPES:
+            c.problem(("nodes", name, "image"),
+                      f"unknown image {show(spec.image)}" + did_you_mean(spec.image, known),
+                      hint)
+
+
+def _check_segment_names(c: Checked) -> None:
+    first_use: dict[str, int] = {}
+    for i, link in enumerate(c.topo.links):
+        name = link.name or f"link{i + 1}"
+        other = first_use.setdefault(name, i)
+        if other != i:
+            if link.name:
+                c.problem(
+                    ("links", i, "name"),
+                    f"segment name {name!r} is already used by links[{other}]",
+                    "segment names must be unique",
+                )
+            else:
+                c.problem(
+                    ("links", i),
+                    f"this link's default name {name!r} is already taken by links[{other}]",
+                    f"give links[{other}] another name",
+                )
+        c.seg_names.append(name)
+
+
+def _check_endpoints(c: Checked) -> None:
+    """Endpoints name defined nodes, each interface joins one link, nodes differ per link."""
+    node_names = list(c.specs)
+    c.node_ifaces = {n: [] for n in node_names}
+    used: dict[tuple[str, str], int] = {}  # (node, ifname) -> link index
+    for i, link in enumerate(c.topo.links):
+        nodes_here: set[str] = set()
+        for j, endpoint in enumerate(link.endpoints):
+            node, _, ifname = endpoint.partition(":")
+            loc: Loc = ("links", i, "endpoints", j)
+            if node not in c.specs:
+                c.problem(
+                    loc,
+                            f"node {show(node)} is not defined under nodes"
+                    + did_you_mean(node, node_names),
+                    "defined nodes: " + ", ".join(node_names),
+                )
+            elif node in nodes_here:
+                c.problem(
+                    loc,
+                    f"node {node!r} appears twice in this link",
+                    "the endpoints of a link must be on distinct nodes",
+                )
+            elif (node, ifname) in used:
+                other_link = used[node, ifname]
+                other_line = c.lines.line_of(("links", other_link, "endpoints"))
+                where = f" (line {other_line})" if other_line is not None else ""
+                c.problem(
+                    loc,
+                    f"{endpoint} is already used by links[{other_link}]{where}",
+                    f"an interface joins one link only: use another ethN on {node}",
+                )
+            else:
+                nodes_here.add(node)
+                used[node, ifname] = i
+                c.node_ifaces[node].append((ifname, i, j))
+                continue
+            c.bad_endpoint = True
+
+
+def _check_rdma_has_link(c: Checked) -> None:
+    """RDMA devices need a data interface to bind to. Not checked when an endpoint was
+    wrong: the node without a link is then most likely the one the endpoint meant."""
+    if c.bad_endpoint:
+        return
+    for name, spec in c.specs.items():
+        rdma = spec.rdma or c.topo.defaults.rdma
+        if rdma != "none" and not c.node_ifaces[name]:
+            loc = ("nodes", name, "rdma") if spec.rdma else ("nodes", name)
+            c.problem(
+                loc,
+                f"node {name} has rdma: {rdma} but no data link; add a link or set rdma: none",
+                "an RDMA device is bound to the node's first data interface",
+            )
+
+
+def _check_explicit_subnets(c: Checked) -> None:
+    """Explicit subnets overlap neither each other nor the nodes' management network."""
+    c.subnets = [None] * len(c.topo.links)
+    seen = Subnets()
+    for i, link in enumerate(c.topo.links):
+        if link.subnet is None:
+            continue
+        net = ipaddress.IPv4Network(link.subnet)
+        if net.overlaps(MANAGEMENT_NETWORK):
+            c.problem(
+                ("links", i, "subnet"),
+                f"{net} overlaps {MANAGEMENT_NETWORK}, the nodes' management network",
+                "the nodes' eth0 (qemu user networking) uses it: choose another subnet",
+            )
+        clash = seen.first_overlap(net)
+        if clash is not None:
+            c.problem(
+                ("links", i, "subnet"),
+                f"{net} overlaps {c.subnets[clash]} of {c.seg_names[clash]}",
+                "each segment needs a subnet of its own",
+            )
+        seen.add(net, i)
+        c.subnets[i] = net
+
+
+def _assign_pool_subnets(c: Checked) -> None:
+    """The links without a subnet get the pool's, in link order (never the first one)."""
+    pool = ipaddress.IPv4Network(c.topo.addressing.pool)
+    prefix = c.topo.addressing.prefix
+    if prefix <= pool.prefixlen:
+        c.problem(
+            ("addressing", "prefix"),
+            f"must be longer than the pool's /{pool.prefixlen} (got {prefix})",
+            f"use a prefix from {pool.prefixlen + 1} to {MAX_PREFIX}, or a larger pool",
+        )
+        return
+    auto = [i for i, link in enumerate(c.topo.links) if link.subnet is None]
+    taken = [n for n in c.subnets if n is not None] + [MANAGEMENT_NETWORK]
+    free = free_subnets(pool, prefix, taken)
+    for n_done, i in enumerate(auto):
+        subnet = next(free, None)
+        if subnet is None:
+            c.problem(
+                ("addressing", "pool"),
+                f"{pool} has room for only {n_done} /{prefix} subnets, the lab needs "
+                f"{len(auto)}",
+                "use a larger pool or a longer prefix, or give links explicit subnets "
+                "(the pool's first subnet is never used)",
+            )
+            return
+        c.subnets[i] = subnet
+
+
+def _check_segment_sizes(c: Checked) -> None:
+    for i, link in enumerate(c.topo.links):
+        seg_net = c.subnets[i] if i < len(c.subnets) else None
+        if seg_net is not None and len(link.endpoints) > seg_net.num_addresses - 2:
+            c.problem(
+                ("links", i, "endpoints"),
+                f"{len(link.endpoints)} endpoints do not fit in {seg_net} "
+                f"(at most {seg_net.num_addresses - 2} hosts)",
+                "give the link a larger subnet, or set a shorter addressing.prefix",
+            )
+
+
+def build_lab(c: Checked, source: str | None) -> Lab:
+    """The Lab of a checked topology: defaults applied, addresses and MACs assigned."""
+    topo, d = c.topo, c.topo.defaults
+    segments: list[Segment] = []
+    addresses: dict[tuple[str, str], str] = {}
+    for i, link in enumerate(topo.links):
+        seg_net = c.subnets[i]
+        assert seg_net is not None
+        for j, endpoint in enumerate(link.endpoints):
+            node, _, ifname = endpoint.partition(":")
+            addresses[node, ifname] = f"{seg_net.network_address + j + 1}/{seg_net.prefixlen}"
+        segments.append(
+            Segment(
+                index=i,
+                name=c.seg_names[i],
+                kind="p2p" if len(link.endpoints) == 2 else "switch",
+                subnet=str(seg_net),
+                mtu=link.mtu or d.mtu,
+                endpoints=tuple(link.endpoints),
+            )
+        )
+    nodes: list[Node] = []
+    for index, (name, spec) in enumerate(c.specs.items(), start=1):
+        ifaces = sorted(c.node_ifaces[name], key=lambda t: _ifnum(t[0]))
+        nodes.append(
+            Node(
+                name=name,
+                index=index,
+                rdma=spec.rdma or d.rdma,
+                memory_mib=spec.memory or d.memory,
+                cpus=spec.cpus or d.cpus,
+                image=spec.image or d.image,
+                interfaces=tuple(
+                    Interface(
+                        name=ifname,
+                        segment=seg,
+                        mac=_mac(topo.name, index, _ifnum(ifname)),
+                        ipv4=addresses[name, ifname],
+                        mtu=segments[seg].mtu,
+                    )
+                    for ifname, seg, _ in ifaces
+                ),
+            )
+        )
+    return Lab(
+        name=topo.name,
+        provider=topo.provider,
+        source=source if source is not None else c.file,
+        nodes=tuple(nodes),
+        segments=tuple(segments),
+    )

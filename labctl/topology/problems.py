@@ -1,0 +1,268 @@
+"""Problems found in a topology and how they read: pydantic's errors turned into messages
+with hints, and the choice of the one problem reported (the earliest line)."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from pydantic_core import ErrorDetails
+
+from labctl.errors import short_repr
+from labctl.topology.errors import DEFAULT_HINT, TopologyError
+from labctl.topology.locate import MAX_SHOWN, LineIndex, Loc, field_path
+from labctl.topology.model import (
+    ENDPOINT_RE,
+    IMAGE_RE,
+    LAB_NAME_RE,
+    MAX_PREFIX,
+    MODEL_KEYS,
+    NODE_NAME_RE,
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    loc: Loc
+    message: str
+    hint: str = DEFAULT_HINT
+    # A missing key is reported at its parent's line (line 1 for a top-level key), and is
+    # often only the echo of a misspelled one (`Nodes:`): it never wins over another problem.
+    secondary: bool = False
+
+
+def first_problem(
+    problems: Sequence[Problem], file: str, root: yaml.Node | LineIndex | None
+) -> TopologyError:
+    """The problem on the earliest line (ties: the order found) as a TopologyError;
+    missing keys come after every other problem."""
+    index = root if isinstance(root, LineIndex) else LineIndex(root)
+    best: tuple[bool, float, int] | None = None
+    chosen: tuple[int | None, Problem] | None = None
+    for i, problem in enumerate(problems):
+        line = index.line_of(problem.loc)
+        rank = (problem.secondary, float("inf") if line is None else line, i)
+        if best is None or rank < best:
+            best, chosen = rank, (line, problem)
+    assert chosen is not None
+    line, problem = chosen
+    return TopologyError(file, line, field_path(problem.loc), problem.message, problem.hint)
+
+
+
+
+
+
+def show(value: Any) -> str:
+    """A value as the user wrote it in YAML, roughly (long ones cut with an ellipsis)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return short_repr(value, MAX_SHOWN)
+
+
+def kind_of(value: Any) -> str:
+    if isinstance(value, dict):
+        return "mapping"
+    if isinstance(value, list):
+        return "list"
+    return "scalar"
+
+
+def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    same_but_case = [c for c in choices if c.lower() == word.lower()]
+    if same_but_case:  # `Nodes:`: keys are lowercase
+        return f"; did you mean {same_but_case[0]!r}? (keys are case-sensitive)"
+    if len(word) > 2 * MAX_SHOWN:  # no key or name is that long; spare difflib the work
+        return ""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+# Human ranges of numeric keys, by key name.
+_RANGES = {
+    "memory": (128, 65536, " MiB"),
+    "cpus": (1, 64, ""),
+    "mtu": (576, 9000, ""),
+    "prefix": (1, MAX_PREFIX, ""),
+}
+
+_EXAMPLES = {
+    "name": "name: my-lab",
+    "nodes": "nodes: {node1: {}, node2: {}}",
+    "endpoints": "endpoints: [node1:eth1, node2:eth1]",
+}
+
+_MAPPING_HINTS = {
+    "defaults": "defaults takes keys: " + ", ".join(MODEL_KEYS["defaults"]),
+    "addressing": "addressing takes keys: " + ", ".join(MODEL_KEYS["addressing"]),
+    "nodes": "write nodes as a mapping: `nodes: {node1: {}, node2: {rdma: siw}}`",
+    "node": "a node is a mapping of " + ", ".join(MODEL_KEYS["node"]) + " (all optional), or empty",
+    "link": "a link is a mapping like `- endpoints: [node1:eth1, node2:eth1]`",
+}
+
+
+def _context(loc: Loc) -> str:
+    """Which model the mapping at `loc` is: topology, defaults, addressing, node or link."""
+    if not loc:
+        return "topology"
+    if loc[0] in ("defaults", "addressing", "nodes") and len(loc) == 1:
+        return str(loc[0])
+    if loc[0] == "nodes" and len(loc) == 2:
+        return "node"
+    if loc[0] == "links" and len(loc) == 2:
+        return "link"
+    return "?"
+
+
+def _explain_pattern(pattern: str, value: str) -> tuple[str, str]:
+    got = f"(got {show(value)})"
+    if pattern == LAB_NAME_RE:
+        return (
+            f"must be a lowercase letter then up to 19 of a-z, 0-9 and '-' {got}",
+            "lab names end up in network namespace names: keep them short and lowercase",
+        )
+    if pattern == NODE_NAME_RE:  # also LINK_NAME_RE
+        return (
+            f"must be a lowercase letter then up to 14 of a-z, 0-9 and '-' {got}",
+            "names end up in interface and host names: keep them short and lowercase",
+        )
+    if pattern == IMAGE_RE:
+        return (
+            f"must start with a-z or 0-9 and hold only a-z, 0-9, '.', '_' and '-' {got}",
+            "`labctl image list` shows the images built",
+        )
+    if pattern == ENDPOINT_RE:
+        hint = 'write endpoints as "node:ethN" with N in 1..99, e.g. node1:eth1'
+        node, sep, ifname = value.partition(":")
+        if not sep:
+            return f"must be node:interface like node1:eth1 {got}", hint
+        if not re.fullmatch(NODE_NAME_RE, node):
+            return f"{show(node)} is not a valid node name {got}", hint
+        if ifname == "eth0":
+            return (
+                f"eth0 is the management interface; data links use eth1..eth99 {got}",
+                "number data interfaces from eth1",
+            )
+        return f"the interface must be eth1..eth99 {got}", hint
+    return f"must match {pattern} {got}", DEFAULT_HINT
+
+
+def problem_from_pydantic(err: ErrorDetails) -> Problem:
+    loc: Loc = tuple(err["loc"])
+    kind = err["type"]
+    value = err.get("input")
+    ctx = err.get("ctx") or {}
+    key = next((str(p) for p in reversed(loc) if isinstance(p, str) and p != "[key]"), "")
+
+    if kind == "missing":
+        example = _EXAMPLES.get(key)
+        return Problem(
+            loc,
+            "required key missing",
+            f"add it, e.g. `{example}`" if example else DEFAULT_HINT,
+            secondary=True,
+        )
+    if kind == "extra_forbidden":
+        context = _context(loc[:-1])
+        allowed = MODEL_KEYS.get(context, ())
+        message = f"unknown key {show(key)}" + did_you_mean(key, allowed)
+        hint = f"keys allowed here: {', '.join(allowed)}" if allowed else DEFAULT_HINT
+        if context == "node" and key == "mtu":
+            hint = "the MTU is set per link (links[].mtu) or for all links (defaults.mtu)"
+        elif context == "node" and key in ("links", "interfaces", "endpoints"):
+            hint = "connect nodes under the top-level links: `- endpoints: [a:eth1, b:eth1]`"
+        return Problem(loc, message, hint)
+    if kind == "literal_error":
+        choices = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+        message = f"must be one of {', '.join(choices)} (got {show(value)})"
+        hint = f"use one of: {', '.join(choices)}"
+        if isinstance(value, str):
+            close = difflib.get_close_matches(value, choices, n=1, cutoff=0.5)
+            if close:
+                hint = f"did you mean {close[0]!r}? ({hint})"
+        if value is False and key == "rdma":
+            hint = "write `rdma: none` (YAML reads a bare no/off/false as a boolean)"
+        return Problem(loc, message, hint)
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return Problem(loc, f"must be an integer (got {show(value)})", _range_hint(key))
+    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        if key in _RANGES:
+            low, high, unit = _RANGES[key]
+            message = f"must be {low}..{high}{unit} (got {value})"
+        elif "ge" in ctx:
+            message = f"must be at least {ctx['ge']} (got {value})"
+        else:
+            message = f"must be at most {ctx.get('le')} (got {value})"
+        return Problem(loc, message, _range_hint(key))
+    if kind == "string_type":
+        if loc and loc[-1] == "[key]":
+            return Problem(
+                loc,
+                f"names must be strings (got {show(value)})",
+                "start names with a lowercase letter, e.g. node1",
+            )
+        if key == "endpoints":
+            return Problem(
+                loc,
+                f"must be a string like node1:eth1 (got {show(value)})",
+                'write endpoints as "node:ethN", e.g. node1:eth1',
+            )
+        return Problem(loc, f"must be a string (got {show(value)})")
+    if kind == "string_pattern_mismatch":
+        message, hint = _explain_pattern(str(ctx.get("pattern", "")), str(value))
+        return Problem(loc, message, hint)
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        context = _context(loc)
+        hint = _MAPPING_HINTS.get(context, DEFAULT_HINT)
+        if context == "node":
+            return Problem(
+                loc, f"must be a mapping of node settings or empty (got {show(value)})", hint
+            )
+        return Problem(loc, f"must be a mapping (got {show(value)})", hint)
+    if kind == "list_type":
+        if key == "endpoints":
+            return Problem(
+                loc,
+                f"must be a list like [node1:eth1, node2:eth1] (got {show(value)})",
+                "separate endpoints with commas inside [ ], or write one `- node:ethN` per line",
+            )
+        return Problem(
+            loc,
+            f"must be a list (got {show(value)})",
+            "write links as a list: `links:` then `- endpoints: [node1:eth1, node2:eth1]`",
+        )
+    if kind == "too_short":
+        if key == "nodes":
+            return Problem(loc, "at least one node is required", f"e.g. `{_EXAMPLES['nodes']}`")
+        got = len(value) if isinstance(value, list | tuple | dict | str) else "?"
+        return Problem(
+            loc,
+            f"a link needs at least 2 endpoints (got {got})",
+            "list both ends of the link, e.g. `endpoints: [node1:eth1, node2:eth1]`",
+        )
+    if kind in ("ipv4_network", "ipv4_private", "ipv4_prefix"):
+        return Problem(
+            loc,
+            err["msg"],
+            "write a private network in CIDR form, e.g. 10.77.0.0/16 or 192.168.50.0/24",
+        )
+    # Anything else pydantic may say (recursive aliases, odd YAML types...).
+    msg = err["msg"]
+    return Problem(loc, (msg[:1].lower() + msg[1:]) + f" (got {show(value)})")
+
+
+def _range_hint(key: str) -> str:
+    if key in _RANGES:
+        low, high, unit = _RANGES[key]
+        return f"{key} takes a whole number from {low} to {high}{unit}"
+    return DEFAULT_HINT

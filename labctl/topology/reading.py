@@ -1,0 +1,243 @@
+"""Reading a topology file, bounded: the bytes (regular files, at most 1 MiB), UTF-8 text,
+then the composed YAML document (positions kept, nesting depth and alias expansion bounded,
+duplicate keys refused)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from labctl.topology.errors import TopologyError
+from labctl.topology.locate import Loc, field_path
+
+# --------------------------------------------------------------------------- file reading
+
+# Bounds on what a topology file may cost to read: a real one is a few hundred bytes, a
+# dozen levels deep and has no more YAML nodes than it has lines.
+MAX_FILE_BYTES = 1 << 20
+MAX_DEPTH = 32  # nested mappings/lists (the composer recurses: 500 `[` hit RecursionError)
+MAX_YAML_NODES = 200_000  # after aliases are expanded (a "billion laughs" file is small)
+
+_READ_HINT = "check the path; topology files live under topologies/"
+
+
+def read_topology_bytes(path: str | Path) -> bytes:
+    """The bytes of a topology file: a regular file only, at most MAX_FILE_BYTES.
+
+    stat() before open: a FIFO would block open() and read(), a device (/dev/zero)
+    never ends. O_NONBLOCK covers a file swapped for a FIFO between the two calls."""
+    file = str(path)
+
+    def refuse(message: str, hint: str = _READ_HINT) -> TopologyError:
+        return TopologyError(file, None, "", message, hint=hint)
+
+    def check(st: os.stat_result) -> None:
+        if stat.S_ISDIR(st.st_mode):
+            raise refuse("cannot read the topology file: it is a directory")
+        if not stat.S_ISREG(st.st_mode):
+            raise refuse(f"cannot read the topology file: it is a {_file_kind(st.st_mode)}, not "
+                         "a regular file", hint="give the path of a YAML file (pipes, devices "
+                         "and sockets are not read)")
+        if st.st_size > MAX_FILE_BYTES:
+            raise _too_big(file, st.st_size)
+
+    try:
+        check(os.stat(path))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            check(os.fstat(fd))
+            chunks: list[bytes] = []
+            size = 0
+            while size <= MAX_FILE_BYTES:
+                chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise refuse(f"cannot read the topology file: {exc.strerror or exc}") from None
+    if size > MAX_FILE_BYTES:  # it grew while being read
+        raise _too_big(file, size)
+    return b"".join(chunks)
+
+
+def _too_big(file: str, size: int) -> TopologyError:
+    return TopologyError(
+        file, None, "",
+        f"the file is too large for a topology ({size} bytes; at most {MAX_FILE_BYTES})",
+        hint="a topology file is a few kilobytes: check that this is the right file",
+    )
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "named pipe (FIFO)"), (stat.S_ISCHR, "character device"),
+             (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"))
+    return next((name for test, name in kinds if test(mode)), "special file")
+
+
+def decode_utf8(raw: bytes, file: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise TopologyError(
+            file,
+            line,
+            "",
+            "the file is not UTF-8 text",
+            hint="save the file as UTF-8",
+        ) from None
+
+
+# --------------------------------------------------------------------------- YAML reading
+
+
+class _TooDeep(Exception):
+    def __init__(self, mark: yaml.Mark) -> None:
+        super().__init__("too deep")
+        self.mark = mark
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader whose composer refuses documents nested deeper than MAX_DEPTH."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _TooDeep(self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """How many YAML nodes the document has once every alias is expanded (linear time)."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        sizes[id(node)] = 1  # a recursive alias counts once; validation refuses it later
+        total = 1
+        if isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            total += sum(size(item) for item in node.value)
+        total = min(total, MAX_YAML_NODES + 1)
+        sizes[id(node)] = total
+        return total
+
+    return size(root)
+
+
+def read_yaml(text: str, file: str) -> tuple[yaml.Node | None, Any]:
+    """Compose the document (positions kept), refuse duplicate keys, then construct it."""
+    loader: yaml.SafeLoader | None = None
+    try:
+        loader = _BoundedLoader(text)
+        root = loader.get_single_node()
+        if root is not None:
+            if _expanded_size(root) > MAX_YAML_NODES:
+                raise TopologyError(
+                    file, root.start_mark.line + 1, "",
+                    f"the document expands to more than {MAX_YAML_NODES} YAML nodes "
+                    "(through aliases)",
+                    hint="write the topology without nested aliases (*name)",
+                )
+            dup = _first_duplicate_key(root)
+            if dup is not None:
+                raise dup.error(file)
+        data = loader.construct_document(root) if root is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = exc.problem or exc.context or "cannot parse"
+        if exc.context and exc.problem:
+            problem = f"{problem} ({exc.context})"
+        raise TopologyError(
+            file,
+            line,
+            "",
+            f"invalid YAML: {problem}",
+            hint="check indentation (spaces, not tabs), colons and quoting on or just "
+            "before this line",
+        ) from None
+    except _TooDeep as exc:
+        raise TopologyError(
+            file,
+            exc.mark.line + 1,
+            "",
+            f"invalid YAML: nested deeper than {MAX_DEPTH} levels",
+            hint="a topology is a few levels deep: check the brackets and indentation",
+        ) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow
+        line = text[: exc.position].count("\n") + 1
+        raise TopologyError(
+            file,
+            line,
+            "",
+            f"invalid YAML: character #x{exc.character:04x} is not allowed ({exc.reason})",
+            hint="remove control characters from the file",
+        ) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    return root, data
+
+
+@dataclass
+class _Duplicate:
+    loc: Loc
+    line: int
+    first_line: int
+
+    def error(self, file: str) -> TopologyError:
+        key = self.loc[-1]
+        return TopologyError(
+            file,
+            self.line,
+            field_path(self.loc),
+            f"duplicate key {key!r} (first at line {self.first_line})",
+            hint="YAML would keep only the last one: rename one of them or merge them",
+        )
+
+
+def _first_duplicate_key(root: yaml.Node) -> _Duplicate | None:
+    found: list[_Duplicate] = []
+    seen_nodes: set[int] = set()
+
+    def walk(node: yaml.Node, loc: Loc) -> None:
+        if id(node) in seen_nodes:  # aliases (and recursive ones) are walked once
+            return
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[str, int] = {}
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    line = key.start_mark.line + 1
+                    if key.value in first:
+                        found.append(_Duplicate((*loc, key.value), line, first[key.value]))
+                    else:
+                        first[key.value] = line
+                    walk(value, (*loc, key.value))
+                else:
+                    walk(value, loc)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, (*loc, i))
+
+    walk(root, ())
+    return min(found, key=lambda d: d.line) if found else None
