@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import stat
@@ -44,6 +45,12 @@ def _in_node(handle: LabHandle, node: str, command: str, timeout: float = 60) ->
 def _counters(handle: LabHandle, node: str) -> dict[str, int]:
     out = _in_node(handle, node, f"cd {PORT}/hw_counters && grep . *")
     return {k: int(v) for k, v in (line.split(":", 1) for line in out.split())}
+
+
+def _netem_dropped(handle: LabHandle, node: str) -> int:
+    """Packets netem dropped on the node's eth1 (tc -s: "Sent ... (dropped N, ...)")."""
+    stats = _in_node(handle, node, "tc -s qdisc show dev eth1")
+    return sum(int(n) for n in re.findall(r"\(dropped (\d+),", stats))
 
 
 def _port_state(handle: LabHandle, node: str) -> str:
@@ -197,10 +204,13 @@ def test_loss_makes_rc_retransmit_and_shows(lab_handle: LabHandle, links_restore
     lossy = _run(*lat)
     after = {n: _counters(lab_handle, n) for n in ("node1", "node2")}
     _passed(lossy)  # RC delivered everything despite the loss
+    dropped = {n: _netem_dropped(lab_handle, n) for n in ("node1", "node2")}
     retries = sum(after[n][c] - before[n][c] for n in after for c in RETRY_COUNTERS)
-    assert retries > 0, (before, after)
-    avg = [r["figures"]["t_avg_usec"] for r in (base, lossy)]  # type: ignore[index]
-    assert avg[1] > 1.5 * avg[0], avg  # each lost packet waits for a retransmission
+    # The evidence is in counters, not in timings (a busy TCG host moves the clean run's
+    # average by 8x): netem dropped packets on both links, and rxe retransmitted.
+    figures = {k: [r["figures"][k] for r in (base, lossy)]  # type: ignore[index]
+               for k in ("t_typical_usec", "t_avg_usec", "t_max_usec")}
+    assert all(dropped.values()) and retries > 0, (dropped, before, after, figures)
 
     labctl("link", "set", "--lab", LAB_NAME, "node1:eth1", "--clear", check=True)
     labctl("link", "set", "--lab", LAB_NAME, "node2:eth1", "--delay", "10ms", check=True)
