@@ -4,6 +4,7 @@ output, produced in-process, validates against it.
 Lab directories here are made the way `up` makes them: lab.json from the real resolved
 topology, state.json as the qemu provider wrote it for a live two-node lab and a node's
 console log and node-side status report captured from that lab (tests/unit/outputs/status).
+The errors docs/json.md and README promise for status and node names are checked here too.
 """
 
 from __future__ import annotations
@@ -158,6 +159,21 @@ def test_status_of_an_unknown_lab_is_bad_input(
         code, out, err = _main(monkeypatch, capsys, "status", "--lab", "ut-nope", *as_json)
         assert (code, out) == (2, "")
         assert err == "error: no lab named 'ut-nope' is up hint: labs up: ut-one"
+
+
+@pytest.mark.parametrize("args", [
+    ["exec", "--lab", "ut-one", "node9", "--", "true"],
+    ["devinfo", "--lab", "ut-one", "node9"],
+    ["devices", "--lab", "ut-one", "node1", "node9"],
+    ["link", "set", "--lab", "ut-one", "node9:eth1", "down"],
+])
+def test_an_unknown_node_is_bad_input_worded_one_way(
+        args: list[str], state_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _make_lab(state_dir, "ut-one", "two-node.yaml")
+    code, _, err = _main(monkeypatch, capsys, *args)
+    assert code == 2
+    assert err == "error: lab ut-one has no node 'node9' hint: nodes: node1, node2"
 
 
 # --- image list --------------------------------------------------------------------------
