@@ -258,3 +258,15 @@ def test_every_shipped_topology_is_documented(doc: str) -> None:
     assert SHIPPED, "no topologies found"
     missing = [name for name in SHIPPED if name not in text]
     assert missing == [], f"{doc} does not mention {missing}"
+
+
+def test_readme_lists_the_packages_setup_installs() -> None:
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    packages: list[str] = []
+    for array in ("packages", "optional"):
+        match = re.search(rf"^{array}=\(([^)]*)\)", setup, re.M)
+        assert match, f"setup.sh has no {array}=(...)"
+        packages += match.group(1).split()
+    readme = (ROOT / "README.md").read_text()
+    word = r"(?<![\w-]){}(?![\w-])"
+    assert [p for p in packages if not re.search(word.format(re.escape(p)), readme)] == []
