@@ -210,8 +210,8 @@ def test_the_docs_have_commands_to_check() -> None:
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[c.where for c in COMMANDS])
 def test_documented_command_exists(command: DocCommand) -> None:
-    words = _words(command.text)[1:]
-    assert check(words, ROOT_COMMAND) == [], f"{command.where}: {command.text}"
+    problems = check(_words(command.text)[1:], ROOT_COMMAND)
+    assert not problems, f"{command.where}: `{command.text}`: {'; '.join(problems)}"
 
 
 @pytest.mark.parametrize(("line", "problem"), [
