@@ -12,6 +12,7 @@ import enum
 import re
 import shlex
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -270,3 +271,18 @@ def test_readme_lists_the_packages_setup_installs() -> None:
     readme = (ROOT / "README.md").read_text()
     word = r"(?<![\w-]){}(?![\w-])"
     assert [p for p in packages if not re.search(word.format(re.escape(p)), readme)] == []
+
+
+def _undocumented(command: Any, path: tuple[str, ...] = ("labctl",)) -> Iterator[str]:
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _undocumented(sub, (*path, name))
+    if not command.help:
+        yield " ".join(path)
+    for param in command.params:
+        if not getattr(param, "help", None):
+            yield f"{' '.join(path)} {param.name}"
+
+
+def test_every_command_and_parameter_has_help() -> None:
+    # `--help` is the reference the docs are checked against: nothing in it may be blank.
+    assert list(_undocumented(ROOT_COMMAND)) == []
