@@ -5,7 +5,7 @@ Checks, each with a verdict and a hint:
   host kernel RDMA, rdma_rxe loadable    can containers on this kernel get Soft-RoCE at all
   per-netns rxe (functional probe)       two netns, a veth, one rxe each, a short RC pingpong
   netns mode, memlock                    what container nodes rely on
-  Docker engine (local)                  the docker provider with `engine: local`
+  Docker engine (local)                  the docker provider with `up --engine local`
   Docker host VM                         the docker provider's default engine; when it runs,
                                          the same probe runs inside it
 """
@@ -191,44 +191,83 @@ def check_vm() -> list[Check]:
     return checks
 
 
-def doctor(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Check this host for the qemu and docker providers; say what works and what to do."""
+def verdicts(checks: list[Check]) -> list[dict[str, Any]]:
+    """Per provider (and docker engine): works, available (starts on demand) or no."""
+    by_name = {c.name: c for c in checks}
+    root = os.geteuid() == 0
+    qemu_ok = by_name["qemu tools"].result == OK and root
+    qemu_why = "" if qemu_ok else "needs " + " and ".join(
+        w for w, missing in (("root", not root),
+                             ("the qemu tools", by_name["qemu tools"].result != OK)) if missing)
+    local_ok = (by_name["Docker engine (local)"].result == OK
+                and by_name["per-netns rxe (host)"].result == OK)
+    vm_probe = by_name.get("per-netns rxe (VM)")
+    if vm_probe is not None and vm_probe.result == OK:
+        vm = ("works", "rxe works in the running Docker host VM")
+    elif qemu_ok and vm_probe is None:
+        vm = ("available", "the Docker host VM starts on demand")
+    elif qemu_ok:
+        vm = ("no", "the Docker host VM runs but its rxe probe failed")
+    else:
+        vm = ("no", f"the Docker host VM {qemu_why}")
+    return [
+        {"provider": "qemu", "engine": None, "verdict": "works" if qemu_ok else "no",
+         "detail": "one qemu VM per node" if qemu_ok else qemu_why},
+        {"provider": "docker", "engine": "vm", "verdict": vm[0], "detail": vm[1]},
+        {"provider": "docker", "engine": "local", "verdict": "works" if local_ok else "no",
+         "detail": "containers on this host's engine and kernel" if local_ok else
+         "needs a local Docker engine and a host kernel that passes the per-netns probe"},
+    ]
+
+
+def doctor(
+    as_json: bool = typer.Option(
+        False, "--json",
+        help="Print JSON: checks, a verdict per provider, usable (docs/json.md)."),
+) -> None:
+    """Check this host for the qemu and docker providers; say what works and what to do.
+
+    Exit 1 when no provider can run labs on this host."""
     checks = check_qemu()
     rdma_checks, usable = check_host_rdma()
     checks += rdma_checks
     checks.append(check_host_probe(usable))
     checks += check_docker()
     checks += check_vm()
-    by_name = {c.name: c for c in checks}
-    qemu_ok = by_name["qemu tools"].result == OK and os.geteuid() == 0
-    local_ok = (by_name["Docker engine (local)"].result == OK
-                and by_name["per-netns rxe (host)"].result == OK)
-    verdict: dict[str, Any] = {
-        "qemu provider": "works" if qemu_ok else "needs root and the qemu tools",
-        "docker provider, local engine (engine: local)": "works" if local_ok else
-        "not on this host (see the checks above)",
-        "docker provider, Docker host VM (default)": (
-            "works" if by_name.get("per-netns rxe (VM)", Check("", NO, "")).result == OK
-            else "available (qemu tools present): starts on demand" if qemu_ok
-            else "needs root and the qemu tools"),
-    }
+    providers = verdicts(checks)
+    any_works = any(p["verdict"] != "no" for p in providers)
     if as_json:
-        print(json.dumps({"checks": [asdict(c) for c in checks], "verdict": verdict}, indent=2))
-        return
-    table = Table(title="labctl doctor")
-    for column in ("check", "result", "detail", "what to do"):
-        table.add_column(column)
-    colors = {OK: "green", NO: "red", WARN: "yellow", SKIP: "dim"}
-    for check in checks:
-        table.add_row(check.name, f"[{colors[check.result]}]{check.result}[/]", check.detail,
-                      check.todo)
-    console.print(table)
-    for what, answer in verdict.items():
-        console.print(f"{what}: [bold]{answer}[/]")
-    if not usable:
-        console.print("This host's kernel cannot do RDMA, so container nodes cannot run on it "
-                      "directly: docker labs run in the Docker host VM (the lab kernel plus a "
-                      "Docker engine), which `labctl up` starts when needed.")
+        print(json.dumps({"checks": [asdict(c) for c in checks], "providers": providers,
+                          "usable": any_works}, indent=2))
+    else:
+        table = Table(title="labctl doctor")
+        for column in ("check", "result", "detail", "what to do"):
+            table.add_column(column)
+        colors = {OK: "green", NO: "red", WARN: "yellow", SKIP: "dim"}
+        for check in checks:
+            table.add_row(check.name, f"[{colors[check.result]}]{check.result}[/]",
+                          check.detail, check.todo)
+        console.print(table)
+        for p in providers:
+            what = p["provider"] + (f" provider, engine {p['engine']}" if p["engine"]
+                                    else " provider")
+            console.print(f"{what}: [bold]{p['verdict']}[/] ({p['detail']})")
+        if not usable:
+            console.print("This host's kernel cannot do RDMA, so container nodes cannot run on"
+                          " it directly: docker labs run in the Docker host VM (the lab kernel"
+                          " plus a Docker engine), which `labctl up` starts when needed.")
+        if any_works:
+            console.print("[bold green]labctl can run labs on this host[/]: "
+                          + ", ".join(_name(p) for p in providers if p["verdict"] != "no"))
+        else:
+            console.print("[bold red]no provider can run labs on this host[/]; see the"
+                          " checks above")
+    if not any_works:
+        raise typer.Exit(1)
+
+
+def _name(verdict: dict[str, Any]) -> str:
+    return verdict["provider"] + (f" (engine {verdict['engine']})" if verdict["engine"] else "")
 
 
 def register(app: typer.Typer) -> None:

@@ -34,21 +34,25 @@ def build(
     )
 
 
+# The keys of an image record in `image list --json` (labctl.cli.shapes.ImageRecord).
+IMAGE_KEYS = ("name", "key", "suite", "kernel_suite", "kernel", "rdma_core", "siw",
+              "rootfs_bytes", "build_seconds")
+
+
 @image_app.command("list")
-def list_images(as_json: bool = typer.Option(False, "--json")) -> None:
+def list_images(
+    as_json: bool = typer.Option(
+        False, "--json",
+        help="Print JSON: an object whose list `images` has one record per image "
+             "(docs/json.md)."),
+) -> None:
     """List cached images."""
     base = cache_root() / "images"
     images = [Image.at(p) for p in sorted(base.glob("*")) if (p / "manifest.json").is_file()]
     if as_json:
-        print(
-            json.dumps(
-                [
-                    {k: v for k, v in i.manifest.items() if k != "packages"} | {"path": str(i.path)}
-                    for i in images
-                ],
-                indent=2,
-            )
-        )
+        records = [{k: i.manifest.get(k) for k in IMAGE_KEYS} | {"path": str(i.path)}
+                   for i in images]
+        print(json.dumps({"images": records}, indent=2))
         return
     table = Table(title=f"images in {base}")
     for column in ("image", "kernel", "rdma-core", "root fs", "built in"):

@@ -46,11 +46,10 @@ def _nodes(handle: LabHandle, names: list[str] | None) -> list[str]:
         return known
     unknown = [n for n in names if n not in known]
     if unknown:
-        typer.echo(
-            f"error: no node {', '.join(unknown)} in lab {handle.lab.name} "
-            f"(nodes: {', '.join(known)})",
-            err=True,
-        )
+        # Worded as LabHandle's unknown-node error, which every other command prints.
+        typer.echo(f"error: lab {handle.lab.name} has no node "
+                   f"{', '.join(repr(n) for n in unknown)}", err=True)
+        typer.echo(f"hint: nodes: {', '.join(known)}", err=True)
         raise typer.Exit(2)
     return list(dict.fromkeys(names))
 

@@ -8,9 +8,10 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from labctl.cli.common import LabOption, console, err_console
+from labctl.cli.common import console, err_console
+from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle
-from labctl.lab.labdir import LabDir, find_labdir, running_labs
+from labctl.lab.labdir import LabDir, running_labs
 
 
 def _recorded_devices(state: dict[str, Any], node: str) -> dict[str, Any]:
@@ -27,6 +28,7 @@ def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
     """Provider view plus, for running nodes, what the node itself reports.
 
     With live=False the node's own report is the one it gave when it became ready.
+    The record has the shape of labctl.cli.shapes.LabStatus whatever the provider.
     """
     runtimes = handle.provider.nodes()
     running = [r.name for r in runtimes if r.state == "running"]
@@ -36,21 +38,24 @@ def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
     nodes = []
     for runtime in runtimes:
         node = handle.lab.node(runtime.name)
+        details = {k: str(v) for k, v in runtime.details.items()}
         record: dict[str, Any] = {
             "name": node.name,
             "state": runtime.state,
             "reason": runtime.reason,
             "rdma": node.rdma,
+            "management": details.pop("ssh", None),
             "interfaces": [{"name": i.name, "ipv4": i.ipv4, "mac": i.mac} for i in node.interfaces],
-            **runtime.details,
+            "devices": [],
+            "live_interfaces": [],
+            "details": details,
         }
         info = live_info.get(node.name)
         if isinstance(info, str):
             record["reason"] = info
         elif info:
             record["devices"] = info["devices"]
-            if "interfaces" in info:
-                record["live_interfaces"] = info["interfaces"]
+            record["live_interfaces"] = info.get("interfaces", [])
         nodes.append(record)
     return {
         "lab": handle.lab.name,
@@ -82,7 +87,7 @@ def _table(status: dict[str, Any]) -> Table:
         table.add_row(
             node["name"],
             f"[{color}]{state}[/]",
-            node.get("ssh", ""),
+            node["management"] or "-",
             "\n".join(f"{i['name']} {i['ipv4']}" for i in node["interfaces"]),
             f"{device.get('name', '-')} ({node['rdma']})" if device else node["rdma"],
             device.get("port_state", "-"),
@@ -96,27 +101,39 @@ def print_status(labdir: LabDir, live: bool = True) -> None:
     console.print(_table(collect_status(LabHandle(labdir), live=live)))
 
 
+def _labdirs(lab: str | None) -> list[LabDir]:
+    """The lab --lab names (bad input if it is not up), else every lab that is up."""
+    if lab is None:
+        return [LabDir(name) for name in running_labs()]
+    labdir = LabDir(lab)  # a bad name is a UsageError already
+    if not labdir.path.exists():
+        raise UsageError(f"no lab named {lab!r} is up",
+                         hint=f"labs up: {', '.join(running_labs()) or 'none'}")
+    return [labdir]
+
+
 def status(
-    lab: str = LabOption,
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    lab: str = typer.Option(None, "--lab", help="Lab name (default: every lab that is up)."),
+    as_json: bool = typer.Option(
+        False, "--json",
+        help="Print JSON: an object whose list `labs` has one record per lab (docs/json.md)."),
 ) -> None:
-    """Show the nodes of a lab with their state, addresses and RDMA devices."""
-    if lab is None and not running_labs():
-        if as_json:
-            print(json.dumps({"labs": []}))
-        else:
-            console.print("no lab is up")
-        return
-    handle = LabHandle(find_labdir(lab))
-    result = collect_status(handle)
+    """Show the nodes of every lab that is up (or of --lab) with their state, addresses and
+    RDMA devices; exit 1 when a node is not running or an `up` did not finish."""
+    results = [collect_status(LabHandle(labdir)) for labdir in _labdirs(lab)]
     if as_json:
-        print(json.dumps(result, indent=2))
-    else:
-        console.print(_table(result))
-    if result["phase"] != "up":  # an interrupted up or repair: some step never ran
-        err_console.print(f"lab {result['lab']}: `up` did not finish (phase {result['phase']});"
-                          f" `labctl down --lab {result['lab']}` removes it")
-    if result["phase"] != "up" or any(n["state"] != "running" for n in result["nodes"]):
+        print(json.dumps({"labs": results}, indent=2))
+    elif not results:
+        console.print("no lab is up")
+    for result in results:
+        if not as_json:
+            console.print(_table(result))
+        if result["phase"] != "up":  # an interrupted up or repair: some step never ran
+            err_console.print(f"lab {result['lab']}: `up` did not finish (phase"
+                              f" {result['phase']}); `labctl down --lab {result['lab']}` removes"
+                              " it")
+    if any(r["phase"] != "up" or any(n["state"] != "running" for n in r["nodes"])
+           for r in results):
         raise typer.Exit(1)
 
 

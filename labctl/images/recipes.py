@@ -27,7 +27,7 @@ class Recipe:
 DOCKER_HOST_PACKAGES = ("docker.io", "docker-cli", "containerd", "runc")
 
 # trixie userland (rdma-core 56.1) with the trixie-backports 7.x kernel, whose rxe works
-# per network namespace (needed by the Docker provider, see design.md).
+# per network namespace (needed by the Docker provider, see docs/docker.md).
 RECIPES: dict[str, Recipe] = {
     "trixie": Recipe("trixie", "trixie", "trixie-backports", node_packages()),
     "sid": Recipe("sid", "sid", "sid", node_packages()),

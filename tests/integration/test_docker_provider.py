@@ -60,13 +60,13 @@ def engine() -> Engine:
 
 def test_status_shows_two_running_container_nodes(handle: LabHandle) -> None:
     result = labctl("status", "--lab", LAB, "--json", check=True)
-    status = json.loads(result.stdout)
+    (status,) = json.loads(result.stdout)["labs"]
     assert status["provider"] == "docker"
     state = handle.labdir.load_state()
     assert state["engine"]["kind"] == "vm"
     for node in status["nodes"]:
         assert node["state"] == "running", node
-        assert node["container"] == f"labctl-{LAB}-{node['name']}"
+        assert node["details"]["container"] == f"labctl-{LAB}-{node['name']}"
         own = state["nodes"][node["name"]]["rdma_dev"]
         assert own == f"rxe_{LAB}_{node['name']}"
         assert handle.rdma_device(node["name"]) == own

@@ -21,7 +21,7 @@ def test_up_reports_every_node_ready(lab_up: subprocess.CompletedProcess[str]) -
 
 def test_status_json_shows_active_rxe_on_both_nodes() -> None:
     result = labctl("status", "--lab", LAB_NAME, "--json", check=True)
-    status = json.loads(result.stdout)
+    (status,) = json.loads(result.stdout)["labs"]
     assert [n["name"] for n in status["nodes"]] == ["node1", "node2"]
     for node in status["nodes"]:
         assert node["state"] == "running"

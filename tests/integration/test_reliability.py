@@ -314,7 +314,8 @@ def test_node_killed_while_idle(lab_handle: LabHandle, lab_topology: Path) -> No
     os.kill(pid, signal.SIGKILL)
     result = labctl("status", "--lab", LAB_NAME, "--json", timeout=120)
     assert result.returncode == 1
-    nodes = {n["name"]: n for n in json.loads(result.stdout)["nodes"]}
+    (status,) = json.loads(result.stdout)["labs"]
+    nodes = {n["name"]: n for n in status["nodes"]}
     assert nodes["node2"]["state"] == "stopped"
     assert f"qemu process {pid} is gone" in nodes["node2"]["reason"]
     assert nodes["node1"]["state"] == "running"

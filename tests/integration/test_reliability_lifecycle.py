@@ -47,7 +47,8 @@ def no_lab_before_or_after() -> Iterator[None]:
 
 def _status(lab: str = LAB) -> tuple[int, dict[str, object], str]:
     result = labctl("status", "--lab", lab, "--json", timeout=120)
-    return result.returncode, json.loads(result.stdout or "{}"), result.stderr
+    labs = json.loads(result.stdout or '{"labs": [{}]}')["labs"]
+    return result.returncode, labs[0], result.stderr
 
 
 def _honest_then_clean(up_stderr: str) -> dict[str, str]:

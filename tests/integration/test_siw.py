@@ -32,7 +32,7 @@ def siw_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHandle]:
 
 
 def test_status_shows_iwarp_devices(siw_lab: LabHandle) -> None:
-    status = json.loads(labctl("status", "--lab", SIW_LAB, "--json", check=True).stdout)
+    (status,) = json.loads(labctl("status", "--lab", SIW_LAB, "--json", check=True).stdout)["labs"]
     for node in status["nodes"]:
         assert node["state"] == "running"
         (device,) = node["devices"]

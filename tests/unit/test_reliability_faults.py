@@ -167,7 +167,8 @@ def test_status_and_up_after_an_up_that_died_early(
     labdir.save_state({"provider": "qemu", "phase": "creating", "nodes": {}})
     code, out, err = _main(monkeypatch, capsys, "status", "--lab", "ut-early", "--json")
     assert code == 1
-    nodes = json.loads(out)["nodes"]
+    (lab,) = json.loads(out)["labs"]
+    nodes = lab["nodes"]
     assert [(n["state"], n["reason"]) for n in nodes] == [("absent", "never started")] * 2
     assert "`up` did not finish (phase creating)" in err
     topology = tmp_path / "ut-early.yaml"

@@ -1,0 +1,242 @@
+"""Typed models of every `--json` output: one model per command, the same shape whatever
+the number of labs, nodes or images. docs/json.md describes them; tests/unit/
+test_json_shapes.py validates each command's real output against its model.
+
+The models describe and check; the commands print plain JSON (no validation at run time: a
+node running older node-side code must not turn `status` into a traceback).
+`devinfo`/`devices`/`asyncwatch --json` are the node-side records of labctl/verbs/records.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Shape(BaseModel):
+    # A key the model does not name is a shape change: the test fails until docs and model
+    # follow.
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- labctl status --json ----------------------------------------------------------------
+class TopologyInterface(Shape):
+    name: str  # eth1
+    ipv4: str  # 10.77.1.1/24, from the topology
+    mac: str
+
+
+class LiveInterface(Shape):
+    name: str
+    state: str | None  # operstate as the node sees it: UP, DOWN, ...
+    mtu: int | None
+    mac: str | None
+    ipv4: list[str]
+
+
+class DeviceStatus(Shape):
+    name: str  # rxe0, siw0, rxe_LAB_NODE (container nodes)
+    node_type: str
+    netdev: str
+    port_state: str  # ACTIVE, DOWN, ...
+    link_layer: str
+    active_mtu: str  # "1024"; "" when ibv_devinfo did not say
+    gid_index: int | None  # the IPv4-mapped RoCE v2 GID (None on iWARP)
+    gid_ipv4: str
+
+
+class NodeStatus(Shape):
+    name: str
+    state: Literal["running", "booting", "failed", "stopped", "absent", "unrecorded"]
+    reason: str  # why not running, or why the node could not be asked; "" when fine
+    rdma: Literal["rxe", "siw", "none"]
+    management: str | None  # 127.0.0.1:PORT of the node's ssh; None for container nodes
+    interfaces: list[TopologyInterface]
+    devices: list[DeviceStatus]  # [] unless the node is running and answered
+    live_interfaces: list[LiveInterface]  # [] unless the node is running and answered
+    details: dict[str, str]  # provider facts: pid, accel (qemu), container, engine (docker)
+
+
+class LabStatus(Shape):
+    lab: str
+    provider: Literal["qemu", "docker", "vagrant"]
+    phase: str  # "up" once `up` finished; anything else: an `up` that did not finish
+    ready_seconds: float | None
+    nodes: list[NodeStatus]
+
+
+class StatusOutput(Shape):
+    """`labctl status --json`: every lab that is up (or the one --lab names)."""
+
+    labs: list[LabStatus]
+
+
+# --- labctl image list --json ------------------------------------------------------------
+class ImageRecord(Shape):
+    name: str  # recipe: trixie, sid, docker-host
+    key: str  # NAME-HASH, the cache directory's name
+    suite: str
+    kernel_suite: str
+    kernel: str
+    rdma_core: str
+    siw: bool
+    rootfs_bytes: int
+    build_seconds: float
+    path: str
+
+
+class ImageListOutput(Shape):
+    """`labctl image list --json`: the cached node images."""
+
+    images: list[ImageRecord]
+
+
+# --- labctl doctor --json ----------------------------------------------------------------
+class DoctorCheck(Shape):
+    name: str
+    result: Literal["ok", "no", "warn", "skipped"]
+    detail: str
+    todo: str  # what to do about it; "" when nothing
+
+
+class ProviderVerdict(Shape):
+    provider: Literal["qemu", "docker"]
+    engine: Literal["vm", "local"] | None  # docker only
+    verdict: Literal["works", "available", "no"]  # available: starts on demand
+    detail: str
+
+
+class DoctorOutput(Shape):
+    """`labctl doctor --json`: the checks, a verdict per provider, and whether any works."""
+
+    checks: list[DoctorCheck]
+    providers: list[ProviderVerdict]
+    usable: bool  # some provider works or is available here; else doctor exits 1
+
+
+# --- labctl run ... --json ---------------------------------------------------------------
+class RunRecord(Shape):
+    """`labctl run EXAMPLE --json` prints one record; `labctl run all --json` a list."""
+
+    example: str  # pingpong, rping, perftest, mckey
+    variant: str  # rc, uc, ud, srq, rc-py, rc-py-c, rc-c-py, ib_write_bw, ud-1qp, ...
+    server: str
+    client: str
+    status: Literal["passed", "failed", "skipped"]
+    figures: dict[str, Any]  # the client's parsed output (the parser's names, numbers)
+    server_figures: dict[str, Any]
+    reason: str  # why failed or skipped; "" when passed
+    server_argv: list[str]
+    client_argv: list[str]
+    server_output: str
+    client_output: str
+    seconds: float
+    key_figure: str  # the name of the figure a summary shows, e.g. usec_per_iter
+
+
+# --- labctl bench --json -----------------------------------------------------------------
+class ImplFigures(Shape):
+    name: str  # c, python, tcp
+    label: str
+    usec_per_iter: float | None
+    msg_per_sec: float | None
+    mbit_per_sec: float | None
+    runs_usec: list[float]
+    failures: int
+
+
+class BenchOutput(Shape):
+    """`labctl bench --json`."""
+
+    server: str
+    client: str
+    size: int
+    iters: int
+    rounds: int
+    impls: dict[str, ImplFigures]
+    ratios: dict[str, float | None]
+    failed: list[RunRecord]
+
+
+# --- labctl validate --json --------------------------------------------------------------
+class LabInterface(Shape):
+    name: str
+    segment: int  # index into segments
+    ipv4: str
+    mac: str
+    mtu: int
+
+
+class LabNode(Shape):
+    name: str
+    index: int
+    rdma: Literal["rxe", "siw", "none"]
+    memory_mib: int
+    cpus: int
+    image: str
+    interfaces: list[LabInterface]
+
+
+class LabSegment(Shape):
+    name: str
+    index: int
+    kind: Literal["p2p", "switch"]
+    subnet: str
+    mtu: int
+    endpoints: list[str]
+
+
+class ValidateOutput(Shape):
+    """`labctl validate --json`: the resolved lab (labctl.topology.resolved.Lab)."""
+
+    name: str
+    provider: Literal["qemu", "docker", "vagrant"]
+    source: str
+    nodes: list[LabNode]
+    segments: list[LabSegment]
+    provider_options: dict[str, Any]
+
+
+# --- labctl docker-host status --json ----------------------------------------------------
+class DockerHostStatus(Shape):
+    """`labctl docker-host status --json`: keys beyond `running` and `state` only when the
+    VM exists (and the engine facts only when its engine answers)."""
+
+    directory: str
+    running: bool
+    state: Literal["absent", "running", "stopped"]
+    labs: list[str]
+    pid: int | None = None
+    ssh: str | None = None
+    accel: str | None = None
+    memory_mib: int | None = None
+    cpus: int | None = None
+    image: str | None = None
+    data_disk: str | None = None
+    kernel: str | None = None
+    socket: str | None = None
+    engine: Literal["answering", "not answering"] | None = None
+    engine_version: str | None = None
+    containers: int | None = None
+    images: list[str] | None = None
+    memory_used_mib: str | None = None
+
+
+# Every command with a --json option, and its model (None: labctl/verbs/records.py).
+SHAPES: dict[str, type[Shape] | None] = {
+    "status": StatusOutput,
+    "image list": ImageListOutput,
+    "doctor": DoctorOutput,
+    "run pingpong": RunRecord,
+    "run rping": RunRecord,
+    "run perftest": RunRecord,
+    "run mckey": RunRecord,
+    "run all": RunRecord,  # a list of them
+    "bench": BenchOutput,
+    "validate": ValidateOutput,
+    "docker-host status": DockerHostStatus,
+    "devinfo": None,
+    "devices": None,
+    "asyncwatch": None,
+}

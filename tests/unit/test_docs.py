@@ -1,0 +1,288 @@
+"""The docs match the CLI: every `labctl ...` command line in README.md and docs/*.md names a
+command that exists and only options that command has; every shipped topology is named.
+
+The commands are checked against the live typer app (its click command tree, read by duck
+typing: typer may bring its own copy of click), so commands and options added later are
+known without changing this test.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import shlex
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+from labctl.cli.app import app
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+# Words before `labctl` that still make the line a labctl command line.
+_PREFIX_WORDS = {"sudo", "python", "python3", "-m", "exec", "time"}
+_ENV_ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=\S*$")
+_LABCTL = re.compile(r"^(\S*/bin/)?labctl$")  # not /opt/labctl, ~/.cache/labctl
+_PROMPT = re.compile(r"^\s*[#$] ")
+_SHELL_END = {">", ">>", "2>", "2>&1", "&&", "||", ";", "&", "<", "|&"}
+# A placeholder: NODE, FILE.png, NODE:IF, S, URL, `...`, NODE... (upper case, no option).
+_PLACEHOLDER = re.compile(r"^(\.\.\.|[A-Z][A-Z0-9_]*(:[A-Z0-9_]+)?(\.[a-z]+)?(\.\.\.)?)$")
+_CODE_SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+_FENCE = re.compile(r"^\s*```")
+
+
+@dataclass(frozen=True)
+class DocCommand:
+    where: str  # file:line
+    text: str  # the command line as written
+
+
+def _labctl_start(words: list[str]) -> int | None:
+    """Index of the `labctl` word if the words are a labctl command line, else None."""
+    for i, word in enumerate(words):
+        if _LABCTL.match(word):
+            return i
+        if word in _PREFIX_WORDS or _ENV_ASSIGNMENT.match(word):
+            continue
+        return None
+    return None
+
+
+def _words(text: str) -> list[str]:
+    text = text.replace("\\|", "|")  # Markdown tables escape the pipe
+    try:
+        return shlex.split(text, comments=False)
+    except ValueError:  # an unbalanced quote in prose: plain words are enough
+        return text.split()
+
+
+def extract(path: Path, root: Path = ROOT) -> list[DocCommand]:
+    """Every labctl command line of a Markdown file: in code blocks and in inline code."""
+    found: list[DocCommand] = []
+    in_block = False
+    rel = path.relative_to(root)
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if _FENCE.match(line):
+            in_block = not in_block
+            continue
+        candidates = [line] if in_block else _CODE_SPAN.findall(line)
+        for text in candidates:
+            if in_block:  # a prompt ("# " as root, "$ "), the command, maybe a comment
+                text = _PROMPT.sub("", text)
+                text = re.split(r"\s#(\s|$)", text, maxsplit=1)[0].strip()
+            words = _words(text)
+            start = _labctl_start(words)
+            if start is not None:
+                found.append(DocCommand(f"{rel}:{number}", " ".join(words[start:])))
+    return found
+
+
+def _strip(word: str) -> str:
+    """A synopsis word without its brackets: `[--lab` -> `--lab`, `P]` -> `P`."""
+    return word.strip("[](){},")
+
+
+def _is_placeholder(word: str) -> bool:
+    return bool(_PLACEHOLDER.match(word)) or "..." in word or "{" in word
+
+
+def _is_group(command: Any) -> bool:
+    return isinstance(getattr(command, "commands", None), dict)
+
+
+def _options(command: Any) -> dict[str, Any]:
+    names: dict[str, Any] = {"--help": None}  # click adds it to every command
+    for param in command.params:
+        if param.param_type_name == "option":
+            for opt in (*param.opts, *param.secondary_opts):
+                names[opt] = param
+    return names
+
+
+def _positional_room(command: Any) -> float:
+    room = 0.0
+    for param in command.params:
+        if param.param_type_name == "argument":
+            room += float("inf") if param.nargs < 0 else param.nargs
+    return room
+
+
+def check(words: list[str], root: Any) -> list[str]:
+    """Problems of one command line (after `labctl`), [] when it matches the CLI."""
+    command = root
+    path = ["labctl"]
+    rest = words
+    # Walk the groups: `image list`, `docker-host up|down|status`, `run perftest ...`.
+    while _is_group(command) and rest:
+        word = _strip(rest[0])
+        if _is_placeholder(word):
+            return []  # `labctl run EXAMPLE ...`: which command's options is unknown
+        if word.startswith("-"):
+            break
+        names = [w for w in word.split("|") if w]
+        unknown = [n for n in names if n not in command.commands]
+        if unknown:
+            return [f"{' '.join(path)} has no command {', '.join(unknown)}"]
+        problems = []
+        for name in names[1:]:  # alternatives: each with the same remaining words
+            problems += check([name, *rest[1:]], command)
+        if problems:
+            return problems
+        command = command.commands[names[0]]
+        path.append(names[0])
+        rest = rest[1:]
+    options = _options(command)
+    positional = 0
+    index = 0
+    while index < len(rest):
+        raw = rest[index]
+        index += 1
+        word = _strip(raw)
+        if raw == "--" or word in _SHELL_END:
+            break  # a command for the node, or the shell's business
+        if word in ("|", ""):
+            continue  # alternatives in a synopsis
+        if word.startswith("-") and len(word) > 1 and not re.match(r"^-\d", word):
+            for alternative in word.split("/"):  # --verbose/--quiet
+                name = alternative.split("=", 1)[0]
+                if name.startswith("--") or len(name) == 2:
+                    flags = [name]
+                else:  # clustered short flags: -vl
+                    flags = [f"-{c}" for c in name[1:]]
+                for flag in flags:
+                    if flag not in options:
+                        return [f"{' '.join(path)} has no option {flag}"]
+                    param = options[flag]
+                    takes_value = param is not None and not (param.is_flag or param.count)
+                    if takes_value and "=" not in alternative and flag == flags[-1]:
+                        index = _check_value(param, rest, index, path, flag)
+            continue
+        if positional >= _positional_room(command) and not _is_placeholder(word):
+            return [f"{' '.join(path)} takes no argument {word!r} here"]
+        positional += 1
+    return []
+
+
+def _choices(param: Any) -> list[str]:
+    """The values an option accepts when its type says (an Enum, a Literal or click.Choice)."""
+    choices = getattr(getattr(param, "type", None), "choices", None)
+    if choices:
+        return [str(c) for c in choices]
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return [str(m.value) for m in annotation]
+    if typing.get_origin(annotation) is typing.Literal:
+        return [str(a) for a in typing.get_args(annotation)]
+    return []
+
+
+def _check_value(param: Any, rest: list[str], index: int, path: list[str],
+                 flag: str) -> int:
+    """Consume an option's value (if written) and check it against the option's choices."""
+    if index >= len(rest):
+        return index
+    value = _strip(rest[index])
+    if value.startswith("-") and not re.match(r"^-\d", value):
+        return index  # `[-v -d -i -l]`: a list of options, values not written
+    choices = _choices(param)
+    if choices and not _is_placeholder(value):
+        for choice in value.split("|"):
+            assert choice in choices, f"{' '.join(path)} {flag}: {choice!r} not in {choices}"
+    return index + 1
+
+
+ROOT_COMMAND = typer.main.get_command(app)
+COMMANDS = [c for doc in DOCS for c in extract(doc)]
+
+
+def test_the_docs_have_commands_to_check() -> None:
+    # Guards the extractor itself: README's table and docs' examples are found.
+    assert len(COMMANDS) > 80
+    assert {c.where.split(":")[0] for c in COMMANDS} >= {
+        "README.md", "docs/topology.md", "docs/examples.md", "docs/inspector.md",
+        "docs/docker.md", "docs/vagrant.md"}
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[c.where for c in COMMANDS])
+def test_documented_command_exists(command: DocCommand) -> None:
+    problems = check(_words(command.text)[1:], ROOT_COMMAND)
+    assert not problems, f"{command.where}: `{command.text}`: {'; '.join(problems)}"
+
+
+@pytest.mark.parametrize(("line", "problem"), [
+    ("labctl up --engin vm topologies/two-node.yaml", "labctl up has no option --engin"),
+    ("labctl stauts", "labctl has no command stauts"),
+    ("labctl image lst", "labctl image has no command lst"),
+    ("labctl docker-host up|dwn", "labctl docker-host has no command dwn"),
+    ("labctl status node1", "labctl status takes no argument 'node1' here"),
+    ("labctl devinfo -vx", "labctl devinfo has no option -x"),
+    ("labctl run rping --verbose/--quite", "labctl run rping has no option --quite"),
+])
+def test_the_checker_catches_typos(line: str, problem: str) -> None:
+    assert check(_words(line)[1:], ROOT_COMMAND) == [problem]
+
+
+@pytest.mark.parametrize("line", [
+    "labctl up TOPOLOGY [--provider P] [--accel auto|kvm|tcg] [--timeout S]",
+    "labctl exec NODE -- CMD...",
+    "labctl devinfo [NODE...] [-v -d -i -l] [--json]",
+    "labctl down [--lab NAME | TOPOLOGY | --all]",
+    "labctl schema > topologies/schema.json",
+    "labctl run perftest ib_{send,write,read}_{lat,bw}",
+])
+def test_the_checker_accepts_synopses(line: str) -> None:
+    assert check(_words(line)[1:], ROOT_COMMAND) == []
+
+
+def test_extractor_reads_blocks_and_inline_code(tmp_path: Path) -> None:
+    doc = tmp_path / "x.md"
+    doc.write_text("Use `labctl up --engine vm FILE` or `labctl/cli/up.py`.\n"
+                   "```console\n# labctl status --json      # all labs\n{\"labs\": []}\n"
+                   "$ LABCTL_DOCKER_ENGINE=local .venv/bin/labctl up FILE\n```\n")
+    texts = [c.text for c in extract(doc, tmp_path)]
+    assert texts == ["labctl up --engine vm FILE", "labctl status --json",
+                     ".venv/bin/labctl up FILE"]
+
+
+SHIPPED = sorted(p.name for p in (ROOT / "topologies").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/topology.md"])
+def test_every_shipped_topology_is_documented(doc: str) -> None:
+    text = (ROOT / doc).read_text()
+    assert SHIPPED, "no topologies found"
+    missing = [name for name in SHIPPED if name not in text]
+    assert missing == [], f"{doc} does not mention {missing}"
+
+
+def test_readme_lists_the_packages_setup_installs() -> None:
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    packages: list[str] = []
+    for array in ("packages", "optional"):
+        match = re.search(rf"^{array}=\(([^)]*)\)", setup, re.M)
+        assert match, f"setup.sh has no {array}=(...)"
+        packages += match.group(1).split()
+    readme = (ROOT / "README.md").read_text()
+    word = r"(?<![\w-]){}(?![\w-])"
+    assert [p for p in packages if not re.search(word.format(re.escape(p)), readme)] == []
+
+
+def _undocumented(command: Any, path: tuple[str, ...] = ("labctl",)) -> Iterator[str]:
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _undocumented(sub, (*path, name))
+    if not command.help:
+        yield " ".join(path)
+    for param in command.params:
+        if not getattr(param, "help", None):
+            yield f"{' '.join(path)} {param.name}"
+
+
+def test_every_command_and_parameter_has_help() -> None:
+    # `--help` is the reference the docs are checked against: nothing in it may be blank.
+    assert list(_undocumented(ROOT_COMMAND)) == []

@@ -1,0 +1,316 @@
+"""Every `--json` output has one shape, its model in labctl/cli/shapes.py: each command's real
+output, produced in-process, validates against it.
+
+Lab directories here are made the way `up` makes them: lab.json from the real resolved
+topology, state.json as the qemu provider wrote it for a live two-node lab and a node's
+console log and node-side status report captured from that lab (tests/unit/outputs/status).
+The errors docs/json.md and README promise for status and node names are checked here too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from pydantic import TypeAdapter
+
+from labctl.cli import shapes
+from labctl.cli.app import app, main
+from labctl.cli.run import print_results
+from labctl.lab.handle import LabHandle
+from labctl.lab.labdir import LabDir
+from labctl.runners.bench import summarize
+from labctl.runners.execute import RunResult
+from labctl.runners.parsers import parse_pingpong
+from labctl.topology.load import load_lab
+from labctl.verbs import records
+from labctl.verbs.devices import as_json as devices_json
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPTURED = Path(__file__).parent / "outputs" / "status"
+OUTPUTS = Path(__file__).parent / "outputs"
+
+
+def _main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+          *args: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["labctl", *args])
+    capsys.readouterr()
+    code: Any = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return (code if isinstance(code, int) else 1), out, " ".join(err.split())
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    state = tmp_path / "labs"
+    state.mkdir()
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(state))
+    return state
+
+
+def _make_lab(state: Path, name: str, topology: str, with_state: bool = True) -> LabDir:
+    """A lab directory as `up` leaves it: the resolved topology and the provider's state."""
+    lab = dataclasses.replace(load_lab(ROOT / "topologies" / topology), name=name)
+    labdir = LabDir(name, state)
+    labdir.create(lab)
+    if with_state:
+        labdir.save_state(json.loads((CAPTURED / "state.json").read_text()))
+    return labdir
+
+
+# --- status ------------------------------------------------------------------------------
+def test_status_with_no_lab(state_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _main(monkeypatch, capsys, "status", "--json")
+    assert code == 0
+    assert shapes.StatusOutput.model_validate_json(out).labs == []
+
+
+def test_status_with_one_lab_whose_nodes_died(
+        state_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _make_lab(state_dir, "ut-one", "two-node.yaml")  # the recorded qemu pids are long gone
+    for args in (("status", "--json"), ("status", "--lab", "ut-one", "--json")):
+        code, out, _ = _main(monkeypatch, capsys, *args)
+        assert code == 1  # nodes not running
+        (lab,) = shapes.StatusOutput.model_validate_json(out).labs
+        assert (lab.lab, lab.provider, lab.phase) == ("ut-one", "qemu", "up")
+        assert [(n.name, n.state, n.devices) for n in lab.nodes] == [
+            ("node1", "stopped", []), ("node2", "stopped", [])]
+        assert lab.nodes[0].management == f"127.0.0.1:{_state()['nodes']['node1']['ssh_port']}"
+        assert lab.nodes[0].details["accel"] == "tcg"
+
+
+def _state() -> dict[str, Any]:
+    state: dict[str, Any] = json.loads((CAPTURED / "state.json").read_text())
+    return state
+
+
+@pytest.fixture
+def running_node1(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LabDir]:
+    """node1 of lab ut-run runs: a process carrying its qemu marker, its captured console
+    (ready line included), and the node's captured own report."""
+    labdir = _make_lab(state_dir, "ut-run", "two-node.yaml")
+    marker = "guest=labctl-ut-run-node1"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", marker])
+    state = labdir.load_state()
+    state["nodes"]["node1"]["pid"] = proc.pid
+    labdir.save_state(state)
+    labdir.node_dir("node1").mkdir(parents=True)
+    (labdir.node_dir("node1") / "console.log").write_text(
+        (CAPTURED / "node1-console.log").read_text())
+    report = json.loads((CAPTURED / "node1-status.json").read_text())
+
+    def node_status(self: LabHandle, node: str, timeout: float = 60) -> dict[str, Any]:
+        assert node == "node1"
+        return dict(report)
+
+    monkeypatch.setattr(LabHandle, "node_status", node_status)
+    try:
+        yield labdir
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_status_with_a_running_node(running_node1: LabDir, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _main(monkeypatch, capsys, "status", "--lab", "ut-run", "--json")
+    assert code == 1  # node2 is not running
+    (lab,) = shapes.StatusOutput.model_validate_json(out).labs
+    node1, node2 = lab.nodes
+    assert node1.state == "running" and node1.reason == ""
+    assert [(d.name, d.port_state, d.gid_index) for d in node1.devices] == [("rxe0", "ACTIVE", 1)]
+    assert node1.live_interfaces[0].ipv4 == ["10.77.1.1/24"]
+    assert node2.state == "stopped" and node2.devices == [] and node2.live_interfaces == []
+
+
+def test_status_with_several_labs(running_node1: LabDir, state_dir: Path,
+                                  monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    _make_lab(state_dir, "ut-four", "four-node.yaml", with_state=False)  # up died early
+    code, out, err = _main(monkeypatch, capsys, "status", "--json")
+    assert code == 1
+    labs = shapes.StatusOutput.model_validate_json(out).labs
+    assert [lab.lab for lab in labs] == ["ut-four", "ut-run"]
+    assert {n.state for n in labs[0].nodes} == {"absent"} and labs[0].phase == "?"
+    assert "lab ut-four: `up` did not finish" in err
+    code, text, _ = _main(monkeypatch, capsys, "status")  # the tables: one per lab
+    assert code == 1
+    assert "lab ut-four (qemu, ?)" in text and "lab ut-run (qemu, up)" in text
+
+
+def test_status_of_an_unknown_lab_is_bad_input(
+        state_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _make_lab(state_dir, "ut-one", "two-node.yaml")
+    for as_json in ([], ["--json"]):
+        code, out, err = _main(monkeypatch, capsys, "status", "--lab", "ut-nope", *as_json)
+        assert (code, out) == (2, "")
+        assert err == "error: no lab named 'ut-nope' is up hint: labs up: ut-one"
+
+
+@pytest.mark.parametrize("args", [
+    ["exec", "--lab", "ut-one", "node9", "--", "true"],
+    ["devinfo", "--lab", "ut-one", "node9"],
+    ["devices", "--lab", "ut-one", "node1", "node9"],
+    ["link", "set", "--lab", "ut-one", "node9:eth1", "down"],
+])
+def test_an_unknown_node_is_bad_input_worded_one_way(
+        args: list[str], state_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _make_lab(state_dir, "ut-one", "two-node.yaml")
+    code, _, err = _main(monkeypatch, capsys, *args)
+    assert code == 2
+    assert err == "error: lab ut-one has no node 'node9' hint: nodes: node1, node2"
+
+
+# --- image list --------------------------------------------------------------------------
+def test_image_list_empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path))
+    code, out, _ = _main(monkeypatch, capsys, "image", "list", "--json")
+    assert code == 0
+    assert shapes.ImageListOutput.model_validate_json(out).images == []
+
+
+def test_image_list_real_cache(monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    from labctl.paths import cache_root
+
+    if not any((cache_root() / "images").glob("*/manifest.json")):
+        pytest.skip("no node image built on this host yet")
+    code, out, _ = _main(monkeypatch, capsys, "image", "list", "--json")
+    assert code == 0
+    images = shapes.ImageListOutput.model_validate_json(out).images
+    assert images and all(Path(i.path).name == i.key for i in images)
+
+
+# --- doctor ------------------------------------------------------------------------------
+def test_doctor_on_this_host(monkeypatch: pytest.MonkeyPatch,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _main(monkeypatch, capsys, "doctor", "--json")
+    report = shapes.DoctorOutput.model_validate_json(out)
+    assert code == (0 if report.usable else 1)
+    assert [(p.provider, p.engine) for p in report.providers] == [
+        ("qemu", None), ("docker", "vm"), ("docker", "local")]
+    assert {c.name for c in report.checks} >= {"qemu tools", "KVM", "Docker host VM"}
+
+
+def test_doctor_without_any_provider_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # No qemu, docker or RDMA tools on PATH: nothing can run labs here.
+    monkeypatch.setenv("PATH", str(tmp_path))
+    code, out, _ = _main(monkeypatch, capsys, "doctor", "--json")
+    report = shapes.DoctorOutput.model_validate_json(out)
+    assert (code, report.usable) == (1, False)
+    assert {p.verdict for p in report.providers} == {"no"}
+    code, text, _ = _main(monkeypatch, capsys, "doctor")
+    assert code == 1
+    assert text.rstrip().splitlines()[-1].startswith("no provider can run labs on this host")
+
+
+# --- run, bench --------------------------------------------------------------------------
+def _captured_run() -> RunResult:
+    """The record of a real `labctl run pingpong --json` (lab hdocs, 20 iterations)."""
+    return RunResult(**json.loads((CAPTURED / "run-pingpong-rc.json").read_text()))
+
+
+def test_run_one_example_prints_one_record(capsys: pytest.CaptureFixture[str]) -> None:
+    print_results([_captured_run()], as_json=True)
+    record = shapes.RunRecord.model_validate_json(capsys.readouterr().out)
+    assert (record.status, record.key_figure) == ("passed", "usec_per_iter")
+
+
+def test_run_all_prints_a_list_of_records(capsys: pytest.CaptureFixture[str]) -> None:
+    skipped = dataclasses.replace(_captured_run(), variant="ud-1qp", example="mckey",
+                                  status="skipped", reason="rxe delivers only the first")
+    print_results([_captured_run(), skipped], as_json=True, summary=True)
+    records = TypeAdapter(list[shapes.RunRecord]).validate_json(capsys.readouterr().out)
+    assert [r.status for r in records] == ["passed", "skipped"]
+    print_results([_captured_run()], as_json=True, summary=True)  # a list even of one
+    assert len(TypeAdapter(list[shapes.RunRecord]).validate_json(capsys.readouterr().out)) == 1
+
+
+def test_bench_report() -> None:
+    def result(impl: str) -> RunResult:
+        output = (OUTPUTS / f"pingpong-{impl}.client.txt").read_text()
+        return RunResult("pingpong", impl, "node1", "node2", "passed",
+                         figures=parse_pingpong(output), key_figure="usec_per_iter")
+
+    failed = dataclasses.replace(_captured_run(), status="failed", reason="client exited with 1")
+    report = summarize("node1", "node2", 4096, 200, 1, {
+        "c": [result("rc-c")], "python": [result("rc-py"), failed], "tcp": [result("tcp")]})
+    out = shapes.BenchOutput.model_validate_json(json.dumps(report.to_dict()))
+    assert set(out.impls) == {"c", "python", "tcp"} and len(out.failed) == 1
+
+
+# --- validate, docker-host status --------------------------------------------------------
+@pytest.mark.parametrize("topology", sorted(p.name for p in (ROOT / "topologies").glob("*.yaml")))
+def test_validate(topology: str, monkeypatch: pytest.MonkeyPatch,
+                  capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _main(monkeypatch, capsys, "validate", "--json",
+                         str(ROOT / "topologies" / topology))
+    assert code == 0
+    assert shapes.ValidateOutput.model_validate_json(out).nodes
+
+
+def test_docker_host_status_on_this_host(monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _main(monkeypatch, capsys, "docker-host", "status", "--json")
+    status = shapes.DockerHostStatus.model_validate_json(out)
+    assert code == (0 if status.running else 1)
+
+
+# --- devinfo, devices: the node-side records ---------------------------------------------
+def _keys_follow_records(value: dict[str, Any], record: type[records.Record]) -> None:
+    assert list(value) == sorted(record._fields), record.__name__
+
+
+@pytest.mark.parametrize("capture", ["rxe-node1", "no-device"])
+def test_devinfo_json_is_the_snapshot_records(capture: str) -> None:
+    # devinfo --json prints Snapshot.to_json() of what the node captured.
+    text = (Path(__file__).parent / "verbs_records" / f"{capture}.json").read_text()
+    out = json.loads(records.Snapshot.from_json(text).to_json())
+    _keys_follow_records(out, records.Snapshot)
+    for device in out["devices"]:
+        _keys_follow_records(device, records.DeviceRecord)
+        _keys_follow_records(device["attr"], records.DeviceAttr)
+        for port in device["ports"]:
+            _keys_follow_records(port, records.PortRecord)
+            _keys_follow_records(port["attr"], records.PortAttr)
+            for gid in port["gids"]:
+                _keys_follow_records(gid, records.Gid)
+
+
+def test_devices_json() -> None:
+    text = (Path(__file__).parent / "verbs_records" / "rxe-node1.json").read_text()
+    out = json.loads(devices_json(records.Snapshot.from_json(text)))
+    assert out == [{"device": "rxe0", "node_guid": out[0]["node_guid"]}]
+
+
+# --- the list itself ---------------------------------------------------------------------
+def _json_commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[str]:
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _json_commands(sub, (*path, name))
+    if any("--json" in getattr(p, "opts", ()) for p in getattr(command, "params", ())):
+        yield " ".join(path)
+
+
+def test_every_json_output_has_a_model_and_a_doc() -> None:
+    commands = sorted(_json_commands(typer.main.get_command(app)))
+    assert commands == sorted(shapes.SHAPES)
+    doc = (ROOT / "docs" / "json.md").read_text()
+    missing = [c for c in commands if f"`labctl {c}" not in doc]
+    assert missing == [], f"docs/json.md does not describe {missing}"
