@@ -6,6 +6,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -30,8 +31,13 @@ def _check_lab(value: str | None) -> str | None:
     return check_lab_name(value)
 
 
-LabOption = typer.Option(None, "--lab", help="Lab name (default: the only lab that is up).",
-                         metavar="NAME", autocompletion=complete.lab_names, callback=_check_lab)
+def lab_option(help: str = "Lab name (default: the only lab that is up).") -> Any:
+    """The --lab option: checked as it is parsed, completed from the labs that are up."""
+    return typer.Option(None, "--lab", help=help, metavar="NAME",
+                        autocompletion=complete.lab_names, callback=_check_lab)
+
+
+LabOption = lab_option()
 NodeArgument = typer.Argument(..., metavar="NODE", help="Node name.",
                               autocompletion=complete.node_names)
 TopologyArgument = typer.Argument(

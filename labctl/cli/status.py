@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from labctl.cli.common import console, err_console
+from labctl.cli.common import console, err_console, lab_option
 from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir, running_labs
@@ -113,7 +113,7 @@ def _labdirs(lab: str | None) -> list[LabDir]:
 
 
 def status(
-    lab: str = typer.Option(None, "--lab", help="Lab name (default: every lab that is up)."),
+    lab: str = lab_option("Lab name (default: every lab that is up)."),
     as_json: bool = typer.Option(
         False, "--json",
         help="Print JSON: an object whose list `labs` has one record per lab (docs/json.md)."),
