@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyroute2 import IPRoute
+from pyroute2 import IPRoute, netns
 
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
@@ -45,6 +45,10 @@ def resolve(handle: LabHandle, node: str, ifname: str) -> CaptureTarget:
         )
     ns = netns_name(handle.lab.name)
     device = tap_name(handle.lab.node(node).index, ifname)
+    # Look before opening: IPRoute(netns=...) would create a missing namespace.
+    if ns not in netns.listnetns():
+        raise LabctlError(f"lab {handle.lab.name} has no network namespace {ns}",
+                          hint="is the lab up? see `labctl status`")
     try:
         with IPRoute(netns=ns) as ipr:
             present = bool(ipr.link_lookup(ifname=device))
