@@ -66,7 +66,7 @@ class IwarpDecoder:
         if syn:
             d.next_seq, d.buffer, d.state = seq + 1, b"", "start"
             return [], ""
-        if not payload:
+        if not payload or d.state == "lost":
             return [], d.why
         if d.next_seq is None:  # the capture began in the middle of this connection
             d.state, d.why = "lost", "capture started mid-connection"
@@ -74,7 +74,8 @@ class IwarpDecoder:
             if seq < d.next_seq and seq + len(payload) <= d.next_seq:
                 return [], "retransmission"
             d.state, d.why = "lost", "a segment is missing from the capture"
-        if d.state == "lost":
+            return [], d.why
+        if d.state == "lost":  # the capture began in the middle of this connection
             return [], d.why
         d.next_seq = seq + len(payload)
         d.buffer += payload

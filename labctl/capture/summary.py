@@ -20,8 +20,12 @@ def decode_file(path: Path, first: int | None = None) -> list[Frame]:
     return frames
 
 
+_HEX_FIELDS = ("local_qpn", "starting_psn", "src_qp")  # as the programs print QPNs and PSNs
+
+
 def _fields(values: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in values.items())
+    return " ".join(f"{k}={v:#08x}" if k in _HEX_FIELDS and isinstance(v, int) else f"{k}={v}"
+                    for k, v in values.items())
 
 
 def line(frame: Frame) -> str:

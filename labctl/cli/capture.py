@@ -50,13 +50,15 @@ def _record(endpoint: str, write: Path | None, count: int, duration: float | Non
     if write is not None and not write.parent.is_dir():
         raise UsageError(f"no directory {write.parent} for {write}")
     bound = [f"{count} packets" if count else "", f"{duration:g} s" if duration else ""]
-    err_console.print(f"capturing on {node}:{ifname} ({target.device} in {target.netns})"
-                      f"{', up to ' + ' or '.join(b for b in bound if b) if any(bound) else ''}"
-                      "; Ctrl-C stops")
     with _terminate_as_interrupt(), Capture(target, write, count=count, duration=duration,
                                             bpf=bpf) as cap:
         try:
             cap.wait_ready()
+            # Printed once the socket is open: what is sent from now on is captured.
+            err_console.print(
+                f"capturing on {node}:{ifname} ({target.device} in {target.netns})"
+                f"{', up to ' + ' or '.join(b for b in bound if b) if any(bound) else ''}"
+                "; Ctrl-C stops")
             cap.wait()
         except KeyboardInterrupt:
             cap.stop()

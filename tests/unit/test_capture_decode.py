@@ -73,6 +73,7 @@ def test_ib_write_bw_has_reth_on_the_first_write_packet_only() -> None:
         assert f.ackreq == (f.ops[0] == "RC_RDMA_WRITE_LAST")  # one ACK request per message
     psns = [f.psn for f in writes]
     assert psns == list(range(psns[0], psns[0] + len(psns)))  # one PSN per packet
+    assert "iWARP" not in counts(frames)  # perftest's TCP exchange is plain TCP
     lasts = {f.psn for f in writes if f.ops[0] == "RC_RDMA_WRITE_LAST"}
     assert {f.psn for f in roce(frames, "RC_ACKNOWLEDGE")} <= lasts
 
