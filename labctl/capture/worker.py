@@ -71,4 +71,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Exception as exc:  # one line for the parent's error message, not a traceback
+        print(f"capture failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,7 +12,7 @@ from types import FrameType
 import typer
 
 from labctl.cli.common import LabOption, console, err_console
-from labctl.errors import UsageError
+from labctl.errors import LabctlError, UsageError
 
 DEFAULT_DURATION = 60.0  # a -w capture without --count or --duration stops after this
 
@@ -42,13 +43,16 @@ def _record(endpoint: str, write: Path | None, count: int, duration: float | Non
     if count < 0 or (duration is not None and duration <= 0):
         raise UsageError("--count and --duration must be positive")
     check_filter(bpf)
+    # Fail here, before the child starts, if the file cannot be written (and make nothing).
+    if write is not None and (write.is_dir() or not write.parent.is_dir()
+                              or not os.access(write.parent, os.W_OK)):
+        raise UsageError(f"cannot write {write}",
+                         hint="give -w a file name in a directory that exists")
     handle = open_lab(lab)
     node, ifname = parse_endpoint(handle, endpoint)
     target = resolve(handle, node, ifname)
     if write is not None and not count and duration is None:
         duration = DEFAULT_DURATION
-    if write is not None and not write.parent.is_dir():
-        raise UsageError(f"no directory {write.parent} for {write}")
     bound = [f"{count} packets" if count else "", f"{duration:g} s" if duration else ""]
     with _terminate_as_interrupt(), Capture(target, write, count=count, duration=duration,
                                             bpf=bpf) as cap:
@@ -63,7 +67,7 @@ def _record(endpoint: str, write: Path | None, count: int, duration: float | Non
         except KeyboardInterrupt:
             cap.stop()
     if cap.errors and cap.packets is None:
-        raise UsageError(f"capture failed: {cap.errors[-1]}")
+        raise LabctlError(cap.errors[-1], hint="see `labctl status`; is the node running?")
     packets = cap.packets or 0
     err_console.print(f"{packets} packets" + (f" written to {write}" if write else ""))
 

@@ -93,10 +93,11 @@ def offline_lab(tmp_path: Path) -> dict[str, str]:
     ("node9:eth1", 2, "has no node 'node9'"),
     ("node1:eth7", 2, "has no data interface 'eth7'"),
     ("node1:eth1", 1, f"no network namespace labctl-{OFFLINE_LAB}"),  # lab not up
+    ("node1:eth1 -w /nonexistent/x.pcap", 2, "cannot write /nonexistent/x.pcap"),
 ])
 def test_bad_endpoints(offline_lab: dict[str, str], endpoint: str, code: int,
                        message: str) -> None:
-    result = labctl(endpoint, "--count", "1", env=offline_lab)
+    result = labctl(*endpoint.split(), "--count", "1", env=offline_lab)
     assert result.returncode == code, result.stderr
     assert message in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
     assert f"labctl-{OFFLINE_LAB}" not in netns.listnetns()
