@@ -8,7 +8,8 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 packages=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs zstd cpio openssh-client iproute2
-          debian-archive-keyring ca-certificates python3 python3-venv python3-pip)
+          debian-archive-keyring ca-certificates python3 python3-venv python3-pip
+          libpcap0.8)  # scapy compiles `labctl capture --filter` expressions with libpcap
 # Optional: Debian's vagrant lets the tests run `vagrant validate` (not every release has it).
 optional=(vagrant)
 missing=()

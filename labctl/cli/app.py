@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "link",
     "doctor",
     "docker_host",
+    "capture",
 ]
 
 app = typer.Typer(

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import typer
 from rich.table import Table
 
+from labctl.capture.runhook import capturing_run
 from labctl.cli import complete
+from labctl.cli.capture import CaptureDirOption, CaptureOption
 from labctl.cli.common import LabOption, console, err_console, seconds
 from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import LabHandle, open_lab
@@ -142,12 +145,15 @@ def print_results(results: list[RunResult], as_json: bool, *, summary: bool = Fa
 
 
 def _run_one(name: str, variant: str, lab: str | None, server: str | None,
-             client: str | None, options: dict[str, Any], as_json: bool) -> None:
+             client: str | None, options: dict[str, Any], as_json: bool,
+             capture: bool = False, capture_dir: Path | None = None) -> None:
     options = check_options(options)  # bad values exit 2 before the lab is even opened
     handle = open_lab(lab)
     server, client = pick_nodes(handle, server, client)
     spec = EXAMPLES[(name, variant)]
-    result = run_example(handle, spec, server, client, options)
+    with capturing_run(handle, server, f"{name} {variant}", capture, capture_dir) as cap:
+        result = run_example(handle, spec, server, client, options)
+    result.capture = cap.record() if cap else None
     print_results([result], as_json)
     if result.status == "skipped":
         # Asked for by name, an unsupported run is refused: say why, exit as for bad input.
@@ -179,6 +185,8 @@ def pingpong(
     port: int = typer.Option(None, "--port", "-p", help="TCP port of the exchange (18515)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
     lab: str = LabOption,
 ) -> None:
     """ibv_{rc,uc,ud,srq}_pingpong between two nodes (GID index chosen automatically);
@@ -196,7 +204,8 @@ def pingpong(
         raise UsageError(f"unknown transport {transport!r}", hint="use rc, uc, ud or srq")
     options = {"size": size, "iters": iters, "mtu": mtu, "rx_depth": rx_depth, "port": port,
                "timeout": timeout}
-    _run_one("pingpong", variant, lab, server, client, options, as_json)
+    _run_one("pingpong", variant, lab, server, client, options, as_json, capture,
+             capture_dir)
 
 
 @run_app.command()
@@ -210,12 +219,15 @@ def rping(
                                  help="rping -v: print (and count) each ping."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
     lab: str = LabOption,
 ) -> None:
     """rping (RDMA CM, RC, RDMA READ/WRITE) between two nodes; rxe and siw."""
     options = {"count": count, "size": size, "port": port, "verbose": verbose,
                "timeout": timeout}
-    _run_one("rping", "rc", lab, server, client, options, as_json)
+    _run_one("rping", "rc", lab, server, client, options, as_json, capture,
+             capture_dir)
 
 
 @run_app.command()
@@ -231,6 +243,8 @@ def perftest(
     port: int = typer.Option(None, "--port", "-p", help="Exchange port (perftest -p)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
     lab: str = LabOption,
 ) -> None:
     """A perftest benchmark (-d and -x chosen automatically; -R on siw)."""
@@ -238,7 +252,8 @@ def perftest(
         raise UsageError(f"unknown perftest {test!r}", hint=f"use one of {', '.join(PERFTESTS)}")
     options = {"iters": iters, "size": size, "rdma_cm": rdma_cm, "port": port,
                "timeout": timeout}
-    _run_one("perftest", test, lab, server, client, options, as_json)
+    _run_one("perftest", test, lab, server, client, options, as_json, capture,
+             capture_dir)
 
 
 @run_app.command()
@@ -254,11 +269,14 @@ def mckey(
                                 "(mckey -C N): on rxe only the first arrives."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
     lab: str = LabOption,
 ) -> None:
     """mckey (RDMA CM multicast over UD) with a bounded wait; reports delivered/expected."""
     options = {"count": count, "group": group, "wait": wait, "timeout": timeout}
-    _run_one("mckey", "ud-1qp" if one_qp else "ud", lab, server, client, options, as_json)
+    _run_one("mckey", "ud-1qp" if one_qp else "ud", lab, server, client, options, as_json, capture,
+             capture_dir)
 
 
 @run_app.command("all")

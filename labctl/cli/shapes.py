@@ -116,6 +116,16 @@ class DoctorOutput(Shape):
 
 
 # --- labctl run ... --json ---------------------------------------------------------------
+class RunCapture(Shape):
+    """`labctl run ... --capture`: where the run's pcap is and what it holds."""
+
+    pcap: str  # path of the pcap file
+    node: str  # captured on this node's side of the link (the server's)
+    interface: str
+    packets: int
+    opcodes: dict[str, int]  # packets per decoded opcode name (SEND_ONLY, ACKNOWLEDGE, ...)
+
+
 class RunRecord(Shape):
     """`labctl run EXAMPLE --json` prints one record; `labctl run all --json` a list."""
 
@@ -133,6 +143,7 @@ class RunRecord(Shape):
     client_output: str
     seconds: float
     key_figure: str  # the name of the figure a summary shows, e.g. usec_per_iter
+    capture: RunCapture | None  # with `--capture`; null otherwise
 
 
 # --- labctl bench --json -----------------------------------------------------------------

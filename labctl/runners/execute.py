@@ -31,6 +31,7 @@ class RunResult:
     client_output: str = ""
     seconds: float = 0.0
     key_figure: str = ""  # the name of the figure a summary shows
+    capture: dict[str, Any] | None = None  # `run --capture`: the pcap and opcode counts
 
     @property
     def label(self) -> str:

@@ -96,3 +96,22 @@ def test_siw_lab_down_leaves_nothing(siw_lab: LabHandle) -> None:
 def test_shipped_topology_is_siw(tmp_path: Path) -> None:
     result = labctl("validate", "topologies/siw-pair.yaml", "--json", check=True)
     assert {n["rdma"] for n in json.loads(result.stdout)["nodes"]} == {"siw"}
+
+
+def test_rping_capture_decodes_iwarp(siw_lab: LabHandle, tmp_path: Path) -> None:
+    """`run rping --capture` on siw: the MPA handshake, then DDP/RDMAP messages over TCP."""
+    from labctl.capture.summary import decode_file
+
+    for attempt in (1, 2):
+        result = labctl("run", "rping", "--lab", SIW_LAB, "--count", "3", "--timeout", "40",
+                        "--capture-dir", str(tmp_path), "--json", timeout=300)
+        record = json.loads(result.stdout)
+        if record["status"] == "passed":
+            break
+        assert attempt == 1 and SIW_READ_STALL in record["server_output"], result.stderr
+    opcodes = record["capture"]["opcodes"]
+    assert opcodes["MPA_REQUEST"] == opcodes["MPA_REPLY"] == 1
+    assert opcodes["RDMA_READ_REQUEST"] == opcodes["RDMA_READ_RESPONSE"] == 3
+    assert opcodes["RDMA_WRITE"] == 3
+    frames = decode_file(Path(record["capture"]["pcap"]))
+    assert not [f for f in frames if "not decoded" in f.note]

@@ -79,7 +79,7 @@ def extract(path: Path, root: Path = ROOT) -> list[DocCommand]:
             words = _words(text)
             start = _labctl_start(words)
             if start is not None:
-                found.append(DocCommand(f"{rel}:{number}", " ".join(words[start:])))
+                found.append(DocCommand(f"{rel}:{number}", shlex.join(words[start:])))
     return found
 
 

@@ -1,0 +1,65 @@
+"""Text for people (one line per frame) and counts for records (frames per opcode)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from labctl.capture.decode import Decoder, Frame
+from labctl.capture.pcapfile import read_packets
+
+
+def decode_file(path: Path, first: int | None = None) -> list[Frame]:
+    decoder = Decoder()
+    frames: list[Frame] = []
+    for index, packet in enumerate(read_packets(path), start=1):
+        frames.append(decoder.feed(packet, index))
+        if first is not None and index >= first:
+            break
+    return frames
+
+
+_HEX_FIELDS = ("local_qpn", "starting_psn", "src_qp")  # as the programs print QPNs and PSNs
+
+
+def _fields(values: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v:#08x}" if k in _HEX_FIELDS and isinstance(v, int) else f"{k}={v}"
+                    for k, v in values.items())
+
+
+def line(frame: Frame) -> str:
+    head = f"{frame.index:5d} {frame.time:.6f} {frame.src} > {frame.dst} {frame.proto}"
+    if frame.proto in ("RoCEv2", "CM", "MAD") and frame.ops:
+        parts = [head, frame.ops[0], f"qp={frame.dest_qp:#08x}", f"psn={frame.psn:#08x}"]
+        if frame.ackreq:
+            parts.append("ackreq")
+        for name in ("DETH", "RETH", "AETH", "AtomicETH", "AtomicAckETH", "ImmDt", "IETH"):
+            if name in frame.detail:
+                parts.append(f"{name}[{_fields(frame.detail[name])}]")
+        if "mad" in frame.detail:
+            parts.append(f"MAD[{_fields(frame.detail['mad'])}]")
+        if frame.detail.get("payload"):
+            parts.append(f"payload={frame.detail['payload']}")
+        parts.append("icrc")
+        return " ".join(parts)
+    if frame.proto == "iWARP" and frame.ops:
+        messages = "; ".join(f"{m['op']}[{_fields({k: v for k, v in m.items() if k != 'op'})}]"
+                             for m in frame.detail["messages"])
+        return f"{head} (TCP {frame.detail['tcp']}) {messages}"
+    return f"{head} {frame.note}".rstrip()
+
+
+def counts(frames: list[Frame]) -> dict[str, int]:
+    """Opcodes per name, over every frame (iWARP segments can carry several messages)."""
+    total: Counter[str] = Counter()
+    for frame in frames:
+        for op in frame.ops:
+            total[op] += 1
+        if not frame.ops:
+            total[frame.proto] += 1
+    return dict(sorted(total.items()))
+
+
+def opcode_counts(path: Path) -> dict[str, int]:
+    return counts(decode_file(path))

@@ -1,0 +1,78 @@
+"""The capture child process: enter the lab's namespace, sniff one interface, write a pcap
+or print one decoded line per packet.
+
+Run as `python -m labctl.capture.worker NETNS DEVICE ...` by `labctl.capture.process`, never
+by hand. It enters the namespace before importing scapy, so scapy's interface table is the
+lab's. It says READY on stderr once its socket is open and COUNT n when it ends; SIGTERM
+(or SIGINT) stops it cleanly with the pcap flushed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+READY = "READY"
+COUNT = "COUNT"
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # scapy's sniff() ends its loop cleanly on this
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="labctl.capture.worker")
+    parser.add_argument("netns")
+    parser.add_argument("device")
+    parser.add_argument("--write", default=None, help="pcap file; none: print lines")
+    parser.add_argument("--count", type=int, default=0)
+    parser.add_argument("--duration", type=float, default=None)
+    parser.add_argument("--filter", default=None)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+
+    from pyroute2 import netns
+
+    netns.setns(args.netns)
+    from scapy.all import PcapWriter, sniff
+    from scapy.data import DLT_EN10MB
+
+    from labctl.capture.decode import Decoder
+    from labctl.capture.summary import line
+
+    seen = [0]
+    writer = PcapWriter(args.write, linktype=DLT_EN10MB, sync=True) if args.write else None
+    decoder = Decoder()
+
+    def on_packet(packet: Any) -> None:
+        seen[0] += 1
+        if writer is not None:
+            writer.write(packet)
+        else:
+            print(line(decoder.feed(packet, seen[0])), flush=True)
+
+    def started() -> None:
+        print(READY, file=sys.stderr, flush=True)
+
+    try:
+        sniff(iface=args.device, filter=args.filter or None, count=args.count,
+              timeout=args.duration, prn=on_packet, store=False, started_callback=started)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if writer is not None:
+            writer.close()
+        print(f"{COUNT} {seen[0]}", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as exc:  # one line for the parent's error message, not a traceback
+        print(f"capture failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)

@@ -1,0 +1,136 @@
+"""`labctl capture`: record a lab link (pcap or live lines), decode a pcap, draw a ladder."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+import typer
+
+from labctl.cli.common import LabOption, console, err_console
+from labctl.errors import LabctlError, UsageError
+
+DEFAULT_DURATION = 60.0  # a -w capture without --count or --duration stops after this
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM/SIGHUP end a capture like Ctrl-C does, so its child is always stopped.
+    SIGINT too: a shell starts background jobs with SIGINT ignored."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM,
+                                                      signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _record(endpoint: str, write: Path | None, count: int, duration: float | None,
+            bpf: str | None, lab: str | None) -> None:
+    from labctl.capture.process import Capture
+    from labctl.capture.target import check_filter, parse_endpoint, resolve
+    from labctl.lab.handle import open_lab
+
+    if count < 0 or (duration is not None and duration <= 0):
+        raise UsageError("--count and --duration must be positive")
+    check_filter(bpf)
+    # Fail here, before the child starts, if the file cannot be written (and make nothing).
+    if write is not None and (write.is_dir() or not write.parent.is_dir()
+                              or not os.access(write.parent, os.W_OK)):
+        raise UsageError(f"cannot write {write}",
+                         hint="give -w a file name in a directory that exists")
+    handle = open_lab(lab)
+    node, ifname = parse_endpoint(handle, endpoint)
+    target = resolve(handle, node, ifname)
+    if write is not None and not count and duration is None:
+        duration = DEFAULT_DURATION
+    bound = [f"{count} packets" if count else "", f"{duration:g} s" if duration else ""]
+    with _terminate_as_interrupt(), Capture(target, write, count=count, duration=duration,
+                                            bpf=bpf) as cap:
+        try:
+            cap.wait_ready()
+            # Printed once the socket is open: what is sent from now on is captured.
+            err_console.print(
+                f"capturing on {node}:{ifname} ({target.device} in {target.netns})"
+                f"{', up to ' + ' or '.join(b for b in bound if b) if any(bound) else ''}"
+                "; Ctrl-C stops")
+            cap.wait()
+        except KeyboardInterrupt:
+            cap.stop()
+    if cap.errors and cap.packets is None:
+        raise LabctlError(cap.errors[-1], hint="see `labctl status`; is the node running?")
+    packets = cap.packets or 0
+    err_console.print(f"{packets} packets" + (f" written to {write}" if write else ""))
+
+
+def _decode(path: Path, first: int | None, ladder: Path | None) -> None:
+    from labctl.capture.summary import counts, decode_file, line
+
+    frames = decode_file(path, first)
+    if ladder is not None:
+        from labctl.capture.ladder import draw
+
+        draw(frames, ladder)
+        err_console.print(f"ladder of {len(frames)} packets written to {ladder}")
+        return
+    for frame in frames:
+        console.print(line(frame), markup=False, soft_wrap=True)
+    totals = counts(frames)
+    console.print("counts: " + ", ".join(f"{k} {v}" for k, v in totals.items()),
+                  markup=False, soft_wrap=True)
+
+
+def capture(
+    endpoint: str = typer.Argument(None, help="NODE:IF to capture on, e.g. node1:eth1."),
+    write: Path = typer.Option(None, "--write", "-w", help="Write a pcap file (default: "
+                               "print one decoded line per packet)."),
+    count: int = typer.Option(0, "--count", "-c", help="Stop after this many packets."),
+    duration: float = typer.Option(None, "--duration", help="Stop after this many seconds "
+                                   f"(with -w and no --count: {DEFAULT_DURATION:g})."),
+    bpf: str = typer.Option(None, "--filter", "-f", help="BPF filter, e.g. 'udp port 4791'."),
+    decode: Path = typer.Option(None, "--decode", "-r", help="Decode this pcap file instead "
+                                "of capturing."),
+    ladder: Path = typer.Option(None, "--ladder", help="With --decode: draw a ladder "
+                                "diagram to this .png or .svg file."),
+    first: int = typer.Option(None, "--first", "-n", help="With --decode: only the first N "
+                              "packets (a ladder: default 40)."),
+    lab: str = LabOption,
+) -> None:
+    """See RDMA on the wire: capture a node's link from the lab's side, or decode a pcap
+    (RoCE v2 BTH/RETH/AETH/DETH, RDMA CM MADs, iWARP MPA/DDP/RDMAP)."""
+    if decode is not None:
+        if endpoint is not None or write is not None:
+            raise UsageError("--decode reads a file; it takes no NODE:IF or -w")
+        if first is not None and first <= 0:
+            raise UsageError("--first must be positive")
+        if ladder is not None and ladder.suffix.lower() not in (".png", ".svg"):
+            raise UsageError(f"--ladder {ladder}: use a .png or .svg file name")
+        _decode(decode, first if first is not None else (40 if ladder else None), ladder)
+        return
+    if ladder is not None or first is not None:
+        raise UsageError("--ladder and --first go with --decode FILE.pcap",
+                         hint="capture with -w first, then decode the file")
+    if endpoint is None:
+        raise UsageError("give NODE:IF to capture on, or --decode FILE.pcap",
+                         hint="e.g. labctl capture node1:eth1 -w run.pcap --count 200")
+    _record(endpoint, write, count, duration, bpf, lab)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(capture)
+
+
+# Options of `labctl run` commands (labctl/cli/run.py hands them to capturing_run).
+CaptureOption = typer.Option(False, "--capture", help="Record the run's traffic (a pcap on "
+                             "the server's link) and count packets per opcode in the record.")
+CaptureDirOption = typer.Option(None, "--capture-dir", help="Directory for --capture's pcap "
+                                "(default: the lab directory's captures/); implies --capture.")

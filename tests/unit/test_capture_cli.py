@@ -1,0 +1,103 @@
+"""`labctl capture` as a user types it: decode, ladder, and bad input (exit 2, no traceback)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pyroute2 import netns
+
+from labctl.capture.decode import Frame
+from labctl.capture.ladder import draw
+from labctl.errors import UsageError
+from labctl.lab.labdir import LabDir
+from labctl.topology.load import load_lab
+
+REPO = Path(__file__).resolve().parents[2]
+CAPTURES = Path(__file__).parent / "captures"
+OFFLINE_LAB = "capture-offline-unit"
+
+
+def labctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "labctl", "capture", *args],
+                          capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+
+
+def test_decode_prints_one_line_per_packet_and_counts() -> None:
+    result = labctl("--decode", str(CAPTURES / "rxe-rping.pcap"), "--first", "5")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 6
+    assert " CM CM_REQ qp=0x000001 " in lines[0] and "port=7174" in lines[0]
+    assert " CM_REP " in lines[1] and " CM_RTU " in lines[2]
+    assert " RC_SEND_ONLY qp=0x000015 psn=0x483c32 ackreq " in lines[3]
+    assert "AETH[syndrome=ACK" in lines[4]
+    assert lines[5].startswith("counts: CM_REP 1, CM_REQ 1, CM_RTU 1, RC_ACKNOWLEDGE 1")
+
+
+def test_ladder_png(tmp_path: Path) -> None:
+    out = tmp_path / "ladder.png"
+    result = labctl("--decode", str(CAPTURES / "rxe-ib-write-bw.pcap"), "--ladder", str(out),
+                    "--first", "30")
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "ladder of 30 packets" in result.stderr
+
+
+def test_ladder_without_matplotlib_is_a_usage_error(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the plot extra is missing
+    frame = Frame(1, 0.0, "10.77.1.2", "10.77.1.1", "RoCEv2", ["RC_SEND_ONLY"], 1, 17)
+    with pytest.raises(UsageError) as info:
+        draw([frame], tmp_path / "x.png")
+    assert info.value.exit_code == 2 and "labctl[plot]" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ((), "give NODE:IF"),
+    (("--decode", "/nonexistent.pcap"), "no capture file"),
+    (("--decode", "README.md"), "is not a pcap file"),
+    (("--decode", "tests/unit/captures/rxe-rping.pcap", "--ladder", "x.txt"), ".png or .svg"),
+    (("--ladder", "x.png"), "go with --decode"),
+    (("node1:eth1", "--filter", "udp prt 4791"), "bad --filter"),
+])
+def test_bad_input_exits_2(args: tuple[str, ...], message: str) -> None:
+    result = labctl(*args)
+    assert result.returncode == 2, result.stderr
+    assert message in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
+    assert f"labctl-{OFFLINE_LAB}" not in netns.listnetns()
+
+
+@pytest.fixture
+def offline_lab(tmp_path: Path) -> dict[str, str]:
+    """A lab directory of a two-node qemu lab that is not running (no netns); a name no
+    one else uses, and the test checks that no namespace of that name appears."""
+    env = {"LABCTL_STATE_DIR": str(tmp_path / "labs")}
+    os.environ.update(env)
+    try:
+        lab = dataclasses.replace(load_lab(REPO / "topologies/two-node.yaml"),
+                                  name=OFFLINE_LAB)
+        LabDir(lab.name).create(lab)
+    finally:
+        del os.environ["LABCTL_STATE_DIR"]
+    return env
+
+
+@pytest.mark.parametrize(("endpoint", "code", "message"), [
+    ("node1", 2, "bad endpoint"),
+    ("node9:eth1", 2, "has no node 'node9'"),
+    ("node1:eth7", 2, "has no data interface 'eth7'"),
+    ("node1:eth1", 1, f"no network namespace labctl-{OFFLINE_LAB}"),  # lab not up
+    ("node1:eth1 -w /nonexistent/x.pcap", 2, "cannot write /nonexistent/x.pcap"),
+])
+def test_bad_endpoints(offline_lab: dict[str, str], endpoint: str, code: int,
+                       message: str) -> None:
+    result = labctl(*endpoint.split(), "--count", "1", env=offline_lab)
+    assert result.returncode == code, result.stderr
+    assert message in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
+    assert f"labctl-{OFFLINE_LAB}" not in netns.listnetns()
