@@ -9,44 +9,22 @@ import typer
 import yaml
 
 from labctl.cli.common import LabOption, console
-from labctl.errors import LabctlError
-from labctl.lab.labdir import LabDir, running_labs
+from labctl.errors import LabctlError, UsageError
+from labctl.lab.labdir import running_labs
+from labctl.lab.lifecycle import destroy
 from labctl.net import labnet
-from labctl.providers import provider_for
 from labctl.topology.model import LAB_NAME_RE
-from labctl.topology.resolved import Lab
 
 
 def _name_from_topology(path: Path) -> str:
     try:
         data = yaml.safe_load(path.read_text())
         return str(data["name"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
-        raise LabctlError(
-            f"cannot read the lab name from {path}: {exc}", hint="use --lab NAME"
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError, KeyError,
+            TypeError) as exc:
+        raise UsageError(
+            f"cannot read the lab name from {path}: {str(exc)[:200]}", hint="use --lab NAME"
         ) from None
-
-
-def destroy_lab(name: str) -> list[str]:
-    """Remove lab `name`: processes, network namespace, lab directory."""
-    labdir = LabDir(name)
-    removed: list[str] = []
-    if not labdir.path.exists():
-        if labnet.delete_netns(labnet.netns_name(name)):
-            removed.append(f"netns {labnet.netns_name(name)}")
-        return removed
-    with labdir.locked("down"):
-        if labdir.lab_file.is_file():
-            lab = labdir.load_lab()
-        else:  # up died before writing lab.json: destroy from state alone
-            state = labdir.load_state()
-            lab = Lab(name, state.get("provider", "qemu"), "", (), ())
-        removed += provider_for(lab, labdir).destroy()
-        if labnet.delete_netns(labnet.netns_name(name)):
-            removed.append(f"netns {labnet.netns_name(name)}")
-    if labdir.remove():
-        removed.append(f"lab directory {labdir.path}")
-    return removed
 
 
 def down(
@@ -74,7 +52,7 @@ def down(
         console.print("no lab is up; nothing to remove")
         return
     for name in names:
-        removed = destroy_lab(name)
+        removed = destroy(name)
         if removed:
             console.print(f"[bold]lab {name}[/] removed: " + ", ".join(removed))
         else:

@@ -11,16 +11,16 @@ from rich.table import Table
 from labctl.cli.common import LabOption, console, err_console
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir, find_labdir, running_labs
+from labctl.lab.state import LabState, NodeStatus, Phase
 
 
-def _recorded_devices(state: dict[str, Any], node: str) -> dict[str, Any]:
+def _recorded_devices(state: LabState, node: str) -> dict[str, Any]:
     """The node's device as its ready line reported it at boot (see node-init.sh)."""
-    info = state.get("nodes", {}).get(node, {})
-    if not info.get("rdma_dev"):
+    info = state.nodes.get(node)
+    if info is None or not info.rdma_dev:
         return {}
-    return {"devices": [{"name": info["rdma_dev"], "port_state": info.get("port_state", "?"),
-                         "active_mtu": info.get("active_mtu", ""),
-                         "gid_index": info.get("gid_index")}]}
+    return {"devices": [{"name": info.rdma_dev, "port_state": info.port_state or "?",
+                         "active_mtu": info.active_mtu, "gid_index": info.gid_index}]}
 
 
 def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
@@ -28,9 +28,9 @@ def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
 
     With live=False the node's own report is the one it gave when it became ready.
     """
+    state = handle.labdir.load_state()  # a corrupt state.json: CorruptStateError (exit 1)
     runtimes = handle.provider.nodes()
-    running = [r.name for r in runtimes if r.state == "running"]
-    state = handle.labdir.load_state()
+    running = [r.name for r in runtimes if r.state == NodeStatus.RUNNING]
     live_info: dict[str, Any] = (handle.all_node_status(running) if live else
                                  {n: _recorded_devices(state, n) for n in running})
     nodes = []
@@ -38,7 +38,7 @@ def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
         node = handle.lab.node(runtime.name)
         record: dict[str, Any] = {
             "name": node.name,
-            "state": runtime.state,
+            "state": str(runtime.state),
             "reason": runtime.reason,
             "rdma": node.rdma,
             "interfaces": [{"name": i.name, "ipv4": i.ipv4, "mac": i.mac} for i in node.interfaces],
@@ -55,8 +55,8 @@ def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
     return {
         "lab": handle.lab.name,
         "provider": handle.lab.provider,
-        "phase": state.get("phase", "?"),
-        "ready_seconds": state.get("ready_seconds"),
+        "phase": str(state.phase),
+        "ready_seconds": state.ready_seconds,
         "nodes": nodes,
     }
 
@@ -113,10 +113,11 @@ def status(
         print(json.dumps(result, indent=2))
     else:
         console.print(_table(result))
-    if result["phase"] != "up":  # an interrupted up or repair: some step never ran
+    if result["phase"] != Phase.UP:  # an interrupted up or repair: some step never ran
         err_console.print(f"lab {result['lab']}: `up` did not finish (phase {result['phase']});"
                           f" `labctl down --lab {result['lab']}` removes it")
-    if result["phase"] != "up" or any(n["state"] != "running" for n in result["nodes"]):
+    if result["phase"] != Phase.UP or any(n["state"] != NodeStatus.RUNNING
+                                          for n in result["nodes"]):
         raise typer.Exit(1)
 
 
