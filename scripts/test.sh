@@ -6,4 +6,6 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 .venv/bin/ruff check labctl tests
 .venv/bin/mypy labctl
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# -rs: every skipped test says why (in CI, as root, a skipped integration test fails:
+# tests/integration/conftest.py).
+exec .venv/bin/python -m pytest -q -rs -p no:cacheprovider "$@"

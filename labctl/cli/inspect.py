@@ -26,16 +26,9 @@ NODES_ARG = typer.Argument(None, help="Nodes to inspect (default: every node of 
 
 
 def _open(lab: str | None) -> LabHandle:
-    from labctl.errors import LabctlError
     from labctl.lab.handle import open_lab
 
-    try:
-        return open_lab(lab)
-    except LabctlError as exc:
-        typer.echo(f"error: {exc.message}", err=True)
-        if exc.hint:
-            typer.echo(f"hint: {exc.hint}", err=True)
-        raise typer.Exit(exc.exit_code) from None
+    return open_lab(lab)  # errors reach the user through app.main's one error printer
 
 
 def _nodes(handle: LabHandle, names: list[str] | None) -> list[str]:
@@ -44,12 +37,10 @@ def _nodes(handle: LabHandle, names: list[str] | None) -> list[str]:
         return known
     unknown = [n for n in names if n not in known]
     if unknown:
-        typer.echo(
-            f"error: no node {', '.join(unknown)} in lab {handle.lab.name} "
-            f"(nodes: {', '.join(known)})",
-            err=True,
-        )
-        raise typer.Exit(2)
+        from labctl.errors import UsageError
+
+        raise UsageError(f"no node {', '.join(unknown)} in lab {handle.lab.name}",
+                         hint=f"nodes: {', '.join(known)}")
     return list(dict.fromkeys(names))
 
 

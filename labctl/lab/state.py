@@ -114,8 +114,15 @@ class LabState:
         if not isinstance(raw, dict):
             raise ValueError("not a JSON object")
         data = _known(cls, raw)
+        if not isinstance(data.get("provider"), str):
+            raise ValueError("provider: not a string")
         data["phase"] = Phase(data.get("phase", Phase.CREATING))
-        data["nodes"] = {str(k): _node(v) for k, v in dict(data.get("nodes") or {}).items()}
+        nodes = data.get("nodes", {})
+        if nodes is None:
+            nodes = {}
+        if not isinstance(nodes, dict):
+            raise ValueError("nodes: not a JSON object")
+        data["nodes"] = {str(k): _node(v) for k, v in nodes.items()}
         if data.get("engine") is not None:
             data["engine"] = EngineState(**_known(EngineState, data["engine"]))
         if data.get("vm") is not None:

@@ -275,6 +275,22 @@ class QemuMachine:
             raise self.failure(what, f"ssh does not answer: {exc}") from None
 
 
+def qemu_pids_in(labdir: Path) -> list[int]:
+    """Pids of the qemu processes of the lab directory `labdir` (their -pidfile is
+    LABDIR/nodes/NODE/qemu.pid), found in /proc: for counting, not for identity checks."""
+    nodes = labdir / "nodes"
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for flag, value in itertools.pairwise(argv):
+            if flag == b"-pidfile" and Path(value.decode(errors="replace")).parent.parent == nodes:
+                found.append(int(proc.name))
+    return sorted(found)
+
+
 def check_qemu_host() -> None:
     if os.geteuid() != 0:
         raise LabctlError(
