@@ -5,7 +5,7 @@ Checks, each with a verdict and a hint:
   host kernel RDMA, rdma_rxe loadable    can containers on this kernel get Soft-RoCE at all
   per-netns rxe (functional probe)       two netns, a veth, one rxe each, a short RC pingpong
   netns mode, memlock                    what container nodes rely on
-  Docker engine (local)                  the docker provider with `engine: local`
+  Docker engine (local)                  the docker provider with `up --engine local`
   Docker host VM                         the docker provider's default engine; when it runs,
                                          the same probe runs inside it
 """
@@ -205,7 +205,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
                 and by_name["per-netns rxe (host)"].result == OK)
     verdict: dict[str, Any] = {
         "qemu provider": "works" if qemu_ok else "needs root and the qemu tools",
-        "docker provider, local engine (engine: local)": "works" if local_ok else
+        "docker provider, local engine (--engine local)": "works" if local_ok else
         "not on this host (see the checks above)",
         "docker provider, Docker host VM (default)": (
             "works" if by_name.get("per-netns rxe (VM)", Check("", NO, "")).result == OK
