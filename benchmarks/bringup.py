@@ -20,6 +20,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from labctl.lab.labdir import LabDir  # noqa: E402
+from labctl.providers.machine import qemu_pids_in  # noqa: E402
 
 
 def labctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -36,9 +41,13 @@ def timed(*args: str, env: dict[str, str] | None = None) -> float:
 
 
 def qemu_rss_mib(lab: str) -> list[float]:
-    out = subprocess.run(["ps", "-eo", "rss=,args="], capture_output=True, text=True).stdout
-    return [int(line.split()[0]) / 1024 for line in out.splitlines()
-            if f"guest=labctl-{lab}-" in line]
+    """Resident memory of the lab's qemu processes (found exactly, by their -pidfile)."""
+    rss = []
+    for pid in qemu_pids_in(LabDir(lab).path):
+        status = Path(f"/proc/{pid}/status").read_text()
+        kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))
+        rss.append(int(kib) / 1024)
+    return rss
 
 
 def fmt(values: list[float], unit: str = "s") -> str:
@@ -53,8 +62,7 @@ def bench_topology(topology: str, runs: int, iters: int) -> dict[str, list[float
     for _ in range(runs):
         labctl("down", "--lab", lab)
         figures["up"].append(timed("up", topology))
-        state = json.loads((Path("/var/lib/labctl/labs") / lab / "state.json").read_text())
-        figures["ready"].append(float(state["ready_seconds"]))
+        figures["ready"].append(float(LabDir(lab).load_state().ready_seconds or 0))
         figures["rss"] += qemu_rss_mib(lab)
         run = labctl("run", "pingpong", "--lab", lab, "--size", "4096", "--iters", str(iters),
                      "--json")

@@ -5,7 +5,7 @@ Run as root from the repository:  python3 benchmarks/cycles.py --cycles 20
 The integration test tests/integration/test_reliability_lifecycle.py runs the same code
 with LABCTL_CYCLES cycles (default 3).
 
-Each cycle runs `up` and `down` in this process (labctl's own functions, as the CLI calls
+Each cycle runs up and destroy in this process (labctl/lab/lifecycle.py, as the CLI calls
 them), so that a file descriptor, thread or child process labctl forgets shows up here.
 Counted before the first cycle, while each lab is up, and after each `down`:
   lab:  its netns, links inside it (bridges, taps), qemu processes, ssh masters, lab
@@ -27,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +36,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from labctl.lab import lifecycle  # noqa: E402
 from labctl.net import labnet  # noqa: E402
 from labctl.paths import state_root  # noqa: E402
+from labctl.providers.machine import qemu_pids_in  # noqa: E402
 
 SYSCTL_DIRS = ("ipv4/conf/all", "ipv4/conf/default", "ipv6/conf/all", "ipv6/conf/default",
                "bridge")
@@ -91,7 +92,7 @@ def lab_snapshot(name: str) -> dict[str, list[str]]:
     return {
         "netns": [ns] if has_ns else [],
         "links in netns": [n for n in labnet.links_in(ns) if n != "lo"] if has_ns else [],
-        "qemu": [p.strip() for p in procs if f"guest=labctl-{name}-" in p],
+        "qemu": [str(pid) for pid in qemu_pids_in(labdir)],
         "ssh masters": [p.strip() for p in procs if "ssh" in p and f"{labdir}/" in p],
         "lab dir": [str(labdir)] if labdir.exists() else [],
         "lock": [str(labdir / "lock")] if (labdir / "lock").exists() else [],
@@ -146,27 +147,16 @@ def lab_topology(name: str, directory: Path) -> Path:
     return path
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """up prints its status table; keep the cycle lines readable."""
-    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
-        yield
-
-
 def cycle(topology: Path, name: str, timeout: float = 300) -> dict[str, Any]:
-    """One in-process `labctl up` + `labctl down`; what was up, and what is left."""
-    from labctl.cli.down import destroy_lab
-    from labctl.cli.up import up
-
+    """One in-process up + destroy (the lifecycle service, as `labctl up`/`down` call it);
+    what was up, and what is left."""
     started = time.monotonic()
-    with _quiet():
-        up(topology=topology, accel="auto", mirror=None, timeout=timeout, provider_name=None,
-           engine=None)
+    lifecycle.up(topology, lifecycle.UpOptions(timeout=timeout))
     up_seconds = time.monotonic() - started
     during = lab_snapshot(name)
     host_during = host_snapshot()
     started = time.monotonic()
-    removed = destroy_lab(name)
+    removed = lifecycle.destroy(name)
     return {"up_s": up_seconds, "down_s": time.monotonic() - started, "during": during,
             "host_during": host_during, "removed": removed, "after": lab_snapshot(name)}
 

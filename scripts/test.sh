@@ -40,5 +40,7 @@ stage() {  # stage NAME COMMAND...: run it, remember how long it took
 stage setup ./scripts/setup.sh
 stage lint .venv/bin/ruff check labctl tests
 stage typecheck .venv/bin/mypy labctl
-stage tests .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 \
+# -rs: every skipped test says why (in CI, as root, a skipped integration test fails:
+# tests/integration/conftest.py).
+stage tests .venv/bin/python -m pytest -q -rs -p no:cacheprovider --durations=15 \
     --junitxml="$report/junit.xml" "$@"

@@ -6,9 +6,8 @@ import importlib
 import sys
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
+from labctl.cli.report import print_error, print_interrupted
 from labctl.errors import LabctlError
 
 # Each module registers its command(s) on the app through `register(app)`.
@@ -100,32 +99,22 @@ def _tidy_help() -> None:
 
 _tidy_help()
 
+# A module that fails to import is a bug to see at once, never a command that silently
+# disappears from `labctl --help`.
 for _name in COMMAND_MODULES:
-    try:
-        _module = importlib.import_module(f"labctl.cli.{_name}")
-    except ModuleNotFoundError as exc:  # a command still being written
-        if exc.name != f"labctl.cli.{_name}":
-            raise
-        continue
-    _module.register(app)
-
-err_console = Console(stderr=True)
+    importlib.import_module(f"labctl.cli.{_name}").register(app)
 
 
 def main() -> None:
     try:
         app()
     except LabctlError as exc:
-        # escape(): a message is text, "[node1:eth1, ...]" or a console's "[t=3]" no markup
-        err_console.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False)
-        if exc.hint:
-            err_console.print(f"[yellow]hint:[/] {escape(exc.hint)}", highlight=False)
+        print_error(exc)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        err_console.print("[bold red]interrupted[/]; run `labctl down` to remove what was made")
+        print_interrupted()
         sys.exit(130)
     except SystemExit as exc:  # typer turns Ctrl-C into a silent exit 130 itself
         if exc.code == 130:
-            err_console.print("[bold red]interrupted[/]; run `labctl down` to remove what was"
-                              " made")
+            print_interrupted()
         raise

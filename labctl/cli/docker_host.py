@@ -96,23 +96,27 @@ def exec_command(
     command: list[str] = typer.Argument(None, help="Command and arguments (after --)."),
 ) -> None:
     """Run COMMAND in the Docker host VM as root (a shell when none is given)."""
-    from labctl.dockerhost.vm import DockerHostVM
+    from labctl.dockerhost.vm import VM_NODE, DockerHostVM
     from labctl.lab import ssh
 
     vm = DockerHostVM()
     if not vm.running():
         raise LabctlError("the Docker host VM is not running", hint="`labctl docker-host up`")
-    argv = ssh.ssh_argv(vm.labdir.ssh_config, "engine", command or [], tty=not command)
+    argv = ssh.ssh_argv(vm.labdir.ssh_config, VM_NODE, command or [], tty=not command)
     os.execvp(argv[0], argv)
 
 
 def _labs_using_vm() -> list[str]:
     from labctl.lab.labdir import LabDir, running_labs
+    from labctl.lab.state import CorruptStateError
 
     users = []
     for name in running_labs():
-        state = LabDir(name).load_state()
-        if state.get("provider") == "docker" and state.get("engine", {}).get("kind") == "vm":
+        try:
+            state = LabDir(name).load_state()
+        except CorruptStateError:
+            continue  # its `down` works without it; it cannot tell whether it uses the VM
+        if state.provider == "docker" and state.engine and state.engine.kind == "vm":
             users.append(name)
     return users
 

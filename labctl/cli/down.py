@@ -9,13 +9,12 @@ import typer
 
 from labctl.cli import complete
 from labctl.cli.common import LabOption, console
-from labctl.errors import LabctlError
-from labctl.lab.labdir import LabDir, running_labs
+from labctl.errors import UsageError
+from labctl.lab.labdir import running_labs
+from labctl.lab.lifecycle import destroy
 from labctl.net import labnet
-from labctl.providers import provider_for
 from labctl.topology.catalog import find_topology
 from labctl.topology.model import LAB_NAME_RE
-from labctl.topology.resolved import Lab
 
 
 def _name_from_topology(path: Path) -> str:
@@ -24,28 +23,6 @@ def _name_from_topology(path: Path) -> str:
     from labctl.topology.load import read_lab_name
 
     return read_lab_name(path)
-
-
-def destroy_lab(name: str) -> list[str]:
-    """Remove lab `name`: processes, network namespace, lab directory."""
-    labdir = LabDir(name)
-    removed: list[str] = []
-    if not labdir.path.exists():
-        if labnet.delete_netns(labnet.netns_name(name)):
-            removed.append(f"netns {labnet.netns_name(name)}")
-        return removed
-    with labdir.locked("down"):
-        if labdir.lab_file.is_file():
-            lab = labdir.load_lab()
-        else:  # up died before writing lab.json: destroy from state alone
-            state = labdir.load_state()
-            lab = Lab(name, state.get("provider", "qemu"), "", (), ())
-        removed += provider_for(lab, labdir).destroy()
-        if labnet.delete_netns(labnet.netns_name(name)):
-            removed.append(f"netns {labnet.netns_name(name)}")
-    if labdir.remove():
-        removed.append(f"lab directory {labdir.path}")
-    return removed
 
 
 def down(
@@ -67,7 +44,7 @@ def down(
     else:
         names = running_labs()
         if len(names) > 1:
-            raise LabctlError(
+            raise UsageError(
                 f"several labs are up ({', '.join(names)})",
                 hint="choose one with --lab NAME, or --all",
             )
@@ -75,7 +52,7 @@ def down(
         console.print("no lab is up; nothing to remove")
         return
     for name in names:
-        removed = destroy_lab(name)
+        removed = destroy(name)
         if removed:
             console.print(f"[bold]lab {name}[/] removed: " + ", ".join(removed))
         else:

@@ -28,16 +28,9 @@ NODES_ARG = typer.Argument(None, help="Nodes to inspect (default: every node of 
 
 
 def _open(lab: str | None) -> LabHandle:
-    from labctl.errors import LabctlError
     from labctl.lab.handle import open_lab
 
-    try:
-        return open_lab(lab)
-    except LabctlError as exc:
-        typer.echo(f"error: {exc.message}", err=True)
-        if exc.hint:
-            typer.echo(f"hint: {exc.hint}", err=True)
-        raise typer.Exit(exc.exit_code) from None
+    return open_lab(lab)  # errors reach the user through app.main's one error printer
 
 
 def _nodes(handle: LabHandle, names: list[str] | None) -> list[str]:
@@ -46,11 +39,12 @@ def _nodes(handle: LabHandle, names: list[str] | None) -> list[str]:
         return known
     unknown = [n for n in names if n not in known]
     if unknown:
+        from labctl.errors import UsageError
+
         # Worded as LabHandle's unknown-node error, which every other command prints.
-        typer.echo(f"error: lab {handle.lab.name} has no node "
-                   f"{', '.join(repr(n) for n in unknown)}", err=True)
-        typer.echo(f"hint: nodes: {', '.join(known)}", err=True)
-        raise typer.Exit(2)
+        raise UsageError(f"lab {handle.lab.name} has no node "
+                         f"{', '.join(repr(n) for n in unknown)}",
+                         hint=f"nodes: {', '.join(known)}")
     return list(dict.fromkeys(names))
 
 

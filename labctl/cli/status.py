@@ -12,16 +12,16 @@ from labctl.cli.common import console, err_console, lab_option
 from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir, running_labs
+from labctl.lab.state import LabState, NodeStatus, Phase
 
 
-def _recorded_devices(state: dict[str, Any], node: str) -> dict[str, Any]:
+def _recorded_devices(state: LabState, node: str) -> dict[str, Any]:
     """The node's device as its ready line reported it at boot (see node-init.sh)."""
-    info = state.get("nodes", {}).get(node, {})
-    if not info.get("rdma_dev"):
+    info = state.nodes.get(node)
+    if info is None or not info.rdma_dev:
         return {}
-    return {"devices": [{"name": info["rdma_dev"], "port_state": info.get("port_state", "?"),
-                         "active_mtu": info.get("active_mtu", ""),
-                         "gid_index": info.get("gid_index")}]}
+    return {"devices": [{"name": info.rdma_dev, "port_state": info.port_state or "?",
+                         "active_mtu": info.active_mtu, "gid_index": info.gid_index}]}
 
 
 def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
@@ -30,9 +30,9 @@ def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
     With live=False the node's own report is the one it gave when it became ready.
     The record has the shape of labctl.cli.shapes.LabStatus whatever the provider.
     """
+    state = handle.labdir.load_state()  # a corrupt state.json: CorruptStateError (exit 1)
     runtimes = handle.provider.nodes()
-    running = [r.name for r in runtimes if r.state == "running"]
-    state = handle.labdir.load_state()
+    running = [r.name for r in runtimes if r.state == NodeStatus.RUNNING]
     live_info: dict[str, Any] = (handle.all_node_status(running) if live else
                                  {n: _recorded_devices(state, n) for n in running})
     nodes = []
@@ -41,7 +41,7 @@ def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
         details = {k: str(v) for k, v in runtime.details.items()}
         record: dict[str, Any] = {
             "name": node.name,
-            "state": runtime.state,
+            "state": str(runtime.state),
             "reason": runtime.reason,
             "rdma": node.rdma,
             "management": details.pop("ssh", None),
@@ -60,8 +60,8 @@ def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
     return {
         "lab": handle.lab.name,
         "provider": handle.lab.provider,
-        "phase": state.get("phase", "?"),
-        "ready_seconds": state.get("ready_seconds"),
+        "phase": str(state.phase),
+        "ready_seconds": state.ready_seconds,
         "nodes": nodes,
     }
 
@@ -128,11 +128,11 @@ def status(
     for result in results:
         if not as_json:
             console.print(_table(result))
-        if result["phase"] != "up":  # an interrupted up or repair: some step never ran
+        if result["phase"] != Phase.UP:  # an interrupted up or repair: some step never ran
             err_console.print(f"lab {result['lab']}: `up` did not finish (phase"
                               f" {result['phase']}); `labctl down --lab {result['lab']}` removes"
                               " it")
-    if any(r["phase"] != "up" or any(n["state"] != "running" for n in r["nodes"])
+    if any(r["phase"] != Phase.UP or any(n["state"] != NodeStatus.RUNNING for n in r["nodes"])
            for r in results):
         raise typer.Exit(1)
 

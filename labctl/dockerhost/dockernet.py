@@ -7,6 +7,9 @@ anywhere the node image's tools are. Usage (every answer is one JSON line on std
   dockernet.py facts               kernel, RDMA CM device number, netns mode, modules
   dockernet.py plumb PLAN_JSON     lab netns, a bridge per segment, a veth per interface
                                    whose peer is created inside the container's netns
+  dockernet.py replug PLAN_JSON    new veths for restarted containers (lab netns exists)
+  dockernet.py link NETNS VETH up|down
+                                   carrier of a node's interface: its veth's bridge end
   dockernet.py teardown NETNS      delete the lab netns (its bridges and veth ends go too)
   dockernet.py show NETNS          what exists: lab netns, their links, rdma links, veths
   dockernet.py probe               per-netns rxe functional probe (two netns, veth, one rxe
@@ -74,13 +77,39 @@ def plumb(plan: dict[str, object]) -> dict[str, object]:
         run("ip", "-n", ns, "link", "set", bridge, "mtu", str(mtu), "up")
     made = []
     for veth in plan["veths"]:  # type: ignore[attr-defined]
-        mtu = str(veth["mtu"])
-        # The peer is born inside the container's netns with its final name and MAC.
-        run("ip", "-n", ns, "link", "add", veth["host"], "mtu", mtu, "type", "veth", "peer",
-            "name", veth["name"], "address", veth["mac"], "mtu", mtu, "netns", str(veth["pid"]))
-        run("ip", "-n", ns, "link", "set", veth["host"], "master", veth["bridge"], "up")
+        add_veth(ns, veth)
         made.append(veth["host"])
     return {"netns": ns, "veths": made}
+
+
+def add_veth(ns: str, veth: dict[str, object]) -> None:
+    mtu = str(veth["mtu"])
+    # The peer is born inside the container's netns with its final name and MAC.
+    run("ip", "-n", ns, "link", "add", str(veth["host"]), "mtu", mtu, "type", "veth", "peer",
+        "name", str(veth["name"]), "address", str(veth["mac"]), "mtu", mtu, "netns",
+        str(veth["pid"]))
+    run("ip", "-n", ns, "link", "set", str(veth["host"]), "master", str(veth["bridge"]), "up")
+
+
+def replug(plan: dict[str, object]) -> dict[str, object]:
+    """Veths for containers that started again (their old netns and veths died)."""
+    ns = str(plan["netns"])
+    if ns not in netns_list():
+        raise RuntimeError(f"network namespace {ns} is gone: `labctl down`, then `labctl up`")
+    made = []
+    for veth in plan["veths"]:  # type: ignore[attr-defined]
+        run("ip", "-n", ns, "link", "del", veth["host"], check=False)  # a stale end
+        add_veth(ns, veth)
+        made.append(veth["host"])
+    return {"netns": ns, "veths": made}
+
+
+def link(ns: str, veth: str, state: str) -> dict[str, object]:
+    """The bridge end down: the container's end loses its carrier, as a pulled cable."""
+    if state not in ("up", "down"):
+        raise RuntimeError(f"link state must be up or down, not {state!r}")
+    run("ip", "-n", ns, "link", "set", veth, state)
+    return {"veth": veth, "state": state}
 
 
 def teardown(ns: str) -> dict[str, object]:
@@ -164,6 +193,10 @@ def main(argv: list[str]) -> int:
             result = facts()
         elif command == "plumb":
             result = plumb(json.loads(args[0]))
+        elif command == "replug":
+            result = replug(json.loads(args[0]))
+        elif command == "link":
+            result = link(args[0], args[1], args[2])
         elif command == "teardown":
             result = teardown(args[0])
         elif command == "show":
@@ -173,7 +206,7 @@ def main(argv: list[str]) -> int:
         else:
             print(f"unknown command {command}", file=sys.stderr)
             return 2
-    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+    except (RuntimeError, subprocess.TimeoutExpired, IndexError, ValueError) as exc:
         print(json.dumps({"error": str(exc)}))
         return 1
     print(json.dumps(result))

@@ -5,15 +5,17 @@ to run a node-side helper as root on the kernel that runs the containers (the li
 plumbing of dockernet.py), and a name for messages. The choice is recorded in the lab's
 state, so status and down reach the same engine later.
 
-  engine: vm      the Docker host VM (started on demand); the default, because it works
-                  on any host with qemu and its kernel has per-netns rxe
-  engine: local   the engine at DOCKER_HOST or /var/run/docker.sock, for hosts whose own
-                  kernel passes `labctl doctor`'s per-netns rxe probe
+  vm      the Docker host VM (started on demand); the default, because it works on any
+          host with qemu and its kernel has per-netns rxe
+  local   the engine at DOCKER_HOST or /var/run/docker.sock, for hosts whose own kernel
+          passes `labctl doctor`'s per-netns rxe probe
+
+Chosen by `labctl up --engine vm|local` or LABCTL_DOCKER_ENGINE (not a topology key: the
+engine is a property of the host running the lab, not of the lab).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -22,17 +24,13 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from labctl.dockerhost.sdk import sdk
 from labctl.dockerhost.vm import DockerHostVM
-from labctl.errors import LabctlError
+from labctl.errors import LabctlError, UsageError
+from labctl.lab.state import EngineState
 from labctl.providers.base import Progress
 
 ENGINES = ("vm", "local")
-
-
-def sdk() -> Any:
-    """The Docker SDK module (imported late: only docker labs need it). Typed Any: the
-    repository's docker/ directory looks like a namespace package `docker` to mypy."""
-    return importlib.import_module("docker")
 
 
 def helper_source() -> str:
@@ -52,12 +50,12 @@ class Engine:
     def where(self) -> str:
         return "the Docker host VM" if self.kind == "vm" else "this host"
 
-    def to_state(self) -> dict[str, str]:
-        return {"kind": self.kind, "base_url": self.base_url}
+    def to_state(self) -> EngineState:
+        return EngineState(self.kind, self.base_url)
 
     @classmethod
-    def from_state(cls, data: dict[str, Any]) -> Engine:
-        return cls(str(data["kind"]), str(data["base_url"]))
+    def from_state(cls, data: EngineState) -> Engine:
+        return cls(data.kind, data.base_url)
 
     def client(self, timeout: int = 120) -> Any:
         try:
@@ -65,7 +63,7 @@ class Engine:
             client.ping()
         except Exception as exc:  # the SDK raises many kinds
             hint = ("`labctl docker-host up` starts it" if self.kind == "vm"
-                    else "start the Docker engine, or use `engine: vm`")
+                    else "start the Docker engine, or use `labctl up --engine vm`")
             raise LabctlError(f"the Docker engine of {self.where} ({self.base_url}) does not "
                               f"answer: {exc}", hint=hint) from None
         return client
@@ -102,9 +100,11 @@ class Engine:
 
 
 def resolve_engine(option: str, progress: Progress) -> Engine:
-    """The engine for a new lab (`engine:` provider option, default vm), started if needed."""
+    """The engine for a new lab (--engine / LABCTL_DOCKER_ENGINE, default vm), started if
+    needed."""
     if option not in ENGINES:
-        raise LabctlError(f"unknown docker engine {option!r}", hint="use engine: vm or local")
+        raise UsageError(f"unknown docker engine {option!r}",
+                         hint="use `--engine vm` or `--engine local` (or LABCTL_DOCKER_ENGINE)")
     if option == "local":
         engine = Engine("local", local_base_url())
         engine.client(timeout=10).close()

@@ -2,10 +2,11 @@
 
 It exists for hosts whose kernel cannot give containers their own working rxe (or that
 have no Docker engine). It is started on demand, reused across labs and stopped only by
-`labctl docker-host down`. It is a one-node lab of the qemu provider, run by the same
-code (launch, readiness from the console, ssh master, stop): only its directory
-(/var/lib/labctl/docker-host, beside the labs, not among them), its image (recipe
-`docker-host`) and a second disk differ. The engine's unix socket is forwarded by the
+`labctl docker-host down`. It is one QemuMachine (labctl/providers/machine.py), as a
+qemu lab's node is: only its directory (/var/lib/labctl/docker-host, beside the labs, not
+among them), its image (recipe `docker-host`) and a second disk differ. Its lock file
+(docker-host.lock beside that directory) outlives the directory, so an `up` waiting for a
+`down` to finish never holds a lock on a deleted file. The engine's unix socket is forwarded by the
 node's ssh master to `docker.sock` in that directory (0600, root only): the Docker SDK and
 CLI on the host use `unix://.../docker.sock`. Nothing listens on TCP.
 
@@ -16,7 +17,6 @@ labctl's cache, one per docker-host image, so a restarted VM finds its images ag
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import subprocess
 import time
@@ -25,15 +25,26 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from labctl.dockerhost.sdk import sdk
 from labctl.errors import LabctlError
 from labctl.images.builder import Image, build_image
 from labctl.images.recipes import recipe
 from labctl.lab import ssh
-from labctl.lab.labdir import LabDir
+from labctl.lab.labdir import LabDir, blocking_lock
+from labctl.lab.state import CorruptStateError, LabState, NodeState, Phase, VmInfo
 from labctl.paths import cache_root, state_root
 from labctl.providers.accel import choose_accel
 from labctl.providers.base import Progress
-from labctl.providers.qemu import QemuProvider, _free_port, _payload, _pid_alive, node_env, plan_lab
+from labctl.providers.machine import (
+    QemuMachine,
+    free_port,
+    machine_payload,
+    node_argv,
+    node_machine,
+    start_masters,
+    wait_machines_ready,
+)
+from labctl.providers.node import node_env
 from labctl.topology.resolved import Lab, Node
 
 IMAGE = "docker-host"
@@ -53,14 +64,12 @@ def vm_dir() -> LabDir:
     return LabDir("docker-host", root=state_root().parent)
 
 
+def lock_file() -> Path:
+    return state_root().parent / "docker-host.lock"
+
+
 def data_disk(image: Image) -> Path:
     return cache_root() / "docker-host" / f"{image.path.name}.docker.ext4"
-
-
-def _sdk() -> Any:
-    from labctl.dockerhost.engine import sdk
-
-    return sdk()
 
 
 def _script(name: str) -> str:
@@ -72,18 +81,17 @@ def _vm_lab(memory_mib: int, cpus: int) -> Lab:
     return Lab(VM_LAB, "qemu", "", (node,), ())
 
 
-def vm_argv(lab: Lab, node_dir: Path, image: Image, accel: str, port: int, disk: Path) -> list[str]:
-    """The qemu provider's argv for this one node, plus the engine's data disk (vdb)."""
-    plan = plan_lab(lab, {VM_NODE: node_dir}, {IMAGE: image}, accel, {VM_NODE: port})
-    argv = list(plan.nodes[0].argv)
-    at = argv.index("-drive") + 2  # right after the root disk: it becomes /dev/vdb
-    argv[at:at] = ["-drive", f"file={disk},if=virtio,format=raw,cache=writeback"]
-    return argv
+def vm_argv(lab: Lab, machine: QemuMachine, image: Image, accel: str, port: int,
+            disk: Path) -> list[str]:
+    """A qemu node's argv, plus the engine's data disk (vdb)."""
+    return node_argv(lab, lab.nodes[0], machine, image, accel, port,
+                     extra_drives=(f"file={disk},if=virtio,format=raw,cache=writeback",))
 
 
 class DockerHostVM:
     def __init__(self) -> None:
         self.labdir = vm_dir()
+        self.machine = node_machine(VM_LAB, VM_NODE, self.labdir.node_dir(VM_NODE))
 
     # --- paths and state -----------------------------------------------------------------
     @property
@@ -94,25 +102,27 @@ class DockerHostVM:
     def base_url(self) -> str:
         return f"unix://{self.socket}"
 
-    def _state(self) -> dict[str, Any]:
-        return self.labdir.load_state()
+    def _state(self) -> LabState | None:
+        if not self.labdir.state_file.exists():
+            return None
+        try:
+            return self.labdir.load_state()
+        except CorruptStateError:
+            return None  # the pidfile still names its qemu (down stops it)
 
-    def _provider(self, state: dict[str, Any] | None = None) -> QemuProvider:
-        state = state if state is not None else self._state()
-        info = state.get("vm", {})
-        lab = _vm_lab(int(info.get("memory_mib", DEFAULT_MEMORY_MIB)),
-                      int(info.get("cpus", 1)))
-        return QemuProvider(lab, self.labdir)
+    def _pid(self) -> int:
+        state = self._state()
+        node = state.nodes.get(VM_NODE) if state else None
+        return node.pid if node and node.pid else self.machine.pidfile_pid()
 
     def running(self) -> bool:
-        node = self._state().get("nodes", {}).get(VM_NODE)
-        return bool(node) and _pid_alive(node.get("pid", 0), f"guest=labctl-{VM_LAB}-{VM_NODE}")
+        return self.machine.owns(self._pid())
 
     def engine_answers(self) -> bool:
         if not self.socket.exists():
             return False
         try:
-            client = _sdk().DockerClient(base_url=self.base_url, timeout=10)
+            client = sdk().DockerClient(base_url=self.base_url, timeout=10)
             try:
                 return bool(client.ping())
             finally:
@@ -123,13 +133,8 @@ class DockerHostVM:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """Blocking lock: two labs started at once share one VM start."""
-        self.labdir.path.mkdir(parents=True, exist_ok=True, mode=0o750)
-        fd = os.open(self.labdir.path / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with blocking_lock(lock_file()):
             yield
-        finally:
-            os.close(fd)
 
     # --- ssh into the VM -----------------------------------------------------------------
     def ssh_argv(self, command: list[str]) -> list[str]:
@@ -156,35 +161,32 @@ class DockerHostVM:
                 progress("VM running, engine socket not answering: reconnecting")
                 self._start_engine(progress, time.monotonic() + timeout, timings)
                 return timings
-            if self.labdir.state_file.exists():
-                self._provider().destroy()  # a VM that died: clear what it left
+            if self.labdir.path.exists():
+                self._remove()  # a VM that died: clear what it left
             started = time.monotonic()
             progress(f"image {IMAGE}: checking cache")
             image = build_image(recipe(IMAGE), mirror,
                                 progress=lambda m: progress(f"image {IMAGE}: {m}"))
             timings["image_seconds"] = round(time.monotonic() - started, 1)
-            self._launch(image, memory_mib, cpus, accel, progress)
+            state = self._launch(image, memory_mib, cpus, accel, progress)
             boot = time.monotonic()
-            # Popen returns (vfork) once the child released our memory inside execve, before
-            # the kernel set up qemu's argv: /proc/PID/cmdline can still be empty, and the
-            # qemu provider's liveness check ("qemu exited") failed 3 times here on a busy
-            # host. Wait until qemu's argv is visible (a real early exit still fails below).
-            while not self.running() and time.monotonic() - boot < 10:
-                time.sleep(0.05)
-            self._provider().wait_ready(timeout, progress)
+            machines = {VM_NODE: self.machine}
+            wait_machines_ready(machines, state, timeout, progress, what="the Docker host VM")
+            start_masters(machines, self.labdir.ssh_config, boot + timeout,
+                          what="the Docker host VM")
+            state.phase = Phase.UP
+            self.labdir.save_state(state)
             timings["boot_seconds"] = round(time.monotonic() - boot, 1)
             self._start_engine(progress, time.monotonic() + timeout, timings)
         return timings
 
     def _launch(self, image: Image, memory_mib: int, cpus: int, accel: str,
-                progress: Progress) -> None:
+                progress: Progress) -> LabState:
         chosen = choose_accel(accel, image.kernel)
         cpus = cpus or (2 if chosen == "kvm" else 1)
         lab = _vm_lab(memory_mib, cpus)
         node = lab.nodes[0]
         self.labdir.path.mkdir(parents=True, exist_ok=True, mode=0o750)
-        node_dir = self.labdir.node_dir(VM_NODE)
-        node_dir.mkdir(parents=True, exist_ok=True)
         disk = data_disk(image)
         if not disk.exists():
             progress(f"engine data disk {disk} ({DATA_DISK_SIZE}, sparse)")
@@ -192,27 +194,27 @@ class DockerHostVM:
             subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "labctl-docker", str(disk),
                             DATA_DISK_SIZE], check=True, stdin=subprocess.DEVNULL)
         public_key = ssh.make_key(self.labdir.ssh_key)
-        port = _free_port()
-        ssh.write_config(self.labdir.ssh_config, self.labdir.ssh_key, {VM_NODE: port})
-        overlay = node_dir / "disk.qcow2"
-        overlay.unlink(missing_ok=True)
-        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image.rootfs),
-                        "-F", "raw", str(overlay)], check=True, stdin=subprocess.DEVNULL)
-        (node_dir / "initrd").write_bytes(
-            image.initrd.read_bytes() + _payload(node_env(lab, node), public_key))
-        argv = vm_argv(lab, node_dir, image, chosen, port, disk)
-        state: dict[str, Any] = {
-            "provider": "qemu",
-            "accel": chosen,
-            "phase": "creating",
-            "netns": "",
-            "vm": {"memory_mib": memory_mib, "cpus": cpus, "image": image.path.name,
-                   "data_disk": str(disk), "kernel": image.manifest.get("kernel", "?")},
-            "nodes": {VM_NODE: {"ssh_port": port, "rdma_dev": "", "argv": argv, "taps": []}},
-        }
+        port = free_port()
+        host_key = self.machine.make_host_key()
+        ssh.write_known_hosts(self.labdir.known_hosts, {VM_NODE: host_key})
+        ssh.write_config(self.labdir.ssh_config, self.labdir.ssh_key, {VM_NODE: port},
+                         self.labdir.known_hosts)
+        self.machine.make_disk(image.rootfs)
+        self.machine.make_initrd(image.initrd, machine_payload(
+            node_env(lab, node), public_key, self.machine.host_key.read_bytes()))
+        argv = vm_argv(lab, self.machine, image, chosen, port, disk)
+        state = LabState(
+            provider="qemu", accel=chosen, phase=Phase.CREATING,
+            vm=VmInfo(memory_mib=memory_mib, cpus=cpus, image=image.path.name,
+                      data_disk=str(disk), kernel=str(image.manifest.get("kernel", "?"))),
+            nodes={VM_NODE: NodeState(ssh_port=port, argv=argv)},
+        )
         self.labdir.save_state(state)
         progress(f"starting the Docker host VM ({chosen}, {memory_mib} MiB, {cpus} CPUs)")
-        self._provider(state)._launch(VM_NODE, state)
+        state.nodes[VM_NODE].pid = self.machine.launch(argv, [], "", VM_NODE)
+        state.nodes[VM_NODE].started = time.time()
+        self.labdir.save_state(state)
+        return state
 
     def _start_engine(self, progress: Progress, deadline: float,
                       timings: dict[str, Any]) -> None:
@@ -253,7 +255,7 @@ class DockerHostVM:
 
     def _prune_orphans(self, progress: Progress) -> None:
         """Containers of labs whose lab directory is gone (e.g. VM stopped under a lab)."""
-        client = _sdk().DockerClient(base_url=self.base_url, timeout=60)
+        client = sdk().DockerClient(base_url=self.base_url, timeout=60)
         try:
             for container in client.containers.list(all=True, filters={"label": "labctl.lab"}):
                 lab = container.labels.get("labctl.lab", "")
@@ -265,43 +267,52 @@ class DockerHostVM:
 
     # --- down, status --------------------------------------------------------------------
     def down(self) -> list[str]:
-        removed: list[str] = []
         with self._locked():
-            state = self._state()
-            if not state:
-                return removed
+            if not self.labdir.path.exists():
+                return []
             if self.running():
                 # Stop the engine and flush its disk before the VM goes.
                 self.run(["sh", "-c", "kill $(cat /run/docker.pid) 2>/dev/null; "
                           "i=0; while [ -e /run/docker.pid ] && [ $i -lt 100 ]; do "
                           "sleep 0.1; i=$((i+1)); done; sync; umount /var/lib/docker"],
                          timeout=60)
-            removed += self._provider(state).destroy()
-            self.socket.unlink(missing_ok=True)
-            if self.labdir.remove():
-                removed.append(f"directory {self.labdir.path}")
+            return self._remove()
+
+    def _remove(self) -> list[str]:
+        """Stop the VM's qemu (waiting until it exited) and remove its directory."""
+        removed: list[str] = []
+        if self.labdir.ssh_config.exists():
+            ssh.close_masters(self.labdir.ssh_config, [VM_NODE])
+        state = self._state()
+        recorded = state.nodes.get(VM_NODE) if state else None
+        for pid in sorted({recorded.pid if recorded else 0, self.machine.pidfile_pid()} - {0}):
+            if self.machine.stop(pid):
+                removed.append(f"qemu {VM_NODE} (pid {pid})")
+        self.socket.unlink(missing_ok=True)
+        if self.labdir.remove():
+            removed.append(f"directory {self.labdir.path}")
         return removed
 
     def status(self) -> dict[str, Any]:
         state = self._state()
         info: dict[str, Any] = {"directory": str(self.labdir.path), "running": False}
-        if not state:
-            info["state"] = "absent"
+        if state is None:
+            info["state"] = "absent" if not self.labdir.path.exists() else "unreadable"
             return info
-        node = state.get("nodes", {}).get(VM_NODE, {})
+        node = state.nodes.get(VM_NODE, NodeState())
         running = self.running()
         info.update({
             "running": running,
             "state": "running" if running else "stopped",
-            "pid": node.get("pid"),
-            "ssh": f"127.0.0.1:{node.get('ssh_port')}",
-            "accel": state.get("accel"),
-            **state.get("vm", {}),
+            "pid": node.pid,
+            "ssh": f"127.0.0.1:{node.ssh_port}",
+            "accel": state.accel,
+            **(vars(state.vm) if state.vm else {}),
             "socket": str(self.socket),
             "engine": "answering" if running and self.engine_answers() else "not answering",
         })
         if running and info["engine"] == "answering":
-            client = _sdk().DockerClient(base_url=self.base_url, timeout=30)
+            client = sdk().DockerClient(base_url=self.base_url, timeout=30)
             try:
                 version = client.version()
                 info["engine_version"] = version.get("Version")

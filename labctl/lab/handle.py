@@ -9,6 +9,7 @@ from typing import Any
 
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.labdir import LabDir, find_labdir
+from labctl.lab.state import NodeState
 from labctl.providers import provider_for
 from labctl.providers.base import Provider
 from labctl.topology.resolved import Lab
@@ -71,11 +72,16 @@ class LabHandle:
 
     def rdma_device(self, node: str) -> str:
         self._check_node(node)
-        info = self.labdir.load_state().get("nodes", {}).get(node, {})
-        device: str = info.get("rdma_dev", "")
+        info = self.labdir.load_state().nodes.get(node)
+        device = info.rdma_dev if info else ""
         if not device:
             raise LabctlError(f"node {node} has no RDMA device", hint="see `labctl status`")
         return device
+
+    def node_state(self, node: str) -> NodeState | None:
+        """What the lab's state recorded of `node` (device, GID index, pid...)."""
+        self._check_node(node)
+        return self.labdir.load_state().nodes.get(node)
 
     def node_status(self, node: str, timeout: float = 60) -> dict[str, Any]:
         result = self.run(node, self.node_python("labctl.nodeside.status"), timeout=timeout)

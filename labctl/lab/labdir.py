@@ -1,8 +1,9 @@
 """The lab directory: everything a running lab made and needs, in one place.
 
 lab.json      the resolved topology (down/status work without the source file)
-state.json    what the provider made: netns, per-node pids and ports
-lock          flock held while up/down change the lab
+state.json    what the provider made: netns, per-node pids and ports (labctl/lab/state.py)
+lock          flock held while up/down change the lab (and until `down` removed it all)
+known_hosts   each node's ssh host key, made by labctl and put into the node
 id_ed25519    the lab's ssh key (0600), ssh_config for `ssh -F`
 nodes/NODE/   disk overlay, initrd, console log, qmp socket
 """
@@ -11,15 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from labctl.errors import LabctlError, UsageError, short_repr
+from labctl.lab.state import CorruptStateError, LabState, atomic_write, read_state, write_state
 from labctl.paths import state_root
 from labctl.topology.model import LAB_NAME_RE
 from labctl.topology.resolved import Lab
@@ -60,6 +60,10 @@ class LabDir:
     def ssh_config(self) -> Path:
         return self.path / "ssh_config"
 
+    @property
+    def known_hosts(self) -> Path:
+        return self.path / "known_hosts"
+
     def node_dir(self, node: str) -> Path:
         return self.path / "nodes" / node
 
@@ -69,7 +73,7 @@ class LabDir:
     def create(self, lab: Lab) -> None:
         self.path.mkdir(parents=True, exist_ok=True, mode=0o750)
         os.chmod(self.path, 0o750)
-        self.lab_file.write_text(lab.to_json())
+        atomic_write(self.lab_file, lab.to_json())
 
     def load_lab(self) -> Lab:
         try:
@@ -77,20 +81,18 @@ class LabDir:
         except FileNotFoundError:
             raise LabctlError(
                 f"lab {self.name} has no lab.json in {self.path}",
-                hint="run `labctl down --lab NAME` to clean up",
+                hint=f"run `labctl down --lab {self.name}` to clean up",
             ) from None
+        except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
+            why = f"{type(exc).__name__}: {exc}"[:200]
+            raise CorruptStateError(self.lab_file, why, self.name) from None
 
-    def load_state(self) -> dict[str, Any]:
-        try:
-            state: dict[str, Any] = json.loads(self.state_file.read_text())
-            return state
-        except FileNotFoundError:
-            return {}
+    def load_state(self) -> LabState:
+        """The lab's state (an empty one, provider "", before `up` wrote any)."""
+        return read_state(self.state_file, self.name) or LabState(provider="")
 
-    def save_state(self, state: dict[str, Any]) -> None:
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
-        tmp.replace(self.state_file)
+    def save_state(self, state: LabState) -> None:
+        write_state(self.state_file, state)
 
     def remove(self) -> bool:
         if not self.path.exists():
@@ -119,6 +121,18 @@ class LabDir:
             yield
         finally:
             os.close(fd)
+
+
+@contextlib.contextmanager
+def blocking_lock(path: Path) -> Iterator[None]:
+    """Wait for the exclusive lock at `path` (a file that outlives what it guards)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def running_labs(root: Path | None = None) -> list[str]:

@@ -1,10 +1,16 @@
-"""The lab's management channel: ssh to each node over a 127.0.0.1 port forward."""
+"""The lab's management channel: ssh to each node over a 127.0.0.1 port forward.
+
+Each node's host key is made by labctl and put into the node (its payload), and
+known_hosts in the lab directory pins it (under the node's name, HostKeyAlias): a local
+user who grabs a forwarded port cannot pose as a node.
+"""
 
 from __future__ import annotations
 
 import os
 import shlex
 import subprocess
+import time
 from pathlib import Path
 
 from labctl.errors import LabctlError
@@ -12,9 +18,7 @@ from labctl.errors import LabctlError
 SSH_OPTIONS = {
     "User": "root",
     "IdentitiesOnly": "yes",
-    "StrictHostKeyChecking": "no",
-    # Node host keys are made fresh at every boot, on a port only this host can reach.
-    "UserKnownHostsFile": "/dev/null",
+    "StrictHostKeyChecking": "yes",
     "LogLevel": "ERROR",
     "PasswordAuthentication": "no",
     "ControlMaster": "auto",
@@ -23,6 +27,10 @@ SSH_OPTIONS = {
     "ServerAliveCountMax": "6",
     "ConnectTimeout": "20",
 }
+
+
+class MasterError(Exception):
+    """The node's sshd did not take a master connection before the deadline."""
 
 
 def make_key(path: Path) -> str:
@@ -42,7 +50,17 @@ def make_key(path: Path) -> str:
     return path.with_suffix(".pub").read_text().strip()
 
 
-def write_config(path: Path, key: Path, ports: dict[str, int]) -> None:
+def write_known_hosts(path: Path, host_keys: dict[str, str]) -> None:
+    """known_hosts lines `NODE KEYTYPE KEY` (ssh looks them up by HostKeyAlias)."""
+    lines = []
+    for host, public in sorted(host_keys.items()):
+        keytype, key = public.split()[:2]
+        lines.append(f"{host} {keytype} {key}\n")
+    path.write_text("".join(lines))
+    os.chmod(path, 0o600)
+
+
+def write_config(path: Path, key: Path, ports: dict[str, int], known_hosts: Path) -> None:
     lines = []
     for node, port in sorted(ports.items()):
         lines += [
@@ -51,6 +69,8 @@ def write_config(path: Path, key: Path, ports: dict[str, int]) -> None:
             f"  Port {port}",
             f"  IdentityFile {key}",
             f"  ControlPath {path.parent}/cm-{node}",
+            f"  HostKeyAlias {node}",
+            f"  UserKnownHostsFile {known_hosts}",
         ]
         lines += [f"  {key_}={value}" for key_, value in SSH_OPTIONS.items()]
         lines.append("")
@@ -64,7 +84,30 @@ def ssh_argv(config: Path, node: str, command: list[str], *, tty: bool = False) 
     return [*argv, shlex.join(command)] if command else argv
 
 
-def close_masters(config: Path, nodes: list[str]) -> None:
+def start_master(config: Path, host: str, deadline: float) -> None:
+    """Open (or keep) `host`'s master connection, retrying until `deadline`."""
+    check = subprocess.run(["ssh", "-F", str(config), "-O", "check", host],
+                           stdin=subprocess.DEVNULL, capture_output=True, check=False)
+    if check.returncode == 0:
+        return  # its master survived (a repair restarts only the nodes that died)
+    argv = ["ssh", "-F", str(config), "-o", "ControlMaster=yes", "-o", "ControlPersist=yes",
+            "-N", "-f", host]
+    while True:
+        result = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+        if result.returncode == 0:
+            return
+        if "REMOTE HOST IDENTIFICATION HAS CHANGED" in result.stderr or (
+                "Host key verification failed" in result.stderr):
+            raise MasterError(f"{host}'s host key is not the one labctl gave it: "
+                              f"{result.stderr.strip()}")
+        if time.monotonic() > deadline:
+            raise MasterError(result.stderr.strip())
+        time.sleep(0.5)
+
+
+def close_masters(config: Path, nodes: list[str], wait: float = 5.0) -> None:
+    """Ask each master to exit; return once their control sockets are gone (bounded)."""
     for node in nodes:
         subprocess.run(
             ["ssh", "-F", str(config), "-O", "exit", node],
@@ -73,3 +116,6 @@ def close_masters(config: Path, nodes: list[str]) -> None:
             timeout=10,
             check=False,
         )
+    deadline = time.monotonic() + wait
+    while any(config.parent.glob("cm-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -106,14 +106,6 @@ def open_tap(ns: str, name: str, bridge: str, mtu: int) -> int:
     return fd
 
 
-def set_link_state(ns: str, ifname: str, up: bool) -> None:
-    with IPRoute(netns=ns) as ipr:
-        found = ipr.link_lookup(ifname=ifname)
-        if not found:
-            raise LabctlError(f"no interface {ifname} in {ns}", hint="is the node running?")
-        ipr.link("set", index=found[0], state="up" if up else "down")
-
-
 def links_in(ns: str) -> list[str]:
     with IPRoute(netns=ns) as ipr:
         return sorted(link.get("ifname") for link in ipr.get_links())

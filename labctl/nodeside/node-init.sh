@@ -1,99 +1,188 @@
 #!/bin/sh
-# Stage 2 of a lab node, run by tini as PID 1 on the node's root disk.
-# Reads /etc/labctl/node.env (written by labctl for this node), brings up management and
-# data interfaces, sshd and the RDMA device, then reports on the serial console:
+# The one bring-up of a lab node, for every kind of node (LABCTL_NODE_KIND):
+#   vm         qemu node: stage 2 under tini on the node's root disk (the default)
+#   container  container node: the image's CMD under tini (container-init.sh sets the kind)
+#   vagrant    Vagrant VM: labctl-node.service at every boot (`start`; `stop` removes
+#              the device), installed by the Vagrantfile
+# Reads /etc/labctl/node.env (written by labctl for this node), names and addresses the
+# NICs by the MACs labctl gave them, creates the RDMA device and reports:
 #   "labctl: stage NAME"   progress
-#   "labctl: ready ..."    every step done and the RDMA port ACTIVE
-#   "labctl: fail REASON"  a step failed (labctl shows it and the console tail)
-set -u
+#   "labctl: ready ..."    every step done and the RDMA port ACTIVE (dev=, gid=, mtu=, state=)
+#   "labctl: fail STEP"    a step failed (labctl shows it with the console tail)
+# VM nodes report on the serial console, the others on stdout (container log, journal).
+# Every step is checked; anything unchecked that fails still ends in a "fail" line (EXIT
+# trap), and VM and container nodes then stay up for diagnosis instead of vanishing.
+set -eu
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
-say() { read -r up _ < /proc/uptime; echo "labctl: $* [t=$up]" > /dev/ttyS0; }
-fail() { say "fail $*"; exec sleep infinity; }
+KIND=${LABCTL_NODE_KIND:-vm}
+ACTION=${1:-start}
+STEP=start
 
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mkdir -p /dev/pts /dev/shm /run /tmp
-mount -t devpts devpts /dev/pts
-mount -t tmpfs tmpfs /run
-mount -t tmpfs tmpfs /tmp
-mount -t tmpfs tmpfs /dev/shm
-[ -r /etc/labctl/node.env ] || fail "missing /etc/labctl/node.env"
+say() {
+    if [ "$KIND" = vm ]; then
+        read -r up _ < /proc/uptime || up=?
+        echo "labctl: $* [t=$up]" > /dev/ttyS0
+    else
+        echo "labctl: $*"
+    fi
+}
+stay() {  # VM and container nodes: keep running (labctl reads the report, `down` ends it)
+    if [ "$KIND" = vagrant ]; then exit 1; fi
+    exec sleep infinity
+}
+fail() { trap - EXIT; say "fail $*"; stay; }
+on_exit() {
+    rc=$?
+    if [ "$rc" = 0 ]; then return 0; fi
+    say "fail step $STEP exited $rc"
+    stay
+}
+trap on_exit EXIT
+step() { STEP=$1; say "stage $1"; }
+must() {  # must WHAT COMMAND...: run COMMAND, or fail naming WHAT
+    what=$1; shift
+    "$@" || fail "$what"
+}
+
+if [ "$KIND" = vm ]; then
+    STEP=mounts
+    must "mount /proc" mount -t proc proc /proc
+    must "mount /sys" mount -t sysfs sysfs /sys
+    must "mkdir" mkdir -p /dev/pts /dev/shm /run /tmp
+    must "mount /dev/pts" mount -t devpts devpts /dev/pts
+    for dir in /run /tmp /dev/shm; do
+        must "mount $dir" mount -t tmpfs tmpfs "$dir"
+    done
+fi
+test -r /etc/labctl/node.env || fail "missing /etc/labctl/node.env"
 . /etc/labctl/node.env
-hostname "$LABCTL_NODE"
-echo "$LABCTL_NODE" > /etc/hostname
-sh /opt/labctl/labctl/nodeside/node-commands.sh || fail "cannot install labctl-devinfo & co"
 
-say "stage modules"
-# Entropy from the host (virtio-rng): otherwise sshd waits seconds for the kernel's CRNG.
-modprobe virtio_rng 2>/dev/null
-modprobe virtio_net || fail "modprobe virtio_net"
-for module in ib_uverbs rdma_ucm; do
-    modprobe "$module" || fail "modprobe $module"
-done
-case "$LABCTL_RDMA" in
-    rxe) modprobe rdma_rxe || fail "modprobe rdma_rxe (kernel without Soft-RoCE?)" ;;
-    siw) modprobe siw || fail "modprobe siw (module not built into this image?)" ;;
+if [ "$ACTION" = stop ]; then  # vagrant: the unit's ExecStop
+    if [ -n "$LABCTL_RDMA_DEV" ] && [ -e "/sys/class/infiniband/$LABCTL_RDMA_DEV" ]; then
+        rdma link delete "$LABCTL_RDMA_DEV" || true
+    fi
+    trap - EXIT
+    exit 0
+fi
+if [ "$KIND" = vm ]; then
+    must "hostname $LABCTL_NODE" hostname "$LABCTL_NODE"
+    echo "$LABCTL_NODE" > /etc/hostname
+fi
+# labctl-devinfo & co, and `python3 -m labctl.verbs` without PYTHONPATH (a Vagrant node
+# has labctl's code only where the Vagrantfile put it).
+if [ "$KIND" != vagrant ] || [ -f /opt/labctl/labctl/nodeside/node-commands.sh ]; then
+    must "install labctl-devinfo & co" sh /opt/labctl/labctl/nodeside/node-commands.sh
+fi
+
+modules=""
+case "$KIND" in
+    vm) modules="virtio_net ib_uverbs rdma_ucm" ;;
+    vagrant) modules="ib_uverbs rdma_ucm" ;;
 esac
+case "$KIND:$LABCTL_RDMA" in
+    container:*) ;;  # a container cannot load modules: the engine's kernel has them
+    *:rxe) modules="$modules rdma_rxe" ;;
+    *:siw) modules="$modules siw" ;;
+esac
+if [ -n "$modules" ]; then
+    step modules
+    # Entropy from the host (virtio-rng): otherwise sshd waits seconds for the CRNG.
+    if [ "$KIND" = vm ]; then modprobe virtio_rng 2>/dev/null || true; fi
+    for module in $modules; do
+        modprobe "$module" || fail "modprobe $module (kernel $(uname -r))"
+    done
+fi
 
-say "stage network"
-ip link set lo up
-# Interfaces are found by the MAC addresses labctl gave them, then named as the topology says.
-rename_by_mac() {  # mac name
+step network
+must "ip link set lo up" ip link set lo up
+if [ "$KIND" = vagrant ]; then udevadm settle --timeout=30 || true; fi
+dev_by_mac() {  # mac -> the interface's current name
     for dev in /sys/class/net/*; do
-        if [ "$(cat "$dev/address")" = "$1" ]; then
-            cur=${dev##*/}
-            [ "$cur" = "$2" ] || ip link set "$cur" name "$2"
+        if [ "$(cat "$dev/address" 2>/dev/null)" = "$1" ]; then
+            echo "${dev##*/}"
             return 0
         fi
     done
     return 1
 }
-tries=0
-until rename_by_mac "$LABCTL_MGMT_MAC" eth0; do
-    tries=$((tries + 1)); [ $tries -gt 300 ] && fail "management NIC not found"; sleep 0.02
-done
-ip addr add 10.0.2.15/24 dev eth0
-ip link set eth0 up
+# name,mac pairs to bring up: the management NIC (VM nodes) and the data NICs.
+nics=""
+if [ "$KIND" = vm ]; then nics="eth0,$LABCTL_MGMT_MAC"; fi
 for spec in $LABCTL_IFACES; do   # name,mac,address/len,mtu
+    nics="$nics ${spec%,*,*}"
+done
+# Container NICs appear when labctl plumbs them (after every container started).
+case "$KIND" in container) ticks=6000 ;; *) ticks=300 ;; esac
+# Two passes: temporary names first, so that no rename hits a name still in use.
+n=0
+for nic in $nics; do
+    name=${nic%%,*}; mac=${nic#*,}
+    tries=0
+    until cur=$(dev_by_mac "$mac"); do
+        tries=$((tries + 1))
+        if [ "$tries" -gt "$ticks" ]; then fail "NIC $name ($mac) not found"; fi
+        sleep 0.05
+    done
+    if [ "$cur" != "$name" ]; then
+        must "ip link set $cur down" ip link set "$cur" down
+        must "rename $cur to labctl$n" ip link set "$cur" name "labctl$n"
+    fi
+    n=$((n + 1))
+done
+for nic in $nics; do
+    name=${nic%%,*}; mac=${nic#*,}
+    cur=$(dev_by_mac "$mac") || fail "NIC $name ($mac) vanished"
+    if [ "$cur" != "$name" ]; then
+        must "rename $cur to $name (is $name taken?)" ip link set "$cur" name "$name"
+    fi
+done
+if [ "$KIND" = vm ]; then
+    must "ip addr add 10.0.2.15/24 dev eth0" ip addr replace 10.0.2.15/24 dev eth0
+    must "ip link set eth0 up" ip link set eth0 up
+fi
+for spec in $LABCTL_IFACES; do
     IFS=, read -r name mac addr mtu <<EOF_SPEC
 $spec
 EOF_SPEC
-    rename_by_mac "$mac" "$name" || fail "data NIC $name ($mac) not found"
-    ip link set "$name" mtu "$mtu"
-    ip addr add "$addr" dev "$name"
-    ip link set "$name" up
+    must "ip link set $name mtu $mtu" ip link set "$name" mtu "$mtu"
+    must "ip addr flush dev $name" ip -4 addr flush dev "$name"
+    must "ip addr add $addr dev $name" ip addr add "$addr" dev "$name"
+    must "ip link set $name up" ip link set "$name" up
+    if [ "$KIND" = vagrant ]; then say "$name $mac $addr mtu $mtu"; fi
 done
 
-say "stage sshd"
-mkdir -p /root/.ssh /run/sshd
-chmod 700 /root/.ssh
-cp /etc/labctl/authorized_keys /root/.ssh/authorized_keys
-chmod 600 /root/.ssh/authorized_keys
-rm -f /etc/ssh/ssh_host_ed25519_key /etc/ssh/ssh_host_ed25519_key.pub  # a repaired node boots again
-ssh-keygen -q -t ed25519 -N "" -f /etc/ssh/ssh_host_ed25519_key
-# The same in the config, so `sshd -T` and any sshd started later agree: keys only.
-mkdir -p /etc/ssh/sshd_config.d
-printf '%s\n' 'PasswordAuthentication no' 'KbdInteractiveAuthentication no' \
-    'PermitRootLogin prohibit-password' > /etc/ssh/sshd_config.d/00-labctl.conf
-/usr/sbin/sshd -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no \
-    -o PermitRootLogin=prohibit-password -o UseDNS=no -o HostKey=/etc/ssh/ssh_host_ed25519_key \
-    -o ListenAddress=10.0.2.15 || fail "sshd did not start"
-
-if [ "$LABCTL_RDMA" != none ]; then
-    say "stage rdma"
-    rdma link add "$LABCTL_RDMA_DEV" type "$LABCTL_RDMA" netdev "$LABCTL_RDMA_NETDEV" \
-        || fail "rdma link add $LABCTL_RDMA_DEV type $LABCTL_RDMA netdev $LABCTL_RDMA_NETDEV"
-    state=/sys/class/infiniband/$LABCTL_RDMA_DEV/ports/1/state
-    tries=0
-    until grep -qs ACTIVE "$state"; do
-        tries=$((tries + 1)); [ $tries -gt 1000 ] && fail "$LABCTL_RDMA_DEV port not ACTIVE"; sleep 0.02
-    done
+if [ "$KIND" = vm ]; then
+    step sshd
+    must "mkdir /root/.ssh" mkdir -p /root/.ssh /run/sshd /etc/ssh/sshd_config.d
+    chmod 700 /root/.ssh
+    must "authorized_keys" install -m 0600 /etc/labctl/authorized_keys /root/.ssh/authorized_keys
+    # The host key labctl made for this node (its known_hosts pins it): none made here.
+    must "host key" install -m 0600 /etc/labctl/ssh_host_ed25519_key /etc/ssh/ssh_host_ed25519_key
+    # The same in the config, so `sshd -T` and any sshd started later agree: keys only.
+    printf '%s\n' 'PasswordAuthentication no' 'KbdInteractiveAuthentication no' \
+        'PermitRootLogin prohibit-password' > /etc/ssh/sshd_config.d/00-labctl.conf
+    must "sshd did not start" /usr/sbin/sshd -o PasswordAuthentication=no \
+        -o KbdInteractiveAuthentication=no -o PermitRootLogin=prohibit-password -o UseDNS=no \
+        -o HostKey=/etc/ssh/ssh_host_ed25519_key -o ListenAddress=10.0.2.15
 fi
-# The ready line carries what `labctl up` shows, so it needs no extra round trip.
+
 facts="dev=${LABCTL_RDMA_DEV:-none}"
-if [ "$LABCTL_RDMA" != none ]; then
+if [ "$LABCTL_RDMA" != none ] && [ -n "$LABCTL_RDMA_DEV" ]; then
+    step rdma
+    # Container nodes share one kernel: their device names are unique per lab and node.
+    if [ ! -e "/sys/class/infiniband/$LABCTL_RDMA_DEV" ]; then
+        must "rdma link add $LABCTL_RDMA_DEV type $LABCTL_RDMA netdev $LABCTL_RDMA_NETDEV" \
+            rdma link add "$LABCTL_RDMA_DEV" type "$LABCTL_RDMA" netdev "$LABCTL_RDMA_NETDEV"
+    fi
     ports=/sys/class/infiniband/$LABCTL_RDMA_DEV/ports/1
+    tries=0
+    until grep -qs ACTIVE "$ports/state"; do
+        tries=$((tries + 1))
+        if [ "$tries" -gt 1000 ]; then fail "$LABCTL_RDMA_DEV port not ACTIVE"; fi
+        sleep 0.02
+    done
+    # The ready line carries what `labctl up` shows, so it needs no extra round trip.
     for gid in "$ports"/gids/*; do
         index=${gid##*/}
         case "$(cat "$gid" 2>/dev/null)" in
@@ -104,8 +193,11 @@ if [ "$LABCTL_RDMA" != none ]; then
                 fi ;;
         esac
     done
-    mtu=$(ibv_devinfo -d "$LABCTL_RDMA_DEV" -i 1 2>/dev/null | sed -n 's/^[[:space:]]*active_mtu:[[:space:]]*\([0-9]*\).*/\1/p')
+    mtu=$(ibv_devinfo -d "$LABCTL_RDMA_DEV" -i 1 2>/dev/null \
+        | sed -n 's/^[[:space:]]*active_mtu:[[:space:]]*\([0-9]*\).*/\1/p') || mtu=
     facts="$facts mtu=${mtu:-?} state=$(sed 's/.*: //' "$ports/state")"
 fi
+trap - EXIT
 say "ready $facts"
+if [ "$KIND" = vagrant ]; then exit 0; fi
 while :; do sleep 3600; done

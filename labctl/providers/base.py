@@ -1,12 +1,15 @@
-"""The interface every provider implements."""
+"""The interface every provider implements, and what all of them share."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from labctl.errors import UsageError
 from labctl.lab.labdir import LabDir
+from labctl.lab.state import NodeState, NodeStatus
 from labctl.topology.resolved import Lab
 
 Progress = Callable[[str], None]
@@ -14,6 +17,11 @@ Progress = Callable[[str], None]
 # What a node's init script reports (serial console for VMs, container log for containers).
 READY = "labctl: ready"
 FAIL = "labctl: fail"
+STAGE = "labctl: stage "
+
+
+class UnsupportedError(UsageError):
+    """An operation this provider cannot do (exit 2: the request, not the lab, is wrong)."""
 
 
 @dataclass
@@ -21,7 +29,7 @@ class NodeRuntime:
     """What the provider knows of one node without asking the node."""
 
     name: str
-    state: str  # "running" | "stopped" | "failed" | "absent"
+    state: NodeStatus
     reason: str = ""
     details: dict[str, str] = field(default_factory=dict)
 
@@ -29,10 +37,33 @@ class NodeRuntime:
 def runtime_from_boot_log(name: str, log: str, details: dict[str, str]) -> NodeRuntime:
     """A node whose process runs: ready, failed (with the init's reason) or still booting."""
     if READY in log:
-        return NodeRuntime(name, "running", "", details)
+        return NodeRuntime(name, NodeStatus.RUNNING, "", details)
     if FAIL in log:
-        return NodeRuntime(name, "failed", log[log.index(FAIL) :].splitlines()[0], details)
-    return NodeRuntime(name, "booting", "", details)
+        line = log[log.index(FAIL):].splitlines()[0]
+        return NodeRuntime(name, NodeStatus.FAILED, line, details)
+    return NodeRuntime(name, NodeStatus.BOOTING, "", details)
+
+
+def ready_facts(log: str) -> dict[str, Any]:
+    """What a node's ready line says: "labctl: ready dev=rxe0 gid=1 mtu=1024 state=ACTIVE"."""
+    line = log[log.index(READY):].splitlines()[0].split(" [t=")[0]
+    facts: dict[str, Any] = {}
+    for word in line.removeprefix(READY).split():
+        key, _, value = word.partition("=")
+        if key == "gid":
+            facts["gid_index"] = int(value)
+        elif key == "mtu":
+            facts["active_mtu"] = value
+        elif key == "state":
+            facts["port_state"] = value
+    return facts
+
+
+def record_ready(node: NodeState, log: str) -> None:
+    facts = ready_facts(log)
+    node.gid_index = facts.get("gid_index")
+    node.active_mtu = facts.get("active_mtu", "")
+    node.port_state = facts.get("port_state", "")
 
 
 class Provider(ABC):
@@ -60,15 +91,19 @@ class Provider(ABC):
 
     def set_link_state(self, node: str, ifname: str, up: bool) -> None:
         """Carrier of a node's data interface on or off, as a cable pulled or plugged."""
-        raise NotImplementedError(f"the {self.name} provider cannot change link state")
+        raise UnsupportedError(f"the {self.name} provider cannot change a link's state",
+                               hint="qemu and docker labs can; for this lab, `labctl exec "
+                               f"{node} -- ip link set {ifname} down` changes the node's side")
 
     def repair(self, nodes: list[str], progress: Progress) -> None:
         """Start again the given nodes that stopped (their disks and addresses kept)."""
-        raise NotImplementedError(f"the {self.name} provider cannot repair nodes")
+        raise UnsupportedError(f"the {self.name} provider cannot restart nodes in place",
+                               hint=f"`labctl down --lab {self.lab.name}`, then `labctl up`")
 
     @abstractmethod
     def destroy(self) -> list[str]:
-        """Remove everything recorded in the lab's state; return what was removed."""
+        """Remove everything recorded in the lab's state (or findable without it); return
+        what was removed. Must work when state.json or lab.json is corrupt."""
 
     @abstractmethod
     def exec_argv(self, node: str, command: list[str], *, tty: bool = False) -> list[str]:

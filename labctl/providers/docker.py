@@ -14,10 +14,11 @@ same packages as VM nodes. Each container gets only what RDMA needs (see docs/do
 Links: one netns per lab in the engine's kernel (`labctl-LAB`) with a bridge per segment;
 per node interface a veth whose bridge end stays there and whose other end is created
 inside the container's netns (dockernet.py, run as root beside the engine). Each node
-creates its own rxe inside its netns (container-init.sh), named rxe_LAB_NODE since in
+creates its own rxe inside its netns (node-init.sh container), named rxe_LAB_NODE since in
 shared netns mode every namespace of the kernel sees every device. Containers carry
 labels (labctl, labctl.lab, labctl.node, labctl.rdma-dev): status and down find them by
-label alone.
+label alone. `link set` pulls a node's cable by taking its veth's bridge end down; a
+repair starts a stopped container again and gives it new veths (its old netns died).
 """
 
 from __future__ import annotations
@@ -35,22 +36,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import labctl
 from labctl.data import data_path
-from labctl.dockerhost.engine import Engine, resolve_engine, sdk
+from labctl.dockerhost.engine import Engine, local_base_url, resolve_engine
+from labctl.dockerhost.sdk import sdk
+from labctl.dockerhost.vm import DockerHostVM
 from labctl.errors import LabctlError
 from labctl.images.builder import Image, build_image
 from labctl.images.recipes import recipe
 from labctl.lab.labdir import LabDir
+from labctl.lab.state import CorruptStateError, LabState, NodeState, NodeStatus, Phase
 from labctl.net import labnet
-from labctl.providers.base import NodeRuntime, Progress, Provider, runtime_from_boot_log
-from labctl.providers.qemu import FAIL, NODE_PACKAGES, READY, STAGE, node_env, ready_facts
+from labctl.providers.base import (
+    FAIL,
+    READY,
+    STAGE,
+    NodeRuntime,
+    Progress,
+    Provider,
+    UnsupportedError,
+    record_ready,
+    runtime_from_boot_log,
+)
+from labctl.providers.machine import check_qemu_host
+from labctl.providers.node import env_file, node_code_files, node_env
 from labctl.topology.resolved import Lab, Node
 
 IMAGE_REPOSITORY = "labctl-node"
 LABEL = "labctl"
 INFINIBAND_MAJOR = 231  # umad 0-63, issm 64-127, uverbs 192-255: one major for all of them
-INIT = "/opt/labctl/labctl/nodeside/container-init.sh"
 # Not shipped into containers: modules (containers cannot load them) and the fs's own dir.
 IMPORT_EXCLUDES = ("./usr/lib/modules", "./lost+found", "./boot")
 
@@ -148,7 +161,6 @@ def plan_lab(lab: Lab, tags: dict[str, str], rdma_cm: str) -> DockerLabPlan:
 
 def node_payload(env: dict[str, str]) -> bytes:
     """A tar of /opt/labctl (node-side code) and /etc/labctl/node.env for put_archive."""
-    package = Path(labctl.__file__).parent
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         def add_file(name: str, data: bytes, mode: int = 0o644) -> None:
@@ -156,15 +168,10 @@ def node_payload(env: dict[str, str]) -> bytes:
             info.size, info.mode, info.mtime = len(data), mode, int(time.time())
             tar.addfile(info, io.BytesIO(data))
 
-        add_file("opt/labctl/labctl/__init__.py", (package / "__init__.py").read_bytes())
-        for sub in NODE_PACKAGES:
-            for path in sorted((package / sub).rglob("*")):
-                if path.is_file() and "__pycache__" not in path.parts:
-                    mode = 0o755 if path.suffix == ".sh" else 0o644
-                    add_file(f"opt/labctl/labctl/{path.relative_to(package)}",
-                             path.read_bytes(), mode)
-        add_file("etc/labctl/node.env",
-                 "".join(f"{k}='{v}'\n" for k, v in env.items()).encode())
+        for rel, path in node_code_files():
+            add_file(f"opt/labctl/{rel}", path.read_bytes(),
+                     0o755 if path.suffix == ".sh" else 0o644)
+        add_file("etc/labctl/node.env", env_file(env))
     return buf.getvalue()
 
 
@@ -223,28 +230,26 @@ class DockerProvider(Provider):
             raise LabctlError("the docker provider needs root (the Docker host VM, mounting "
                               "the node image)", hint="run labctl with sudo or as root")
         if self.engine_option == "vm":
-            from labctl.providers.qemu import QemuProvider
-
-            QemuProvider(self.lab, self.labdir).check_host()
+            check_qemu_host()
 
     @staticmethod
     def _prefixed(progress: Progress, prefix: str) -> Progress:
         return lambda message: progress(prefix + message)
 
-    def _engine(self) -> Engine:
-        data = self.labdir.load_state().get("engine")
-        if data:
-            return Engine.from_state(data)
+    def _engine(self, state: LabState | None = None) -> Engine:
+        state = state or self.labdir.load_state()
+        if state.engine is not None:
+            return Engine.from_state(state.engine)
         raise LabctlError(f"lab {self.lab.name} has no engine recorded",
                           hint=f"`labctl down --lab {self.lab.name}`")
 
     # --- create --------------------------------------------------------------------------
     def create(self, progress: Progress) -> None:
-        state: dict[str, Any] = {"provider": self.name, "phase": "creating",
-                                 "netns": labnet.netns_name(self.lab.name), "nodes": {}}
+        state = LabState(provider=self.name, phase=Phase.CREATING,
+                         netns=labnet.netns_name(self.lab.name))
         self.labdir.save_state(state)
         engine = resolve_engine(self.engine_option, progress)
-        state["engine"] = engine.to_state()
+        state.engine = engine.to_state()
         self.labdir.save_state(state)
         client = engine.client(timeout=900)
         try:
@@ -274,37 +279,48 @@ class DockerProvider(Provider):
                     raise LabctlError(f"cannot create container {kwargs['name']}: {exc}",
                                       hint="`labctl down` first if a lab of this name "
                                       "was left behind") from None
-                state["nodes"][node.name] = {"container": kwargs["name"], "id": container.id,
-                                             "rdma_dev": kwargs["labels"][f"{LABEL}.rdma-dev"]}
+                state.nodes[node.name] = NodeState(
+                    container=kwargs["name"], id=container.id,
+                    rdma_dev=kwargs["labels"][f"{LABEL}.rdma-dev"])
                 self.labdir.save_state(state)
                 container.put_archive("/", node_payload(kwargs["environment"]))
+                state.nodes[node.name].started = time.time()
                 container.start()
                 container.reload()
                 pids[node.name] = int(container.attrs["State"]["Pid"])
-                state["nodes"][node.name]["started"] = time.time()
             progress(f"links: netns {plan.netns} in {engine.where}")
             veths = [{**v, "pid": pids[v["node"]]} for v in plan.veths]
             engine.helper("plumb", json.dumps({"netns": plan.netns, "bridges": plan.bridges,
                                                "veths": veths}))
-            state["veths"] = [v["host"] for v in veths]
+            state.veths = [v["host"] for v in veths]
             self.labdir.save_state(state)
         finally:
             client.close()
 
     # --- readiness -----------------------------------------------------------------------
     def _containers(self, client: Any) -> dict[str, Any]:
+        """This lab's containers, found by their labels (exact values, not name prefixes)."""
         found = client.containers.list(all=True,
                                        filters={"label": f"{LABEL}.lab={self.lab.name}"})
-        return {c.labels.get(f"{LABEL}.node", ""): c for c in found}
+        return {c.labels.get(f"{LABEL}.node", ""): c for c in found
+                if c.labels.get(f"{LABEL}.lab") == self.lab.name}
+
+    @staticmethod
+    def _logs(container: Any, info: NodeState | None) -> str:
+        """The container's log since its last start (a repaired node's old "ready" line
+        must not count)."""
+        since = info.started - 1 if info and info.started else None
+        data = container.logs(since=since) if since else container.logs()
+        return str(data.decode(errors="replace"))
 
     def wait_ready(self, timeout: float, progress: Progress) -> None:
         state = self.labdir.load_state()
-        engine = self._engine()
+        engine = self._engine(state)
         client = engine.client()
         deadline = time.monotonic() + timeout
         started = time.monotonic()
         try:
-            pending = set(state["nodes"])
+            pending = set(state.nodes)
             while pending:
                 containers = self._containers(client)
                 stages = {}
@@ -312,10 +328,10 @@ class DockerProvider(Provider):
                     container = containers.get(node)
                     if container is None:
                         raise _failure(node, "its container is gone", "")
-                    logs = container.logs().decode(errors="replace")
+                    logs = self._logs(container, state.nodes[node])
                     if READY in logs:
                         pending.discard(node)
-                        state["nodes"][node].update(ready_facts(logs))
+                        record_ready(state.nodes[node], logs)
                         continue
                     if FAIL in logs:
                         line = logs[logs.index(FAIL):].splitlines()[0]
@@ -330,46 +346,81 @@ class DockerProvider(Provider):
                 if time.monotonic() > deadline:
                     slow = sorted(pending)[0]
                     raise _failure(slow, f"not ready after {timeout:.0f} s",
-                                   containers[slow].logs().decode(errors="replace"))
+                                   self._logs(containers[slow], state.nodes[slow]))
                 progress(f"starting ({time.monotonic() - started:.0f} s): "
                          + ", ".join(f"{n} {s}" for n, s in stages.items()))
                 time.sleep(0.2)
         finally:
             client.close()
-        state["phase"] = "up"
-        state["ready_seconds"] = round(time.monotonic() - started, 1)
+        state.phase = Phase.UP
+        state.ready_seconds = round(time.monotonic() - started, 1)
         self.labdir.save_state(state)
 
+    def set_link_state(self, node: str, ifname: str, up: bool) -> None:
+        """The veth's bridge end down: the node's interface loses its carrier (its rxe
+        port goes DOWN), as qemu's set_link does for VM nodes."""
+        state = self.labdir.load_state()
+        veth = veth_name(self.lab.node(node), ifname)
+        self._engine(state).helper("link", state.netns or labnet.netns_name(self.lab.name),
+                                   veth, "up" if up else "down")
+
     def repair(self, nodes: list[str], progress: Progress) -> None:
-        # A restarted container has a new netns: its veths and device are gone with the old.
-        raise LabctlError(f"container nodes {', '.join(nodes)} stopped; the docker provider "
-                          "does not restart nodes in place",
-                          hint=f"`labctl down --lab {self.lab.name}`, then `labctl up` again")
+        """Start stopped containers again; a restarted container has a new netns, so its
+        veths are made again (its rxe is made by its init, as at the first start)."""
+        state = self.labdir.load_state()
+        engine = self._engine(state)
+        client = engine.client()
+        try:
+            containers = self._containers(client)
+            gone = [n for n in nodes if n not in containers]
+            if gone:
+                raise UnsupportedError(
+                    f"the containers of {', '.join(gone)} were removed; the docker provider "
+                    "restarts stopped containers only",
+                    hint=f"`labctl down --lab {self.lab.name}`, then `labctl up` again")
+            veths = []
+            for name in nodes:
+                progress(f"{name}: starting container {containers[name].name} again")
+                info = state.nodes.setdefault(name, NodeState(container=containers[name].name))
+                info.clear_ready_facts()
+                info.started = time.time()
+                containers[name].start()
+                containers[name].reload()
+                pid = int(containers[name].attrs["State"]["Pid"])
+                node = self.lab.node(name)
+                veths += [{"host": veth_name(node, i.name), "bridge":
+                           labnet.bridge_name(i.segment), "node": name, "name": i.name,
+                           "mac": i.mac, "mtu": i.mtu, "pid": pid} for i in node.interfaces]
+            state.phase = Phase.REPAIRING
+            self.labdir.save_state(state)
+            engine.helper("replug", json.dumps({"netns": state.netns, "veths": veths}))
+        finally:
+            client.close()
 
     # --- status, exec, destroy -----------------------------------------------------------
     def nodes(self) -> list[NodeRuntime]:
         state = self.labdir.load_state()
         try:
-            engine = self._engine()
+            engine = self._engine(state)
             client = engine.client(timeout=30)
         except LabctlError as exc:
-            return [NodeRuntime(n.name, "stopped", exc.message) for n in self.lab.nodes]
+            return [NodeRuntime(n.name, NodeStatus.STOPPED, exc.message) for n in self.lab.nodes]
         try:
             containers = self._containers(client)
             result = []
             for node in self.lab.nodes:
                 container = containers.get(node.name)
                 if container is None:
-                    why = "never started" if node.name not in state.get("nodes", {}) else (
-                        "its container is gone")
-                    result.append(NodeRuntime(node.name, "absent", why))
+                    why = ("never started" if node.name not in state.nodes
+                           else "its container is gone")
+                    result.append(NodeRuntime(node.name, NodeStatus.ABSENT, why))
                     continue
                 details = {"container": container.name, "engine": engine.where}
                 if container.status != "running":
-                    result.append(NodeRuntime(node.name, "stopped",
+                    result.append(NodeRuntime(node.name, NodeStatus.STOPPED,
                                               f"container {container.status}", details))
                     continue
-                logs = container.logs().decode(errors="replace")
+                logs = self._logs(container, state.nodes.get(node.name))
                 result.append(runtime_from_boot_log(node.name, logs, details))
             return result
         finally:
@@ -384,10 +435,22 @@ class DockerProvider(Provider):
 
     def destroy(self) -> list[str]:
         """Remove the lab's containers (by label) and its netns in the engine's kernel."""
-        state = self.labdir.load_state()
-        if not state.get("engine"):
+        try:
+            engine: Engine | None = self._engine()
+        except CorruptStateError:
+            engine = None
+        except LabctlError:
             return []  # up died before choosing an engine: nothing was made there
-        engine = Engine.from_state(state["engine"])
+        if engine is None:
+            # state.json unreadable: the engine a docker lab uses is the Docker host VM
+            # unless chosen otherwise; look there (and locally) by label.
+            candidates = [Engine("vm", DockerHostVM().base_url)]
+            if os.environ.get("LABCTL_DOCKER_ENGINE") == "local":
+                candidates = [Engine("local", local_base_url())]
+            reachable = [e for e in candidates if e.reachable()]
+            if not reachable:
+                return []
+            engine = reachable[0]
         if not engine.reachable():
             if engine.kind == "vm":
                 # Its containers stopped with the VM; the VM removes them when it next
@@ -398,8 +461,7 @@ class DockerProvider(Provider):
         removed: list[str] = []
         client = engine.client()
         try:
-            for container in client.containers.list(
-                    all=True, filters={"label": f"{LABEL}.lab={self.lab.name}"}):
+            for container in self._containers(client).values():
                 container.remove(force=True)
                 removed.append(f"container {container.name}")
         finally:

@@ -26,6 +26,7 @@ from typing import Any
 from labctl.errors import LabctlError
 from labctl.lab import ssh
 from labctl.lab.labdir import LabDir
+from labctl.lab.state import LabState, NodeState, NodeStatus, Phase
 from labctl.providers.base import NodeRuntime, Progress, Provider
 from labctl.topology.resolved import Lab, Node
 
@@ -79,8 +80,12 @@ def parse_ssh_config(text: str) -> dict[str, list[tuple[str, str]]]:
 
 def render_ssh_config(path: Path, hosts: dict[str, list[tuple[str, str]]]) -> str:
     """Our ssh_config: labctl's options first (ssh keeps the first value it reads), then
-    Vagrant's (HostName, Port, IdentityFile, algorithms...) for what we do not set."""
-    ours = {**ssh.SSH_OPTIONS, "ControlPath": f"{path.parent}/cm-%C"}
+    Vagrant's (HostName, Port, IdentityFile, algorithms...) for what we do not set. The
+    box makes its own host keys: the first connection records each in the lab's
+    known_hosts (accept-new), and from then on a changed key is refused."""
+    ours = {**ssh.SSH_OPTIONS, "ControlPath": f"{path.parent}/cm-%C",
+            "StrictHostKeyChecking": "accept-new",
+            "UserKnownHostsFile": str(path.parent / "known_hosts")}
     ours_lower = {k.lower() for k in ours}
     lines: list[str] = []
     for host, options in sorted(hosts.items()):
@@ -219,17 +224,32 @@ class VagrantProvider(Provider):
     def create(self, progress: Progress) -> None:
         if not self.vagrant_provider:
             self.vagrant_provider = self.choose_provider()
-        state: dict[str, Any] = {
-            "provider": self.name,
-            "vagrant_provider": self.vagrant_provider,
-            "phase": "creating",
-            "nodes": {n.name: {"rdma_dev": rdma_device_name(n)} for n in self.lab.nodes},
-        }
+        state = LabState(
+            provider=self.name, vagrant_provider=self.vagrant_provider, phase=Phase.CREATING,
+            nodes={n.name: NodeState(rdma_dev=rdma_device_name(n)) for n in self.lab.nodes},
+        )
         self.labdir.save_state(state)  # before anything exists: `down` knows what to look for
-        argv = ["vagrant", "up", "--provider", self.vagrant_provider, "--no-color"]
-        progress(f"vagrant up ({self.vagrant_provider})")
+        self._vagrant_up([], progress)
+        progress("writing ssh_config")
+        self.write_ssh_config()
+
+    def repair(self, nodes: list[str], progress: Progress) -> None:
+        """`vagrant up NODE...` boots stopped machines (the unit makes the device again)."""
+        if not self.vagrant_provider:
+            self.vagrant_provider = self.labdir.load_state().vagrant_provider
+        for name in nodes:
+            (self.labdir.path / f"cm-{name}").unlink(missing_ok=True)
+        self._vagrant_up(nodes, progress)
+        state = self.labdir.load_state()
+        state.phase = Phase.REPAIRING
+        self.labdir.save_state(state)
+        self.write_ssh_config()
+
+    def _vagrant_up(self, nodes: list[str], progress: Progress) -> None:
+        argv = ["vagrant", "up", "--provider", self.vagrant_provider, "--no-color", *nodes]
+        progress(f"vagrant up {' '.join(nodes)}({self.vagrant_provider})")
         started = time.monotonic()
-        with self.log_file.open("w") as log:
+        with self.log_file.open("a" if nodes else "w") as log:
             try:
                 proc = subprocess.Popen(
                     argv,
@@ -257,8 +277,6 @@ class VagrantProvider(Provider):
                 hint=f"fix the cause, then `labctl down --lab {self.lab.name}` removes what "
                 "was made",
             )
-        progress("writing ssh_config")
-        self.write_ssh_config()
 
     def write_ssh_config(self) -> None:
         result = self._vagrant("ssh-config")
@@ -314,9 +332,12 @@ class VagrantProvider(Provider):
         with ThreadPoolExecutor(max_workers=len(self.lab.nodes) or 1) as pool:
             facts = list(pool.map(self.device_facts, self.lab.nodes))
         for node, found in zip(self.lab.nodes, facts, strict=True):
-            state["nodes"].setdefault(node.name, {}).update(found)
-        state["phase"] = "up"
-        state["ready_seconds"] = round(time.monotonic() - started, 1)
+            info = state.nodes.setdefault(node.name, NodeState(rdma_dev=rdma_device_name(node)))
+            info.port_state = str(found.get("port_state", ""))
+            info.active_mtu = str(found.get("active_mtu", ""))
+            info.gid_index = found.get("gid_index")
+        state.phase = Phase.UP
+        state.ready_seconds = round(time.monotonic() - started, 1)
         self.labdir.save_state(state)
 
     def device_facts(self, node: Node) -> dict[str, Any]:
@@ -391,13 +412,14 @@ class VagrantProvider(Provider):
 
     def nodes(self) -> list[NodeRuntime]:
         state = self.labdir.load_state()
-        provider = str(state.get("vagrant_provider", "?"))
+        provider = state.vagrant_provider or "?"
         if not self._machines():
-            return [NodeRuntime(n.name, "absent", "never created") for n in self.lab.nodes]
+            return [NodeRuntime(n.name, NodeStatus.ABSENT, "never created")
+                    for n in self.lab.nodes]
         result = self._vagrant("status", "--machine-readable")
         if result.returncode != 0:
             reason = f"vagrant status failed: {_tail(result.stderr, 3).strip()}"
-            return [NodeRuntime(n.name, "failed", reason) for n in self.lab.nodes]
+            return [NodeRuntime(n.name, NodeStatus.FAILED, reason) for n in self.lab.nodes]
         states = parse_status(result.stdout)
         endpoints = self._ssh_endpoints()
         runtimes = []
@@ -407,11 +429,13 @@ class VagrantProvider(Provider):
             if node.name in endpoints:
                 details["ssh"] = endpoints[node.name]
             if vstate == "running":
-                runtimes.append(NodeRuntime(node.name, "running", "", details))
+                runtimes.append(NodeRuntime(node.name, NodeStatus.RUNNING, "", details))
             elif vstate == "not_created":
-                runtimes.append(NodeRuntime(node.name, "absent", "not created", details))
+                runtimes.append(NodeRuntime(node.name, NodeStatus.ABSENT, "not created",
+                                            details))
             else:
-                runtimes.append(NodeRuntime(node.name, "stopped", f"vagrant: {vstate}", details))
+                runtimes.append(NodeRuntime(node.name, NodeStatus.STOPPED, f"vagrant: {vstate}",
+                                            details))
         return runtimes
 
     def exec_argv(self, node: str, command: list[str], *, tty: bool = False) -> list[str]:

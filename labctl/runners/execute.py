@@ -60,8 +60,8 @@ def endpoint(handle: LabHandle, node: str) -> Endpoint:
             f"node {node} has no RDMA device (rdma: {lab_node.rdma})",
             hint="choose other nodes with --server/--client",
         )
-    info = handle.labdir.load_state().get("nodes", {}).get(node, {})
-    gid_index = info.get("gid_index")
+    info = handle.labdir.load_state().nodes.get(node)
+    gid_index = info.gid_index if info else None
     if gid_index is None and lab_node.rdma == "rxe":
         devices = handle.node_status(node)["devices"]
         gid_index = devices[0]["gid_index"] if devices else None

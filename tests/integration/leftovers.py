@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 from pathlib import Path
 
@@ -10,14 +11,31 @@ from pyroute2 import netns
 from labctl.paths import state_root
 
 
+def lab_qemus(name: str) -> list[str]:
+    """qemu processes of lab `name`, exactly: their -pidfile lies in the lab's directory
+    (a substring of -name would also match lab `name-x`)."""
+    nodes = f"{state_root() / name}/nodes/"
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        for flag, value in itertools.pairwise(argv):
+            if flag == "-pidfile" and value.startswith(nodes) and value.count("/") == (
+                    nodes.count("/") + 1):
+                found.append(f"{proc.name} {' '.join(argv[:3])}")
+    return sorted(found)
+
+
 def lab_leftovers(name: str) -> dict[str, list[str]]:
     """Everything of lab `name` still on the host (empty lists when it is gone)."""
     procs = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
     labdir = state_root() / name
     return {
         "netns": [n for n in netns.listnetns() if n == f"labctl-{name}"],
-        "qemu": [p.strip() for p in procs.splitlines() if f"guest=labctl-{name}-" in p],
-        "ssh": [p.strip() for p in procs.splitlines() if "ssh" in p and str(labdir) in p],
+        "qemu": lab_qemus(name),
+        "ssh": [p.strip() for p in procs.splitlines() if "ssh" in p and f"{labdir}/" in p],
         "labdir": [str(labdir)] if labdir.exists() else [],
     }
 

@@ -16,13 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from labctl.dockerhost.engine import Engine
 from labctl.dockerhost.vm import DockerHostVM
+from labctl.lab import lifecycle
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir
-from tests.integration.conftest import REPO, labctl
+from tests.integration.conftest import labctl, make_topology
 
 pytestmark = pytest.mark.integration
 
@@ -31,20 +31,21 @@ NODES = ("node1", "node2")
 
 
 @pytest.fixture(scope="module")
-def docker_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, float]]:
-    data = yaml.safe_load((REPO / "topologies/docker-two-node.yaml").read_text())
-    data["name"] = LAB
-    topology: Path = tmp_path_factory.mktemp("docker") / "docker-two-node.yaml"
-    topology.write_text(yaml.safe_dump(data, sort_keys=False))
+def docker_topology(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_topology(tmp_path_factory.mktemp("docker"), "docker-two-node.yaml", LAB)
+
+
+@pytest.fixture(scope="module")
+def docker_lab(docker_topology: Path) -> Iterator[dict[str, float]]:
     vm = DockerHostVM()
     started_vm = not vm.running()
-    labctl("down", "--lab", LAB)  # left by an interrupted earlier run
+    lifecycle.destroy(LAB)  # left by an interrupted earlier run
     timings: dict[str, float] = {}
     begin = time.monotonic()
-    labctl("up", str(topology), check=True, timeout=1800)
+    lifecycle.up(docker_topology, lifecycle.UpOptions(timeout=600))
     timings["up"] = time.monotonic() - begin
     yield timings
-    labctl("down", "--lab", LAB)
+    lifecycle.destroy(LAB)
     if started_vm:
         labctl("docker-host", "down")
 
@@ -63,11 +64,11 @@ def test_status_shows_two_running_container_nodes(handle: LabHandle) -> None:
     (status,) = json.loads(result.stdout)["labs"]
     assert status["provider"] == "docker"
     state = handle.labdir.load_state()
-    assert state["engine"]["kind"] == "vm"
+    assert state.engine is not None and state.engine.kind == "vm"
     for node in status["nodes"]:
         assert node["state"] == "running", node
         assert node["details"]["container"] == f"labctl-{LAB}-{node['name']}"
-        own = state["nodes"][node["name"]]["rdma_dev"]
+        own = state.nodes[node["name"]].rdma_dev
         assert own == f"rxe_{LAB}_{node['name']}"
         assert handle.rdma_device(node["name"]) == own
         assert own in [d["name"] for d in node["devices"]]
@@ -122,6 +123,54 @@ def test_inspector_matches_ibv_devinfo_in_a_container(handle: LabHandle) -> None
             assert c.returncode == py.returncode == 0, (c.stderr, py.stderr)
             assert py.stdout == c.stdout
             assert f"rxe_{LAB}_{node}" in c.stdout
+
+
+def _port_state(handle: LabHandle, node: str) -> str:
+    device = f"/sys/class/infiniband/rxe_{LAB}_{node}/ports/1/state"
+    return handle.run(node, ["cat", device], timeout=60).stdout.strip()
+
+
+def _wait_port(handle: LabHandle, node: str, want: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while want not in _port_state(handle, node):
+        assert time.monotonic() < deadline, f"{node}: port not {want}: {_port_state(handle, node)}"
+        time.sleep(0.5)
+
+
+def test_link_set_pulls_and_plugs_a_container_nodes_cable(handle: LabHandle) -> None:
+    """Parity with qemu nodes: the node's carrier goes, its rxe port goes DOWN, and back."""
+    labctl("link", "set", "--lab", LAB, "node1:eth1", "down", check=True)
+    _wait_port(handle, "node1", "DOWN")
+    carrier = handle.run("node1", ["cat", "/sys/class/net/eth1/carrier"], timeout=60)
+    assert carrier.stdout.strip() == "0"
+    labctl("link", "set", "--lab", LAB, "node1:eth1", "up", check=True)
+    _wait_port(handle, "node1", "ACTIVE")
+    delay = labctl("link", "set", "--lab", LAB, "node1:eth1", "--delay", "5ms")
+    if delay.returncode == 0:  # netem needs sch_netem in the engine's kernel
+        qdisc = handle.run("node1", ["tc", "qdisc", "show", "dev", "eth1"], timeout=60)
+        assert "netem" in qdisc.stdout and "delay 5ms" in qdisc.stdout
+        labctl("link", "set", "--lab", LAB, "node1:eth1", "--clear", check=True)
+    else:
+        assert "tc in node1 failed" in delay.stderr, delay.stderr
+
+
+def test_a_stopped_container_is_repaired_by_up(handle: LabHandle,
+                                               docker_topology: Path) -> None:
+    client = engine().client()
+    try:
+        client.containers.get(f"labctl-{LAB}-node2").stop(timeout=1)
+    finally:
+        client.close()
+    status = labctl("status", "--lab", LAB, "--json")
+    assert status.returncode == 1
+    states = {n["name"]: n["state"] for n in json.loads(status.stdout)["labs"][0]["nodes"]}
+    assert states == {"node1": "running", "node2": "stopped"}
+    repaired = labctl("up", str(docker_topology), timeout=600)
+    assert repaired.returncode == 0, repaired.stderr
+    assert "restarted node2" in repaired.stdout
+    _wait_port(handle, "node2", "ACTIVE")
+    result = labctl("run", "pingpong", "--lab", LAB, "--iters", "50", "--json", timeout=300)
+    assert result.returncode == 0, result.stderr
 
 
 def test_zz_down_leaves_nothing_in_the_engine(docker_lab: dict[str, float]) -> None:

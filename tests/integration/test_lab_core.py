@@ -9,14 +9,23 @@ import pytest
 import testinfra
 
 from labctl.lab.handle import LabHandle
+from labctl.lab.lifecycle import UpResult
+from labctl.lab.state import Phase
 from tests.integration.conftest import LAB_NAME, labctl
+from tests.integration.leftovers import lab_leftovers
 
 pytestmark = pytest.mark.integration
 
 
-def test_up_reports_every_node_ready(lab_up: subprocess.CompletedProcess[str]) -> None:
-    assert f"lab {LAB_NAME} is up" in lab_up.stdout
-    assert lab_up.stdout.count("ACTIVE") == 2
+def test_up_reports_every_node_ready(lab_up: UpResult) -> None:
+    assert lab_up.lab.name == LAB_NAME and lab_up.repaired == []
+    state = lab_up.labdir.load_state()
+    assert state.phase == Phase.UP
+    assert [n.port_state for n in state.nodes.values()] == ["ACTIVE", "ACTIVE"]
+    # everything the session's teardown must remove (conftest.live_lab checks it did)
+    made = lab_leftovers(LAB_NAME)
+    assert made["netns"] and len(made["qemu"]) == 2 and made["labdir"]
+    assert len(made["ssh"]) == 2  # one master per node
 
 
 def test_status_json_shows_active_rxe_on_both_nodes() -> None:
@@ -93,8 +102,8 @@ def test_testinfra_sees_rxe_device(lab_handle: LabHandle, node: str) -> None:
 def test_management_port_listens_on_loopback_only(lab_handle: LabHandle) -> None:
     state = lab_handle.labdir.load_state()
     sockets = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True).stdout
-    for info in state["nodes"].values():
-        port = f":{info['ssh_port']}"
+    for info in state.nodes.values():
+        port = f":{info.ssh_port}"
         listeners = [
             line.split()[3] for line in sockets.splitlines() if line.split()[3].endswith(port)
         ]

@@ -129,7 +129,7 @@ def links_restored(lab_handle: LabHandle) -> Iterator[None]:
 
 def test_data_plane_lives_only_in_the_lab_netns(lab_handle: LabHandle) -> None:
     state = lab_handle.labdir.load_state()
-    ns = state["netns"]
+    ns = state.netns
     with IPRoute(netns=ns) as ipr:
         links = {link.get("ifname"): link for link in ipr.get_links()}
         bridge = links["br0"]["index"]
@@ -138,8 +138,8 @@ def test_data_plane_lives_only_in_the_lab_netns(lab_handle: LabHandle) -> None:
     host = {p.name for p in Path("/sys/class/net").iterdir()}
     assert not host & set(links) - {"lo"}, "a lab link is on the host"
     host_ns = os.readlink("/proc/self/ns/net")
-    for index, info in enumerate(state["nodes"].values(), start=1):
-        pid = info["pid"]
+    for index, info in enumerate(state.nodes.values(), start=1):
+        pid = info.pid
         assert os.readlink(f"/proc/{pid}/ns/net") == host_ns  # only its 127.0.0.1 port
         held = [Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
                 for fd in os.listdir(f"/proc/{pid}/fd")
@@ -148,7 +148,7 @@ def test_data_plane_lives_only_in_the_lab_netns(lab_handle: LabHandle) -> None:
 
 
 def test_management_listens_on_loopback_only(lab_handle: LabHandle) -> None:
-    pids = [info["pid"] for info in lab_handle.labdir.load_state()["nodes"].values()]
+    pids = [info.pid for info in lab_handle.labdir.load_state().nodes.values()]
     sockets = subprocess.run(["ss", "-Hlntup"], capture_output=True, text=True,
                              check=True).stdout.splitlines()
     for pid in pids:
@@ -314,7 +314,7 @@ def test_link_down_under_the_verbs_pingpong_ends_at_its_timeout(
 
 
 def _pids(handle: LabHandle) -> dict[str, int]:
-    return {n: i["pid"] for n, i in handle.labdir.load_state()["nodes"].items()}
+    return {n: i.pid for n, i in handle.labdir.load_state().nodes.items()}
 
 
 def _repair(handle: LabHandle, topology: Path, dead: str) -> None:

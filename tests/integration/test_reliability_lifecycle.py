@@ -139,7 +139,7 @@ def _crash_and_check(fault: str, mode: str, topology: Path) -> dict[str, str]:
 
 def test_two_labs_side_by_side_and_the_lock(topology: Path, lab_handle: LabHandle) -> None:
     other = LabDir(LAB_NAME).load_state()
-    other_pids = {n: i["pid"] for n, i in other["nodes"].items()}
+    other_pids = {n: i.pid for n, i in other.nodes.items()}
     host_before = host_snapshot()
     proc = subprocess.Popen([sys.executable, "-m", "labctl", "up", str(topology)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -160,12 +160,12 @@ def test_two_labs_side_by_side_and_the_lock(topology: Path, lab_handle: LabHandl
     assert again.returncode == 1 and "already up" in again.stderr
 
     ours = LabDir(LAB).load_state()
-    ports = [i["ssh_port"] for s in (ours, other) for i in s["nodes"].values()]
+    ports = [i.ssh_port for s in (ours, other) for i in s.nodes.values()]
     assert len(set(ports)) == 4
-    macs = [a for s in (ours, other) for i in s["nodes"].values()
-            for a in i["argv"] if a.startswith("virtio-net-pci")]
+    macs = [a for s in (ours, other) for i in s.nodes.values()
+            for a in i.argv if a.startswith("virtio-net-pci")]
     assert len(macs) == 8 and len(set(macs)) == 8  # management and data NIC MACs, per lab
-    assert ours["netns"] != other["netns"]
+    assert ours.netns != other.netns
     names = [set(lab_snapshot(n)["links in netns"]) for n in (LAB, LAB_NAME)]
     assert names[0] == names[1] == {"br0", "t1-eth1", "t2-eth1"}  # same names, own netns
     assert not leaks(host_before, host_snapshot())  # nothing of either lab on the host
@@ -182,5 +182,5 @@ def test_two_labs_side_by_side_and_the_lock(topology: Path, lab_handle: LabHandl
     assert labctl("down", "--lab", LAB).returncode == 0
     assert lab_snapshot(LAB) == NOTHING
     after = LabDir(LAB_NAME).load_state()
-    assert {n: i["pid"] for n, i in after["nodes"].items()} == other_pids
+    assert {n: i.pid for n, i in after.nodes.items()} == other_pids
     assert _status(LAB_NAME)[0] == 0

@@ -24,9 +24,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import labctl.cli.up as up_module
+import labctl.lab.lifecycle as up_module
 from labctl.cli.app import main
 from labctl.lab.labdir import LabDir
+from labctl.lab.state import LabState, Phase
 from labctl.net import labnet
 from labctl.topology.load import load_lab
 from labctl.topology.model import LAB_NAME_RE, NODE_NAME_RE
@@ -201,7 +202,7 @@ def fake_lab(cli: Cli) -> str:
     lab = load_lab(REPO / "topologies/two-node.yaml")
     labdir = LabDir("ut-cli", root=cli.state)
     labdir.create(dataclasses.replace(lab, name="ut-cli"))
-    labdir.save_state({"provider": "qemu", "phase": "up", "nodes": {}})
+    labdir.save_state(LabState(provider="qemu", phase=Phase.UP))
     return "ut-cli"
 
 

@@ -104,7 +104,7 @@ def test_payload_carries_node_code_and_settings(plan: DockerLabPlan) -> None:
         assert env_file is not None
         env = env_file.read().decode()
         init = tar.getmember("opt/labctl/labctl/nodeside/container-init.sh")
-    assert "LABCTL_RDMA_DEV='rxe_docker-two-node_node2'" in env
+    assert "LABCTL_RDMA_DEV=rxe_docker-two-node_node2\n" in env
     assert init.mode == 0o755
     assert "opt/labctl/labctl/verbs/devinfo.py" in names
     assert not any("__pycache__" in n for n in names)

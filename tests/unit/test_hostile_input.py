@@ -24,10 +24,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import labctl.cli.up as up_module
+import labctl.lab.lifecycle as up_module  # where `up` reaches the providers
 from labctl.cli.app import main
 from labctl.errors import UsageError
 from labctl.lab.labdir import LabDir, check_lab_name, find_labdir
+from labctl.lab.state import LabState, Phase
 from labctl.runners.examples import (
     EXAMPLES,
     group_joined_probe,
@@ -189,7 +190,7 @@ def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     lab = load_lab(TWO_NODE)
     labdir = LabDir("ut-hostile", root=state)
     labdir.create(dataclasses.replace(lab, name="ut-hostile"))
-    labdir.save_state({"provider": "qemu", "phase": "up", "nodes": {}})
+    labdir.save_state(LabState(provider="qemu", phase=Phase.UP))
     return Cli(state, capsys, monkeypatch)
 
 

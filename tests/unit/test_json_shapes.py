@@ -26,6 +26,7 @@ from labctl.cli.app import app, main
 from labctl.cli.run import print_results
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir
+from labctl.lab.state import LabState
 from labctl.runners.bench import summarize
 from labctl.runners.execute import RunResult
 from labctl.runners.parsers import parse_pingpong
@@ -65,7 +66,7 @@ def _make_lab(state: Path, name: str, topology: str, with_state: bool = True) ->
     labdir = LabDir(name, state)
     labdir.create(lab)
     if with_state:
-        labdir.save_state(json.loads((CAPTURED / "state.json").read_text()))
+        labdir.save_state(LabState.from_json((CAPTURED / "state.json").read_text()))
     return labdir
 
 
@@ -102,12 +103,15 @@ def running_node1(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     """node1 of lab ut-run runs: a process carrying its qemu marker, its captured console
     (ready line included), and the node's captured own report."""
     labdir = _make_lab(state_dir, "ut-run", "two-node.yaml")
-    marker = "guest=labctl-ut-run-node1"
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", marker])
-    state = labdir.load_state()
-    state["nodes"]["node1"]["pid"] = proc.pid
-    labdir.save_state(state)
+    # A qemu is known by its -pidfile argument (labctl/providers/machine.py).
     labdir.node_dir("node1").mkdir(parents=True)
+    pidfile = labdir.node_dir("node1") / "qemu.pid"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
+                             "-pidfile", str(pidfile)])
+    pidfile.write_text(f"{proc.pid}\n")
+    state = labdir.load_state()
+    state.nodes["node1"].pid = proc.pid
+    labdir.save_state(state)
     (labdir.node_dir("node1") / "console.log").write_text(
         (CAPTURED / "node1-console.log").read_text())
     report = json.loads((CAPTURED / "node1-status.json").read_text())
@@ -144,11 +148,12 @@ def test_status_with_several_labs(running_node1: LabDir, state_dir: Path,
     assert code == 1
     labs = shapes.StatusOutput.model_validate_json(out).labs
     assert [lab.lab for lab in labs] == ["ut-four", "ut-run"]
-    assert {n.state for n in labs[0].nodes} == {"absent"} and labs[0].phase == "?"
+    # no state.json: the lab's `up` never got past its start (typed state: phase creating)
+    assert {n.state for n in labs[0].nodes} == {"absent"} and labs[0].phase == "creating"
     assert "lab ut-four: `up` did not finish" in err
     code, text, _ = _main(monkeypatch, capsys, "status")  # the tables: one per lab
     assert code == 1
-    assert "lab ut-four (qemu, ?)" in text and "lab ut-run (qemu, up)" in text
+    assert "lab ut-four (qemu, creating)" in text and "lab ut-run (qemu, up)" in text
 
 
 def test_status_of_an_unknown_lab_is_bad_input(

@@ -176,7 +176,7 @@ def test_up_takes_a_shipped_name_from_any_directory(
         capsys: pytest.CaptureFixture[str]) -> None:
     """`labctl up two-node` in an empty directory gets the shipped file's lab (the provider
     is replaced: it records the lab and refuses to boot anything)."""
-    import labctl.cli.up as up_module
+    import labctl.lab.lifecycle as up_module
     from labctl.errors import LabctlError
 
     monkeypatch.chdir(tmp_path)
@@ -371,12 +371,13 @@ def test_node_commands_script_changes_nothing_off_a_node(tmp_path: Path) -> None
 
 def test_node_start_scripts_install_the_node_commands() -> None:
     line = "sh /opt/labctl/labctl/nodeside/node-commands.sh"
-    for init in ("node-init.sh", "container-init.sh"):
-        text = (REPO / "labctl/nodeside" / init).read_text()
-        assert line in text, init
-        # before the ready line: a node that is ready has the commands
-        assert text.index(line) < text.index('say "ready')
-    assert "nodeside/node-commands.sh" in (REPO / "Vagrantfile").read_text()
+    text = (REPO / "labctl/nodeside/node-init.sh").read_text()
+    assert line in text
+    # before the ready line: a node that is ready has the commands
+    assert text.index(line) < text.index('say "ready')
+    # containers and Vagrant nodes run that same script
+    assert "nodeside/node-init.sh" in (REPO / "labctl/nodeside/container-init.sh").read_text()
+    assert "nodeside/node-init.sh" in (REPO / "Vagrantfile").read_text()
 
 
 def _setup_functions() -> str:

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
+import labctl.providers.machine as machine_module
 import labctl.providers.qemu as qemu_module
 from labctl import faults
 from labctl.lab.labdir import LabDir
+from labctl.lab.state import LabState, Phase
 from labctl.providers.qemu import QemuProvider
 from labctl.runners.execute import _bounded
 from labctl.topology.load import load_lab
@@ -68,7 +70,7 @@ def test_kill_mode_kills_the_process() -> None:
 
 
 def test_every_step_has_exactly_one_point_in_the_qemu_provider() -> None:
-    source = Path(qemu_module.__file__).read_text()
+    source = Path(qemu_module.__file__).read_text() + Path(machine_module.__file__).read_text()
     called = re.findall(r'fault_point\("([a-z-]+)"', source)
     assert sorted(called) == sorted(faults.STEPS)
 
@@ -98,13 +100,13 @@ def _lab_dir(tmp_path: Path, name: str) -> LabDir:
 def test_down_stops_a_qemu_that_up_never_recorded(tmp_path: Path) -> None:
     """`up` killed between qemu's start and state.json: the node's own pidfile names it."""
     labdir = _lab_dir(tmp_path, "ut-unrecorded")
-    labdir.save_state({"provider": "qemu", "phase": "creating", "netns": "labctl-ut-none",
-                       "nodes": {}})
+    labdir.save_state(LabState(provider="qemu", phase=Phase.CREATING, netns="labctl-ut-none"))
     node_dir = labdir.node_dir("node2")
     node_dir.mkdir(parents=True)
     # a stand-in for qemu: its command line carries the node's marker, as qemu's does
     fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
-                             "guest=labctl-ut-unrecorded-node2"], start_new_session=True)
+                             "-name", "guest=labctl-ut-unrecorded-node2",
+                             "-pidfile", str(node_dir / "qemu.pid")], start_new_session=True)
     try:
         cmdline = Path(f"/proc/{fake.pid}/cmdline")
         for _ in range(100):  # just after exec the kernel may still show an empty one
@@ -128,8 +130,7 @@ def test_down_stops_a_qemu_that_up_never_recorded(tmp_path: Path) -> None:
 def test_down_leaves_a_process_whose_pid_is_recycled(tmp_path: Path) -> None:
     """A pid in the pidfile that is not this node's qemu any more is left alone."""
     labdir = _lab_dir(tmp_path, "ut-recycled")
-    labdir.save_state({"provider": "qemu", "phase": "up", "netns": "labctl-ut-none",
-                       "nodes": {}})
+    labdir.save_state(LabState(provider="qemu", phase=Phase.UP, netns="labctl-ut-none"))
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
                              start_new_session=True)
     try:
@@ -164,7 +165,7 @@ def test_status_and_up_after_an_up_that_died_early(
     clearly (it used to fail with a KeyError while "repairing" nodes never made)."""
     monkeypatch.setenv("LABCTL_STATE_DIR", str(tmp_path))
     labdir = _lab_dir(tmp_path, "ut-early")
-    labdir.save_state({"provider": "qemu", "phase": "creating", "nodes": {}})
+    labdir.save_state(LabState(provider="qemu", phase=Phase.CREATING))
     code, out, err = _main(monkeypatch, capsys, "status", "--lab", "ut-early", "--json")
     assert code == 1
     (lab,) = json.loads(out)["labs"]

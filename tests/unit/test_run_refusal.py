@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from labctl.lab.labdir import LabDir
+from labctl.lab.state import LabState, NodeState
 from labctl.runners.examples import EXAMPLES
 from labctl.runners.execute import run_example
 from labctl.topology.load import parse_topology, resolve
@@ -30,14 +31,13 @@ class FakeHandle:
         self.lab = resolve(parse_topology(MIXED), "mixed.yaml")
         self.labdir = LabDir("mixed", root=tmp_path)
         self.labdir.create(self.lab)
-        self.labdir.save_state({"nodes": {
-            "roce": {"rdma_dev": "rxe0", "gid_index": 1},
-            "iwarp": {"rdma_dev": "siw0"},
-        }})
+        self.labdir.save_state(LabState(provider="qemu", nodes={
+            "roce": NodeState(rdma_dev="rxe0", gid_index=1),
+            "iwarp": NodeState(rdma_dev="siw0"),
+        }))
 
     def rdma_device(self, node: str) -> str:
-        device: str = self.labdir.load_state()["nodes"][node]["rdma_dev"]
-        return device
+        return self.labdir.load_state().nodes[node].rdma_dev
 
     def __getattr__(self, name: str) -> Any:
         raise AssertionError(f"the refused run touched the node ({name})")

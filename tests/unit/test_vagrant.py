@@ -22,9 +22,10 @@ import pytest
 from labctl.errors import LabctlError
 from labctl.images.recipes import node_packages
 from labctl.lab.labdir import LabDir
+from labctl.lab.state import NodeState
 from labctl.providers import provider_for
-from labctl.providers.qemu import node_env as qemu_node_env
-from labctl.providers.qemu import rdma_device_name as qemu_rdma_device_name
+from labctl.providers.node import node_env as qemu_node_env
+from labctl.providers.node import rdma_device_name as qemu_rdma_device_name
 from labctl.providers.vagrant import (
     VagrantProvider,
     parse_ssh_config,
@@ -535,9 +536,9 @@ def test_create_runs_vagrant_up_on_the_lab(tmp_path: Path, fake: Fake) -> None:
     # The lab JSON handed to the Vagrantfile is the resolved lab.
     assert Lab.from_json(provider.labdir.lab_file.read_text()).nodes == provider.lab.nodes
     state = provider.labdir.load_state()
-    assert state["provider"] == "vagrant"
-    assert state["vagrant_provider"] == "libvirt"
-    assert state["nodes"] == {"node1": {"rdma_dev": "rxe0"}, "node2": {"rdma_dev": "rxe0"}}
+    assert state.provider == "vagrant"
+    assert state.vagrant_provider == "libvirt"
+    assert state.nodes == {"node1": NodeState(rdma_dev="rxe0"), "node2": NodeState(rdma_dev="rxe0")}
     assert "node1: Creating domain" in provider.log_file.read_text()
     # ssh_config: labctl's settings first (root, connection sharing), then Vagrant's.
     config = provider.labdir.ssh_config
@@ -577,17 +578,14 @@ def test_wait_ready_checks_the_unit_and_the_port(tmp_path: Path, fake: Fake) -> 
         assert "systemctl is-active --quiet labctl-node.service" in call[5]
         assert "/sys/class/infiniband/siw0/ports/1/state" in call[5]
     state = provider.labdir.load_state()
-    assert state["phase"] == "up"
+    assert state.phase == "up"
     # The device facts `labctl status` shows after `up` (as qemu nodes report at boot).
     facts = [c for c in calls if "labctl.nodeside.status" in c[-1]]
     assert sorted(c[3] for c in facts) == ["node1", "node2"]
     assert "PYTHONPATH=/opt/labctl" in facts[0][-1]
-    assert state["nodes"]["node1"] == {
-        "rdma_dev": "siw0",
-        "port_state": "ACTIVE",
-        "active_mtu": "1024",
-        "gid_index": None,
-    }
+    assert state.nodes["node1"] == NodeState(
+        rdma_dev="siw0", port_state="ACTIVE", active_mtu="1024", gid_index=None
+    )
 
 
 def test_wait_ready_times_out_with_the_journal(tmp_path: Path, fake: Fake) -> None:

@@ -1,0 +1,369 @@
+"""One qemu VM, as the qemu provider's nodes and the Docker host VM both run it.
+
+A QemuMachine owns one directory: qcow2 overlay on the image's root disk, an initrd
+(the image's stage 1 plus this machine's payload: settings, node-side code, ssh keys),
+the serial console log, qemu's own output, its QMP socket and pidfile. It plans its argv
+(machine_argv, plain data: golden-tested through the qemu provider's plan), launches qemu
+with tap file descriptors, tells whether a pid is its qemu (exactly: the `-pidfile`
+argument in /proc/PID/cmdline is this machine's pidfile, so node1 never matches node10,
+nor lab rv's node x-node1 lab rv-x's node1), stops it (TERM, then KILL, and returns only
+once it is gone), reads its console's boot report and opens its ssh master.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from labctl.errors import LabctlError
+from labctl.faults import fault_point
+from labctl.images.builder import Image
+from labctl.images.cpio import CpioWriter
+from labctl.lab import ssh
+from labctl.lab.state import LabState, TapState
+from labctl.net import labnet
+from labctl.providers.base import FAIL, READY, STAGE, Progress, record_ready
+from labctl.providers.node import env_file, mgmt_mac, node_code_files
+from labctl.providers.qmp import qmp_command
+from labctl.topology.resolved import Lab, Node
+
+TB_SIZE_MIB = 64  # TCG translation cache: qemu's default (1 GiB) dominates a node's RSS
+STOP_TERM_SECONDS = 10.0
+STOP_KILL_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Nic:
+    netdev: str  # qemu netdev id = the interface name in the node
+    mac: str
+    tap: str  # the tap's name: "{fd:TAP}" in the argv until launch
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 for a machine's ssh forward."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "".join(path.read_text(errors="replace").splitlines(keepends=True)[-lines:])
+    except OSError:
+        return "(no output)"
+
+
+def machine_payload(env: dict[str, str], authorized_key: str, host_key: bytes) -> bytes:
+    """The cpio appended to the image's initrd: stage 1 copies payload/ onto the root disk."""
+    archive = CpioWriter()
+    for rel, path in node_code_files():
+        mode = 0o755 if path.suffix == ".sh" else 0o644
+        archive.file(f"payload/opt/labctl/{rel}", path.read_bytes(), mode)
+    archive.file("payload/etc/labctl/node.env", env_file(env))
+    archive.file("payload/etc/labctl/authorized_keys", (authorized_key + "\n").encode(), 0o600)
+    archive.file("payload/etc/labctl/ssh_host_ed25519_key", host_key, 0o600)
+    return archive.render()
+
+
+class QemuMachine:
+    def __init__(self, directory: Path, guest: str) -> None:
+        self.dir = directory
+        self.guest = guest  # qemu's -name guest=...: what `ps` shows
+
+    # --- files ---------------------------------------------------------------------------
+    @property
+    def console_log(self) -> Path:
+        return self.dir / "console.log"
+
+    @property
+    def qemu_log(self) -> Path:
+        return self.dir / "qemu.log"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.dir / "qemu.pid"
+
+    @property
+    def qmp_socket(self) -> Path:
+        return self.dir / "qmp.sock"
+
+    @property
+    def initrd(self) -> Path:
+        return self.dir / "initrd"
+
+    @property
+    def disk(self) -> Path:
+        return self.dir / "disk.qcow2"
+
+    @property
+    def host_key(self) -> Path:
+        return self.dir / "ssh_host_ed25519_key"
+
+    # --- the argv plan -------------------------------------------------------------------
+    def argv(self, *, accel: str, memory_mib: int, cpus: int, kernel: Path, append: str,
+             ssh_port: int, mgmt_mac: str, nics: list[Nic],
+             extra_drives: tuple[str, ...] = ()) -> list[str]:
+        accel_args = (["-accel", "kvm", "-cpu", "host"] if accel == "kvm"
+                      else ["-accel", f"tcg,tb-size={TB_SIZE_MIB}"])
+        argv = [
+            "qemu-system-x86_64", "-name", f"guest={self.guest}", "-machine", "pc",
+            *accel_args, "-m", str(memory_mib), "-smp", str(cpus), "-nodefaults",
+            "-no-user-config", "-display", "none", "-no-reboot",
+            "-kernel", str(kernel), "-initrd", str(self.initrd), "-append", append,
+            "-drive", f"file={self.disk},if=virtio,format=qcow2,cache=unsafe",
+        ]
+        for drive in extra_drives:  # right after the root disk: /dev/vdb, ...
+            argv += ["-drive", drive]
+        argv += [
+            "-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
+            "-device", f"virtio-net-pci,netdev=mgmt,mac={mgmt_mac}",
+            # host entropy: the node's CRNG is ready at once (sshd would wait for it)
+            "-device", "virtio-rng-pci",
+        ]
+        for nic in nics:
+            argv += ["-netdev", f"tap,id={nic.netdev},fd={{fd:{nic.tap}}}",
+                     "-device", f"virtio-net-pci,netdev={nic.netdev},mac={nic.mac}"]
+        argv += [
+            "-serial", f"file:{self.console_log}",
+            "-qmp", f"unix:{self.qmp_socket},server=on,wait=off",
+            "-pidfile", str(self.pidfile),
+        ]
+        return argv
+
+    # --- making it -----------------------------------------------------------------------
+    def make_host_key(self) -> str:
+        """A fresh ed25519 host key for the machine (into its payload); its public line."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for path in (self.host_key, self.host_key.with_suffix(".pub")):
+            path.unlink(missing_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", self.guest,
+                        "-f", str(self.host_key)], check=True, stdin=subprocess.DEVNULL)
+        return self.host_key.with_suffix(".pub").read_text().strip()
+
+    def make_disk(self, rootfs: Path) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.disk.unlink(missing_ok=True)
+        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(rootfs), "-F",
+                        "raw", str(self.disk)], check=True, stdin=subprocess.DEVNULL)
+
+    def make_initrd(self, stage1: Path, payload: bytes) -> None:
+        self.initrd.write_bytes(stage1.read_bytes() + payload)
+
+    # --- running it ----------------------------------------------------------------------
+    def launch(self, argv: list[str], taps: list[TapState], netns: str, node: str) -> int:
+        """Start qemu with fresh taps in `netns`; return its pid once /proc shows its argv."""
+        if self.console_log.exists() and self.console_log.stat().st_size:
+            self.console_log.replace(self.dir / "console.log.1")  # the previous boot
+        self.console_log.write_bytes(b"")
+        fds: dict[str, int] = {}
+        try:
+            for tap in taps:
+                fds[tap.name] = labnet.open_tap(netns, tap.name, tap.bridge, tap.mtu)
+            real = list(argv)
+            for name, fd in fds.items():
+                real = [a.replace(f"{{fd:{name}}}", str(fd)) for a in real]
+            with self.qemu_log.open("wb") as log:
+                proc = subprocess.Popen(real, stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=subprocess.STDOUT, start_new_session=True,
+                                        pass_fds=tuple(fds.values()))
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        fault_point("qemu-started", node)
+        # Popen can return before the kernel shows qemu's argv in /proc: wait for it, or
+        # the first liveness check would take a starting machine for a dead one.
+        for _ in range(200):
+            if proc.poll() is not None or self.owns(proc.pid):
+                break
+            time.sleep(0.01)
+        return proc.pid
+
+    def owns(self, pid: int) -> bool:
+        """True if `pid` runs and is this machine's qemu (not a recycled pid, not a
+        machine whose name merely contains ours)."""
+        if pid <= 0:
+            return False
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        want = str(self.pidfile).encode()
+        return any(a == b"-pidfile" and b == want for a, b in itertools.pairwise(argv))
+
+    def pidfile_pid(self) -> int:
+        """The pid qemu wrote to its -pidfile (0 if none)."""
+        try:
+            return int(self.pidfile.read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def stop(self, pid: int) -> bool:
+        """Stop this machine's qemu `pid`; return once it has exited. False if not ours."""
+        if not self.owns(pid):
+            return False
+        for sig, seconds in ((signal.SIGTERM, STOP_TERM_SECONDS),
+                             (signal.SIGKILL, STOP_KILL_SECONDS)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+            deadline = time.monotonic() + seconds
+            while self.owns(pid) and time.monotonic() < deadline:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)  # our child (in-process up): reap it
+                time.sleep(0.02)
+            if not self.owns(pid):
+                break
+        else:
+            raise LabctlError(f"qemu {self.guest} (pid {pid}) did not exit after SIGKILL",
+                              hint="it may be stuck in the kernel (D state); see `ps`")
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)  # reap it if it is our child: no zombie left
+        return True
+
+    def qmp(self, command: str, **arguments: Any) -> Any:
+        return qmp_command(self.qmp_socket, command, **arguments)
+
+    # --- its console ---------------------------------------------------------------------
+    def console(self) -> str:
+        try:
+            return self.console_log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stage(self, console: str) -> str:
+        found = [ln for ln in console.splitlines() if ln.startswith(STAGE)]
+        return found[-1].removeprefix(STAGE).split(" [")[0] if found else "boot"
+
+    def failure(self, what: str, reason: str) -> LabctlError:
+        return LabctlError(
+            f"{what}: {reason}\n--- console tail ({self.console_log}) ---\n"
+            f"{tail(self.console_log)}--- qemu output ---\n{tail(self.qemu_log, 10)}",
+            hint="fix the cause, then `labctl down` removes what was made",
+        )
+
+    def exit_reason(self, ssh_port: int) -> str:
+        log = tail(self.qemu_log)
+        if "host forwarding" in log:
+            return f"management port 127.0.0.1:{ssh_port} is in use"
+        return "qemu exited"
+
+    def boot_failed(self, console: str) -> str | None:
+        """The reason the machine's init gave for a failed step, if it did."""
+        if FAIL not in console:
+            return None
+        return console[console.index(FAIL):].splitlines()[0].removeprefix(FAIL).strip()
+
+    @staticmethod
+    def is_ready(console: str) -> bool:
+        return READY in console
+
+    # --- management connection -----------------------------------------------------------
+    def start_master(self, ssh_config: Path, host: str, deadline: float, what: str) -> None:
+        """A persistent ssh connection makes every later exec cheap."""
+        try:
+            ssh.start_master(ssh_config, host, deadline)
+        except ssh.MasterError as exc:
+            raise self.failure(what, f"ssh does not answer: {exc}") from None
+
+
+def qemu_pids_in(labdir: Path) -> list[int]:
+    """Pids of the qemu processes of the lab directory `labdir` (their -pidfile is
+    LABDIR/nodes/NODE/qemu.pid), found in /proc: for counting, not for identity checks."""
+    nodes = labdir / "nodes"
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for flag, value in itertools.pairwise(argv):
+            if flag == b"-pidfile" and Path(value.decode(errors="replace")).parent.parent == nodes:
+                found.append(int(proc.name))
+    return sorted(found)
+
+
+def check_qemu_host() -> None:
+    if os.geteuid() != 0:
+        raise LabctlError(
+            "the qemu provider needs root (network namespaces, taps)",
+            hint="run labctl with sudo or as root",
+        )
+    for tool, package in (
+        ("qemu-system-x86_64", "qemu-system-x86"),
+        ("qemu-img", "qemu-utils"),
+        ("ssh", "openssh-client"),
+    ):
+        if shutil.which(tool) is None:
+            raise LabctlError(f"{tool} not found", hint=f"apt-get install {package}")
+    if not os.access("/dev/net/tun", os.R_OK | os.W_OK):
+        raise LabctlError("/dev/net/tun is not usable", hint="modprobe tun, run as root")
+
+
+def node_machine(lab_name: str, node: str, node_dir: Path) -> QemuMachine:
+    return QemuMachine(node_dir, f"labctl-{lab_name}-{node}")
+
+
+def node_argv(lab: Lab, node: Node, machine: QemuMachine, image: Image, accel: str,
+              port: int, extra_drives: tuple[str, ...] = ()) -> list[str]:
+    """One node's qemu argv (the Docker host VM adds its data disk)."""
+    nics = [Nic(i.name, i.mac, labnet.tap_name(node.index, i.name)) for i in node.interfaces]
+    return machine.argv(
+        accel=accel, memory_mib=node.memory_mib, cpus=node.cpus, kernel=image.kernel,
+        append=f"console=ttyS0 quiet loglevel=3 panic=-1 labctl.node={node.name}",
+        ssh_port=port, mgmt_mac=mgmt_mac(lab.name, node), nics=nics, extra_drives=extra_drives)
+
+
+def wait_machines_ready(
+    machines: dict[str, QemuMachine], state: LabState, timeout: float, progress: Progress,
+    what: str = "node",
+) -> float:
+    """Wait until every machine's console says ready (recording its facts) and its ssh
+    master runs; raise with the console tail otherwise. Returns the seconds it took."""
+    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    pending = set(machines)
+    while pending:
+        stages = {}
+        for name in sorted(pending):
+            machine, info = machines[name], state.nodes[name]
+            console = machine.console()
+            if machine.is_ready(console):
+                pending.discard(name)
+                record_ready(info, console)
+                continue
+            failed = machine.boot_failed(console)
+            if failed is not None:
+                raise machine.failure(f"{what} {name}", failed)
+            if not machine.owns(info.pid):
+                raise machine.failure(f"{what} {name}", machine.exit_reason(info.ssh_port))
+            stages[name] = machine.stage(console)
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            slow = sorted(pending)[0]
+            raise machines[slow].failure(
+                f"{what} {slow}", f"not ready after {timeout:.0f} s (last stage: {stages[slow]})")
+        progress(f"booting ({time.monotonic() - started:.0f} s): "
+                 + ", ".join(f"{n} {s}" for n, s in stages.items()))
+        time.sleep(0.2)
+    fault_point("booted")
+    return time.monotonic() - started
+
+
+def start_masters(machines: dict[str, QemuMachine], ssh_config: Path, deadline: float,
+                  what: str = "node") -> None:
+    def one(name: str) -> None:
+        machines[name].start_master(ssh_config, name, deadline, f"{what} {name}")
+        fault_point("master", name)
+
+    with ThreadPoolExecutor(max_workers=len(machines) or 1) as pool:
+        list(pool.map(one, machines))
