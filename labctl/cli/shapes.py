@@ -144,6 +144,7 @@ class RunRecord(Shape):
     seconds: float
     key_figure: str  # the name of the figure a summary shows, e.g. usec_per_iter
     capture: RunCapture | None  # with `--capture`; null otherwise
+    attempts: int  # 1; more when a rejected connection setup was tried again (perftest -R)
 
 
 # --- labctl bench --json -----------------------------------------------------------------

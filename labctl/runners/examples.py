@@ -147,6 +147,7 @@ def _perftest(test: str) -> ExampleSpec:
     return ExampleSpec(
         name="perftest",
         variant=test,
+        setup_rejected="Event: RDMA_CM_EVENT_REJECTED; error: 8",  # with -R; see spec.py
         server_argv=lambda ctx: [test, *_perftest_args(ctx, "server")],
         client_argv=lambda ctx: [test, *_perftest_args(ctx, "client"), ctx.server.address],
         parse=parse_perftest,

@@ -51,6 +51,10 @@ class ExampleSpec:
     timeout: float = 120.0
     key_figure: str = ""  # the figure a summary shows
     parse_server: Parser | None = None
+    # Client output of a connection setup that a fresh server/client pair may pass: RDMA CM
+    # connects that the peer rejected as "no listener" (reason 8) although it listened, seen
+    # under a loaded TCG host (docs/reliability.md). Empty: never tried again.
+    setup_rejected: str = ""
 
     @property
     def label(self) -> str:
