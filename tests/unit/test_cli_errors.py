@@ -25,12 +25,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import labctl.lab.lifecycle as up_module
-from labctl.cli.app import main
 from labctl.lab.labdir import LabDir
 from labctl.lab.state import LabState, Phase
 from labctl.net import labnet
 from labctl.topology.load import load_lab
 from labctl.topology.model import LAB_NAME_RE, NODE_NAME_RE
+from tests.unit.clirun import run_main
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "topology"
@@ -53,15 +53,7 @@ class Cli:
         self.monkeypatch = monkeypatch
 
     def __call__(self, *args: str) -> tuple[int, str, str]:
-        self.monkeypatch.setattr(sys, "argv", ["labctl", *args])
-        self.capsys.readouterr()
-        code: Any = 0
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code
-        out, err = self.capsys.readouterr()
-        return (code if isinstance(code, int) else 1), out, err
+        return run_main(self.monkeypatch, self.capsys, *args)
 
     def made_nothing(self, lab_names: set[str]) -> None:
         assert sorted(p.name for p in self.state.iterdir()) == []

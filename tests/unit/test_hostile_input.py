@@ -25,7 +25,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import labctl.lab.lifecycle as up_module  # where `up` reaches the providers
-from labctl.cli.app import main
 from labctl.errors import UsageError
 from labctl.lab.labdir import LabDir, check_lab_name, find_labdir
 from labctl.lab.state import LabState, Phase
@@ -40,6 +39,7 @@ from labctl.topology.checks import Subnets, free_subnets
 from labctl.topology.errors import TopologyError
 from labctl.topology.load import load_lab, parse_topology, resolve
 from labctl.topology.reading import MAX_FILE_BYTES
+from tests.unit.clirun import run_main
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_NODE = REPO / "topologies/two-node.yaml"
@@ -164,15 +164,8 @@ class Cli:
         self.state, self.capsys, self.monkeypatch = state, capsys, monkeypatch
 
     def __call__(self, *args: str) -> tuple[int, str]:
-        self.monkeypatch.setattr(sys, "argv", ["labctl", *args])
-        self.capsys.readouterr()
-        code: Any = 0
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code
-        _, err = self.capsys.readouterr()
-        return (code if isinstance(code, int) else 1), " ".join(err.split())
+        code, _, err = run_main(self.monkeypatch, self.capsys, *args)
+        return code, " ".join(err.split())
 
 
 @pytest.fixture

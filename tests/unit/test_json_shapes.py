@@ -22,7 +22,7 @@ import typer
 from pydantic import TypeAdapter
 
 from labctl.cli import shapes
-from labctl.cli.app import app, main
+from labctl.cli.app import app
 from labctl.cli.run import print_results
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir
@@ -33,6 +33,7 @@ from labctl.runners.parsers import parse_pingpong
 from labctl.topology.load import load_lab
 from labctl.verbs import records
 from labctl.verbs.devices import as_json as devices_json
+from tests.unit.clirun import run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURED = Path(__file__).parent / "outputs" / "status"
@@ -41,15 +42,8 @@ OUTPUTS = Path(__file__).parent / "outputs"
 
 def _main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
           *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["labctl", *args])
-    capsys.readouterr()
-    code: Any = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return (code if isinstance(code, int) else 1), out, " ".join(err.split())
+    code, out, err = run_main(monkeypatch, capsys, *args)
+    return code, out, " ".join(err.split())
 
 
 @pytest.fixture

@@ -23,12 +23,13 @@ import pytest
 
 import labctl
 from labctl.cli import complete
-from labctl.cli.app import main, version
+from labctl.cli.app import version
 from labctl.data import DATA_DIR, copied_files, data_path, source_files
 from labctl.errors import UsageError
 from labctl.lab.labdir import LabDir
 from labctl.topology import catalog
 from labctl.topology.load import load_lab
+from tests.unit.clirun import run_main
 
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -36,15 +37,7 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
 def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
             *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["labctl", *args])
-    capsys.readouterr()
-    code: Any = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return (code if isinstance(code, int) else 1), out, err
+    return run_main(monkeypatch, capsys, *args)
 
 
 def _flat(text: str) -> str:
