@@ -27,6 +27,7 @@ import typer
 from rich.table import Table
 
 from labctl.cli.common import console
+from labctl.errors import LabctlError
 
 OK, NO, WARN, SKIP = "ok", "no", "warn", "skipped"
 
@@ -180,12 +181,17 @@ def check_vm() -> list[Check]:
     if not engine.reachable():
         return [Check("Docker host VM", NO, "running, but its engine does not answer",
                       "`labctl docker-host up` reconnects; else `docker-host down` and `up`")]
-    facts = engine.helper("facts")
+    try:
+        facts = engine.helper("facts")
+        probe = engine.helper("probe", timeout=120)
+    except (OSError, subprocess.SubprocessError, LabctlError) as exc:  # e.g. no ssh on PATH
+        message = exc.message if isinstance(exc, LabctlError) else str(exc)
+        return [Check("Docker host VM", NO, f"running, but cannot be asked: {message}",
+                      "`labctl doctor` again once ssh works; else `docker-host down` and `up`")]
     checks = [Check("Docker host VM", OK, f"engine at {vm.base_url}, kernel {facts['kernel']}, "
                     f"rdma_rxe {'loaded' if facts['rdma_rxe'] else 'missing'}, siw "
                     f"{'loaded' if facts['siw'] else 'missing'}, netns {facts['netns_mode']}, "
                     f"RDMA CM device {facts['rdma_cm'] or '?'}")]
-    probe = engine.helper("probe", timeout=120)
     checks.append(Check("per-netns rxe (VM)", OK if probe["ok"] else NO, str(probe["detail"]),
                         "" if probe["ok"] else "the VM's kernel should pass: report this"))
     return checks

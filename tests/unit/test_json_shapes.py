@@ -220,6 +220,25 @@ def test_doctor_without_any_provider_exits_1(tmp_path: Path, monkeypatch: pytest
     assert text.rstrip().splitlines()[-1].startswith("no provider can run labs on this host")
 
 
+def test_doctor_with_a_vm_it_cannot_ask_says_so(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The Docker host VM runs but cannot be asked (here: no ssh on PATH): a failed check
+    with a hint, never a traceback."""
+    from labctl.dockerhost.engine import Engine
+    from labctl.dockerhost.vm import DockerHostVM
+
+    def no_ssh(self: Engine, *args: str, timeout: float = 120) -> dict[str, Any]:
+        raise FileNotFoundError(2, "No such file or directory", "ssh")
+
+    monkeypatch.setattr(DockerHostVM, "running", lambda self: True)
+    monkeypatch.setattr(Engine, "reachable", lambda self: True)
+    monkeypatch.setattr(Engine, "helper", no_ssh)
+    code, out, _ = _main(monkeypatch, capsys, "doctor", "--json")
+    report = shapes.DoctorOutput.model_validate_json(out)
+    (vm,) = [c for c in report.checks if c.name == "Docker host VM"]
+    assert vm.result == "no" and "cannot be asked" in vm.detail and "ssh" in vm.detail, vm
+
+
 # --- run, bench --------------------------------------------------------------------------
 def _captured_run() -> RunResult:
     """The record of a real `labctl run pingpong --json` (lab hdocs, 20 iterations)."""
