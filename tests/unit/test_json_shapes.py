@@ -234,6 +234,7 @@ def test_doctor_with_a_vm_it_cannot_ask_says_so(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(Engine, "reachable", lambda self: True)
     monkeypatch.setattr(Engine, "helper", no_ssh)
     code, out, _ = _main(monkeypatch, capsys, "doctor", "--json")
+    assert code in (0, 1)  # 1 when no provider works on this host
     report = shapes.DoctorOutput.model_validate_json(out)
     (vm,) = [c for c in report.checks if c.name == "Docker host VM"]
     assert vm.result == "no" and "cannot be asked" in vm.detail and "ssh" in vm.detail, vm
