@@ -16,10 +16,12 @@ from labctl.cli.common import LabOption, console, err_console, seconds
 from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import LabHandle, open_lab
 from labctl.runners.examples import (
+    ATOMIC_PERFTESTS,
     EXAMPLES,
     IMPLS,
     MCKEY_GROUP,
     PERFTESTS,
+    TEACHES,
     pingpong_variant,
 )
 from labctl.runners.execute import RunResult, command_line, run_example
@@ -29,6 +31,7 @@ from labctl.runners.spec import check_options
 run_app = typer.Typer(help="Run rdma-core example programs across the lab's nodes.",
                       no_args_is_help=True)
 
+ALL_PERFTESTS = (*PERFTESTS, *ATOMIC_PERFTESTS)
 TRANSPORTS = ("rc", "uc", "ud", "srq")  # --transport's choices (checked in pingpong)
 ServerOption = typer.Option(None, "--server", help="Server node (default: the first node).",
                             metavar="NODE", autocompletion=complete.node_names)
@@ -232,8 +235,8 @@ def rping(
 
 @run_app.command()
 def perftest(
-    test: str = typer.Argument(..., help=f"One of: {', '.join(PERFTESTS)}.", metavar="TEST",
-                               autocompletion=complete.choices(*PERFTESTS)),
+    test: str = typer.Argument(..., help=f"One of: {', '.join(ALL_PERFTESTS)}.",
+                               metavar="TEST", autocompletion=complete.choices(*ALL_PERFTESTS)),
     server: str = ServerOption,
     client: str = ClientOption,
     iters: int = typer.Option(100, "--iters", "-n", help="Iterations (perftest -n)."),
@@ -247,9 +250,11 @@ def perftest(
     capture_dir: Path = CaptureDirOption,
     lab: str = LabOption,
 ) -> None:
-    """A perftest benchmark (-d and -x chosen automatically; -R on siw)."""
-    if test not in PERFTESTS:
-        raise UsageError(f"unknown perftest {test!r}", hint=f"use one of {', '.join(PERFTESTS)}")
+    """A perftest benchmark (-d and -x chosen automatically; -R on siw); the atomic tests
+    on rxe only (siw has no atomics)."""
+    if test not in ALL_PERFTESTS:
+        raise UsageError(f"unknown perftest {test!r}",
+                         hint=f"use one of {', '.join(ALL_PERFTESTS)}")
     options = {"iters": iters, "size": size, "rdma_cm": rdma_cm, "port": port,
                "timeout": timeout}
     _run_one("perftest", test, lab, server, client, options, as_json, capture,
@@ -277,6 +282,185 @@ def mckey(
     options = {"count": count, "group": group, "wait": wait, "timeout": timeout}
     _run_one("mckey", "ud-1qp" if one_qp else "ud", lab, server, client, options, as_json, capture,
              capture_dir)
+
+
+PortOption = typer.Option(None, "--port", "-p", help="Port the server listens on.")
+
+
+@run_app.command("rdma-server")
+def rdma_server(
+    server: str = ServerOption,
+    client: str = ClientOption,
+    port: int = PortOption,
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
+    lab: str = LabOption,
+) -> None:
+    """librdmacm's rdma_server/rdma_client: connect, one send and receive; rxe and siw."""
+    _run_one("rdma-server", "rc", lab, server, client, {"port": port, "timeout": timeout},
+             as_json, capture, capture_dir)
+
+
+CountOption = typer.Option(10, "--count", "-C", help="Messages each way (-C).")
+SizeOption = typer.Option(None, "--size", "-S", help="Message size in bytes (-S).")
+
+
+@run_app.command()
+def udaddy(
+    server: str = ServerOption,
+    client: str = ClientOption,
+    count: int = CountOption,
+    size: int = SizeOption,
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
+    lab: str = LabOption,
+) -> None:
+    """udaddy: UD datagrams through RDMA CM (address resolution, no connection); rxe only."""
+    _run_one("udaddy", "ud", lab, server, client,
+             {"count": count, "size": size, "timeout": timeout}, as_json, capture, capture_dir)
+
+
+@run_app.command()
+def ucmatose(
+    server: str = ServerOption,
+    client: str = ClientOption,
+    connections: int = typer.Option(4, "--connections", "-c", help="Connections (-c)."),
+    count: int = CountOption,
+    size: int = SizeOption,
+    port: int = PortOption,
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
+    lab: str = LabOption,
+) -> None:
+    """ucmatose: several RC connections through RDMA CM, sends both ways; rxe and siw."""
+    _run_one("ucmatose", "rc", lab, server, client,
+             {"connections": connections, "count": count, "size": size, "port": port,
+              "timeout": timeout}, as_json, capture, capture_dir)
+
+
+@run_app.command()
+def cmtime(
+    server: str = ServerOption,
+    client: str = ClientOption,
+    connections: int = typer.Option(10, "--connections", "-c", help="Connections (-c)."),
+    port: int = PortOption,
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
+    lab: str = LabOption,
+) -> None:
+    """cmtime: the time each step of RDMA CM connection setup takes; rxe only."""
+    _run_one("cmtime", "rc", lab, server, client,
+             {"connections": connections, "port": port, "timeout": timeout}, as_json,
+             capture, capture_dir)
+
+
+def _stream(program: str, lab: str | None, server: str | None, client: str | None,
+            options: dict[str, Any], as_json: bool, capture: bool,
+            capture_dir: Path | None) -> None:
+    _run_one(program, "rsocket", lab, server, client, options, as_json, capture, capture_dir)
+
+
+@run_app.command()
+def rstream(
+    server: str = ServerOption,
+    client: str = ClientOption,
+    count: int = typer.Option(100, "--count", "-C", help="Transfers (-C)."),
+    size: int = typer.Option(4096, "--size", "-S", help="Transfer size in bytes (-S)."),
+    port: int = PortOption,
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
+    lab: str = LabOption,
+) -> None:
+    """rstream: socket calls over rsockets (RDMA underneath); rxe only."""
+    _stream("rstream", lab, server, client,
+            {"count": count, "size": size, "port": port, "timeout": timeout}, as_json,
+            capture, capture_dir)
+
+
+@run_app.command()
+def riostream(
+    server: str = ServerOption,
+    client: str = ClientOption,
+    count: int = typer.Option(100, "--count", "-C", help="Transfers (-C)."),
+    size: int = typer.Option(4096, "--size", "-S", help="Transfer size in bytes (-S)."),
+    port: int = PortOption,
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
+    lab: str = LabOption,
+) -> None:
+    """riostream: rsockets with riomap/riowrite (RDMA writes); rxe and siw."""
+    _stream("riostream", lab, server, client,
+            {"count": count, "size": size, "port": port, "timeout": timeout}, as_json,
+            capture, capture_dir)
+
+
+@run_app.command()
+def rcopy(
+    server: str = ServerOption,
+    client: str = ClientOption,
+    size: int = typer.Option(65536, "--size", "-s", help="Bytes of the file copied."),
+    port: int = PortOption,
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
+    lab: str = LabOption,
+) -> None:
+    """rcopy: a file made in the client node copied over rsockets, compared on arrival."""
+    _stream("rcopy", lab, server, client, {"size": size, "port": port, "timeout": timeout},
+            as_json, capture, capture_dir)
+
+
+def example_list() -> list[dict[str, Any]]:
+    """Every example: its command, variants, what it teaches, the devices it runs on."""
+    rows: dict[str, dict[str, Any]] = {}
+    for (name, variant), spec in EXAMPLES.items():
+        row = rows.setdefault(name, {"example": name, "variants": [], "devices": {},
+                                     "teaches": TEACHES.get(name, "")})
+        row["variants"].append(variant)
+        for device in ("rxe", "siw"):
+            row["devices"].setdefault(device, [])
+            if spec.supports(device):
+                row["devices"][device].append(variant)
+    return list(rows.values())
+
+
+def _devices_text(row: dict[str, Any]) -> str:
+    parts = []
+    for device, variants in row["devices"].items():
+        if not variants:
+            continue
+        every = len(variants) == len(row["variants"])
+        parts.append(device if every else f"{device} ({', '.join(variants)})")
+    return ", ".join(parts)
+
+
+@run_app.command("list")
+def run_list(as_json: bool = JsonOption) -> None:
+    """Every example: what it teaches and which devices (rxe, siw) it runs on."""
+    rows = example_list()
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title="examples (labctl run NAME)")
+    for column in ("example", "variants", "teaches", "devices"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["example"], ", ".join(row["variants"]), row["teaches"],
+                      _devices_text(row))
+    console.print(table)
 
 
 @run_app.command("all")
