@@ -56,6 +56,16 @@ def test_example_passes_on_rxe(lab_handle: LabHandle, name: str, variant: str) -
         assert result.figures["rdma_cm"] is False
     elif name == "mckey":
         assert result.server_figures["delivered"] == result.server_figures["expected"] == 4
+    elif name in ("rdma-server", "udaddy", "ucmatose"):
+        assert result.figures == result.server_figures, explain(result)
+        assert result.figures.get("end", result.figures.get("return_status")) == 0
+    elif name == "cmtime":
+        assert result.figures["connections"] == 10 and result.figures["full_connect_us"] > 0
+    elif name in ("rstream", "riostream"):
+        assert result.figures["xfers"] == 4 and result.figures["size"] == "1k"
+    elif name == "rcopy":
+        assert result.figures["bytes"] == 1024, explain(result)
+        assert result.server_figures["identical"] is True, explain(result)
 
 
 @pytest.mark.parametrize("test", ["ib_send_lat", "ib_write_bw"])
