@@ -26,6 +26,7 @@ from labctl.runners.examples import (
 )
 from labctl.runners.execute import RunResult, command_line, run_example
 from labctl.runners.matrix import run_matrix
+from labctl.runners.pairs import resolve_pairs
 from labctl.runners.spec import check_options
 
 run_app = typer.Typer(help="Run rdma-core example programs across the lab's nodes.",
@@ -469,17 +470,54 @@ def run_all(
     client: str = ClientOption,
     iters: int = typer.Option(100, "--iters", "-n", help="Iterations of each pingpong and "
                               "perftest (small: TCG is slow)."),
+    pairs: str = typer.Option("first", "--pairs", metavar="first|adjacent|all|A:B,C:D",
+                              help="Node pairs: first (the two nodes picked as for one "
+                              "example), adjacent (every pair sharing a segment), all (every "
+                              "pair; those without an IP path are skipped) or A:B,C:D "
+                              "(server:client)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
     lab: str = LabOption,
 ) -> None:
     """Every example the two nodes' devices support, one summary; exit 1 on a failure."""
     options = check_options({"iters": iters, "timeout": timeout})
+    if pairs != "first" and (server or client):
+        raise UsageError("--server/--client choose the first pair only",
+                         hint="name the pairs in --pairs instead, e.g. --pairs node1:node2")
     handle = open_lab(lab)
-    server, client = pick_nodes(handle, server, client)
-    results = run_matrix(handle, server, client, options,
-                         progress=None if as_json else _progress)
-    print_results(results, as_json, summary=True)
+    if pairs == "first":
+        chosen = [pick_nodes(handle, server, client)]
+    else:
+        chosen = resolve_pairs(handle.lab, pairs)
+        if not chosen:
+            raise UsageError(f"--pairs {pairs}: lab {handle.lab.name} has no such pair",
+                             hint="adjacent needs two RDMA nodes on one segment")
+    results: list[RunResult] = []
+    for pair_server, pair_client in chosen:
+        results += run_matrix(handle, pair_server, pair_client, options,
+                              progress=None if as_json else _progress)
+    if len(chosen) > 1 and not as_json:
+        _print_pair_matrix(results, chosen)
+    print_results(results, as_json, summary=True)  # exits 1 on a failure
+
+
+def _print_pair_matrix(results: list[RunResult], pairs: list[tuple[str, str]]) -> None:
+    """Server x client, one cell per pair: passed/run (skipped ones not counted)."""
+    servers = list(dict.fromkeys(s for s, _ in pairs))
+    clients = list(dict.fromkeys(c for _, c in pairs))
+    table = Table(title="pairs: passed/run (server x client)")
+    table.add_column("server \\ client")
+    for client in clients:
+        table.add_column(client)
+    for server in servers:
+        cells = []
+        for client in clients:
+            mine = [r for r in results if (r.server, r.client) == (server, client)]
+            ran = [r for r in mine if r.status != "skipped"]
+            passed = sum(r.status == "passed" for r in ran)
+            cells.append("" if not mine else f"{passed}/{len(ran)}" if ran else "skipped")
+        table.add_row(server, *cells)
+    console.print(table)
 
 
 def _progress(result: RunResult) -> None:
