@@ -85,6 +85,11 @@ def key_figure_text(result: RunResult) -> str:
         return f"{value} usec typical"
     if key == "bw_average":
         return f"{value} {f.get('bw_unit', 'MB/sec')} avg"
+    text = {"end": "end {}", "return_status": "return status {}",
+            "cm_connect_us_per_conn": "{} us/conn to connect", "usec_per_xfer": "{} usec/xfer",
+            "bytes": "{} bytes copied"}.get(key)
+    if text:
+        return text.format(value)
     return f"{key} {value}"
 
 

@@ -109,6 +109,17 @@ def test_run_all_summary(lab_handle: LabHandle) -> None:
     assert all(by_key[("perftest", t)]["status"] == "passed" for t in PERFTESTS)
 
 
+def test_run_all_between_explicit_pairs(lab_handle: LabHandle) -> None:
+    """--pairs: the catalogue once each way; each record names its pair."""
+    proc = labctl("run", "all", "--lab", LAB_NAME, "--json", "-n", "20", "--pairs",
+                  f"{CLIENT}:{SERVER},{SERVER}:{CLIENT}")
+    records = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stderr
+    assert [(r["server"], r["client"]) for r in records] == (
+        [(CLIENT, SERVER)] * len(EXAMPLES) + [(SERVER, CLIENT)] * len(EXAMPLES))
+    assert not [r for r in records if r["status"] == "failed"]
+
+
 def test_bench_json_and_plot(lab_handle: LabHandle, tmp_path: Any) -> None:
     chart = tmp_path / "bench.png"
     proc = labctl("bench", "--lab", LAB_NAME, "--json", "--rounds", "1", "-n", "50",

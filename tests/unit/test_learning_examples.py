@@ -186,3 +186,18 @@ def test_run_list_table() -> None:
     assert result.exit_code == 0, result.output
     for name in TEACHES:
         assert f" {name} " in result.output
+
+
+@pytest.mark.parametrize(("key", "figures", "text"), [
+    ("end", {"end": 0}, "end 0"),
+    ("return_status", {"return_status": 0}, "return status 0"),
+    ("cm_connect_us_per_conn", {"cm_connect_us_per_conn": 41383}, "41383 us/conn to connect"),
+    ("usec_per_xfer", {"usec_per_xfer": 972.74}, "972.74 usec/xfer"),
+    ("bytes", {"bytes": 65536}, "65536 bytes copied"),
+])
+def test_summary_key_figures(key: str, figures: dict[str, float], text: str) -> None:
+    from labctl.cli.run import key_figure_text
+    from labctl.runners.execute import RunResult
+
+    result = RunResult("x", "y", "node1", "node2", "passed", figures=figures, key_figure=key)
+    assert key_figure_text(result) == text
