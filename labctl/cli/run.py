@@ -30,7 +30,22 @@ from labctl.runners.pairs import resolve_pairs
 from labctl.runners.spec import check_options
 
 run_app = typer.Typer(help="Run rdma-core example programs across the lab's nodes.",
-                      no_args_is_help=True)
+                      invoke_without_command=True)
+
+
+@run_app.callback()
+def run_group(
+    ctx: typer.Context,
+    list_examples: bool = typer.Option(False, "--list", help="List every example (as `run "
+                                       "list`) and exit."),
+) -> None:
+    """Run rdma-core example programs across the lab's nodes (`run --list`: the examples)."""
+    if list_examples:
+        run_list(as_json=False)
+        raise typer.Exit(0)
+    if ctx.invoked_subcommand is None:  # as the other command groups: help, exit 2
+        print(ctx.get_help())
+        raise typer.Exit(2)
 
 ALL_PERFTESTS = (*PERFTESTS, *ATOMIC_PERFTESTS)
 TRANSPORTS = ("rc", "uc", "ud", "srq")  # --transport's choices (checked in pingpong)

@@ -201,3 +201,12 @@ def test_summary_key_figures(key: str, figures: dict[str, float], text: str) -> 
 
     result = RunResult("x", "y", "node1", "node2", "passed", figures=figures, key_figure=key)
     assert key_figure_text(result) == text
+
+
+def test_run_dash_dash_list_is_run_list() -> None:
+    runner = CliRunner()
+    listed = runner.invoke(app, ["run", "--list"], env={"COLUMNS": "200"})
+    assert listed.exit_code == 0, listed.output
+    assert listed.output == runner.invoke(app, ["run", "list"], env={"COLUMNS": "200"}).output
+    bare = runner.invoke(app, ["run"])
+    assert bare.exit_code == 2 and "Usage" in bare.output
