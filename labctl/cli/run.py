@@ -16,19 +16,38 @@ from labctl.cli.common import LabOption, console, err_console, seconds
 from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import LabHandle, open_lab
 from labctl.runners.examples import (
+    ATOMIC_PERFTESTS,
     EXAMPLES,
     IMPLS,
     MCKEY_GROUP,
     PERFTESTS,
+    TEACHES,
     pingpong_variant,
 )
 from labctl.runners.execute import RunResult, command_line, run_example
 from labctl.runners.matrix import run_matrix
+from labctl.runners.pairs import resolve_pairs
 from labctl.runners.spec import check_options
 
 run_app = typer.Typer(help="Run rdma-core example programs across the lab's nodes.",
-                      no_args_is_help=True)
+                      invoke_without_command=True)
 
+
+@run_app.callback()
+def run_group(
+    ctx: typer.Context,
+    list_examples: bool = typer.Option(False, "--list", help="List every example (as `run "
+                                       "list`) and exit."),
+) -> None:
+    """Run rdma-core example programs across the lab's nodes (`run --list`: the examples)."""
+    if list_examples:
+        run_list(as_json=False)
+        raise typer.Exit(0)
+    if ctx.invoked_subcommand is None:  # as the other command groups: help, exit 2
+        print(ctx.get_help())
+        raise typer.Exit(2)
+
+ALL_PERFTESTS = (*PERFTESTS, *ATOMIC_PERFTESTS)
 TRANSPORTS = ("rc", "uc", "ud", "srq")  # --transport's choices (checked in pingpong)
 ServerOption = typer.Option(None, "--server", help="Server node (default: the first node).",
                             metavar="NODE", autocompletion=complete.node_names)
@@ -81,6 +100,11 @@ def key_figure_text(result: RunResult) -> str:
         return f"{value} usec typical"
     if key == "bw_average":
         return f"{value} {f.get('bw_unit', 'MB/sec')} avg"
+    text = {"end": "end {}", "return_status": "return status {}",
+            "cm_connect_us_per_conn": "{} us/conn to connect", "usec_per_xfer": "{} usec/xfer",
+            "bytes": "{} bytes copied"}.get(key)
+    if text:
+        return text.format(value)
     return f"{key} {value}"
 
 
@@ -232,8 +256,8 @@ def rping(
 
 @run_app.command()
 def perftest(
-    test: str = typer.Argument(..., help=f"One of: {', '.join(PERFTESTS)}.", metavar="TEST",
-                               autocompletion=complete.choices(*PERFTESTS)),
+    test: str = typer.Argument(..., help=f"One of: {', '.join(ALL_PERFTESTS)}.",
+                               metavar="TEST", autocompletion=complete.choices(*ALL_PERFTESTS)),
     server: str = ServerOption,
     client: str = ClientOption,
     iters: int = typer.Option(100, "--iters", "-n", help="Iterations (perftest -n)."),
@@ -247,9 +271,11 @@ def perftest(
     capture_dir: Path = CaptureDirOption,
     lab: str = LabOption,
 ) -> None:
-    """A perftest benchmark (-d and -x chosen automatically; -R on siw)."""
-    if test not in PERFTESTS:
-        raise UsageError(f"unknown perftest {test!r}", hint=f"use one of {', '.join(PERFTESTS)}")
+    """A perftest benchmark (-d and -x chosen automatically; -R on siw); the atomic tests
+    on rxe only (siw has no atomics)."""
+    if test not in ALL_PERFTESTS:
+        raise UsageError(f"unknown perftest {test!r}",
+                         hint=f"use one of {', '.join(ALL_PERFTESTS)}")
     options = {"iters": iters, "size": size, "rdma_cm": rdma_cm, "port": port,
                "timeout": timeout}
     _run_one("perftest", test, lab, server, client, options, as_json, capture,
@@ -279,23 +305,239 @@ def mckey(
              capture_dir)
 
 
+PortOption = typer.Option(None, "--port", "-p", help="Port the server listens on.")
+
+
+@run_app.command("rdma-server")
+def rdma_server(
+    server: str = ServerOption,
+    client: str = ClientOption,
+    port: int = PortOption,
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
+    lab: str = LabOption,
+) -> None:
+    """librdmacm's rdma_server/rdma_client: connect, one send and receive; rxe and siw."""
+    _run_one("rdma-server", "rc", lab, server, client, {"port": port, "timeout": timeout},
+             as_json, capture, capture_dir)
+
+
+CountOption = typer.Option(10, "--count", "-C", help="Messages each way (-C).")
+SizeOption = typer.Option(None, "--size", "-S", help="Message size in bytes (-S).")
+
+
+@run_app.command()
+def udaddy(
+    server: str = ServerOption,
+    client: str = ClientOption,
+    count: int = CountOption,
+    size: int = SizeOption,
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
+    lab: str = LabOption,
+) -> None:
+    """udaddy: UD datagrams through RDMA CM (address resolution, no connection); rxe only."""
+    _run_one("udaddy", "ud", lab, server, client,
+             {"count": count, "size": size, "timeout": timeout}, as_json, capture, capture_dir)
+
+
+@run_app.command()
+def ucmatose(
+    server: str = ServerOption,
+    client: str = ClientOption,
+    connections: int = typer.Option(4, "--connections", "-c", help="Connections (-c)."),
+    count: int = CountOption,
+    size: int = SizeOption,
+    port: int = PortOption,
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
+    lab: str = LabOption,
+) -> None:
+    """ucmatose: several RC connections through RDMA CM, sends both ways; rxe and siw."""
+    _run_one("ucmatose", "rc", lab, server, client,
+             {"connections": connections, "count": count, "size": size, "port": port,
+              "timeout": timeout}, as_json, capture, capture_dir)
+
+
+@run_app.command()
+def cmtime(
+    server: str = ServerOption,
+    client: str = ClientOption,
+    connections: int = typer.Option(10, "--connections", "-c", help="Connections (-c)."),
+    port: int = PortOption,
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
+    lab: str = LabOption,
+) -> None:
+    """cmtime: the time each step of RDMA CM connection setup takes; rxe only."""
+    _run_one("cmtime", "rc", lab, server, client,
+             {"connections": connections, "port": port, "timeout": timeout}, as_json,
+             capture, capture_dir)
+
+
+def _stream(program: str, lab: str | None, server: str | None, client: str | None,
+            options: dict[str, Any], as_json: bool, capture: bool,
+            capture_dir: Path | None) -> None:
+    _run_one(program, "rsocket", lab, server, client, options, as_json, capture, capture_dir)
+
+
+@run_app.command()
+def rstream(
+    server: str = ServerOption,
+    client: str = ClientOption,
+    count: int = typer.Option(100, "--count", "-C", help="Transfers (-C)."),
+    size: int = typer.Option(4096, "--size", "-S", help="Transfer size in bytes (-S)."),
+    port: int = PortOption,
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
+    lab: str = LabOption,
+) -> None:
+    """rstream: socket calls over rsockets (RDMA underneath); rxe only."""
+    _stream("rstream", lab, server, client,
+            {"count": count, "size": size, "port": port, "timeout": timeout}, as_json,
+            capture, capture_dir)
+
+
+@run_app.command()
+def riostream(
+    server: str = ServerOption,
+    client: str = ClientOption,
+    count: int = typer.Option(100, "--count", "-C", help="Transfers (-C)."),
+    size: int = typer.Option(4096, "--size", "-S", help="Transfer size in bytes (-S)."),
+    port: int = PortOption,
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
+    lab: str = LabOption,
+) -> None:
+    """riostream: rsockets with riomap/riowrite (RDMA writes); rxe and siw."""
+    _stream("riostream", lab, server, client,
+            {"count": count, "size": size, "port": port, "timeout": timeout}, as_json,
+            capture, capture_dir)
+
+
+@run_app.command()
+def rcopy(
+    server: str = ServerOption,
+    client: str = ClientOption,
+    size: int = typer.Option(65536, "--size", "-s", help="Bytes of the file copied."),
+    port: int = PortOption,
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
+    lab: str = LabOption,
+) -> None:
+    """rcopy: a file made in the client node copied over rsockets, compared on arrival."""
+    _stream("rcopy", lab, server, client, {"size": size, "port": port, "timeout": timeout},
+            as_json, capture, capture_dir)
+
+
+def example_list() -> list[dict[str, Any]]:
+    """Every example: its command, variants, what it teaches, the devices it runs on."""
+    rows: dict[str, dict[str, Any]] = {}
+    for (name, variant), spec in EXAMPLES.items():
+        row = rows.setdefault(name, {"example": name, "variants": [], "devices": {},
+                                     "teaches": TEACHES.get(name, "")})
+        row["variants"].append(variant)
+        for device in ("rxe", "siw"):
+            row["devices"].setdefault(device, [])
+            if spec.supports(device):
+                row["devices"][device].append(variant)
+    return list(rows.values())
+
+
+def _devices_text(row: dict[str, Any]) -> str:
+    parts = []
+    for device, variants in row["devices"].items():
+        if not variants:
+            continue
+        every = len(variants) == len(row["variants"])
+        parts.append(device if every else f"{device} ({', '.join(variants)})")
+    return ", ".join(parts)
+
+
+@run_app.command("list")
+def run_list(as_json: bool = JsonOption) -> None:
+    """Every example: what it teaches and which devices (rxe, siw) it runs on."""
+    rows = example_list()
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title="examples (labctl run NAME)")
+    for column in ("example", "variants", "teaches", "devices"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["example"], ", ".join(row["variants"]), row["teaches"],
+                      _devices_text(row))
+    console.print(table)
+
+
 @run_app.command("all")
 def run_all(
     server: str = ServerOption,
     client: str = ClientOption,
     iters: int = typer.Option(100, "--iters", "-n", help="Iterations of each pingpong and "
                               "perftest (small: TCG is slow)."),
+    pairs: str = typer.Option("first", "--pairs", metavar="first|adjacent|all|A:B,C:D",
+                              help="Node pairs: first (the two nodes picked as for one "
+                              "example), adjacent (every pair sharing a segment), all (every "
+                              "pair; those without an IP path are skipped) or A:B,C:D "
+                              "(server:client)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
     lab: str = LabOption,
 ) -> None:
     """Every example the two nodes' devices support, one summary; exit 1 on a failure."""
     options = check_options({"iters": iters, "timeout": timeout})
+    if pairs != "first" and (server or client):
+        raise UsageError("--server/--client choose the first pair only",
+                         hint="name the pairs in --pairs instead, e.g. --pairs node1:node2")
     handle = open_lab(lab)
-    server, client = pick_nodes(handle, server, client)
-    results = run_matrix(handle, server, client, options,
-                         progress=None if as_json else _progress)
-    print_results(results, as_json, summary=True)
+    if pairs == "first":
+        chosen = [pick_nodes(handle, server, client)]
+    else:
+        chosen = resolve_pairs(handle.lab, pairs)
+        if not chosen:
+            raise UsageError(f"--pairs {pairs}: lab {handle.lab.name} has no such pair",
+                             hint="adjacent needs two RDMA nodes on one segment")
+    results: list[RunResult] = []
+    for pair_server, pair_client in chosen:
+        results += run_matrix(handle, pair_server, pair_client, options,
+                              progress=None if as_json else _progress)
+    if len(chosen) > 1 and not as_json:
+        _print_pair_matrix(results, chosen)
+    print_results(results, as_json, summary=True)  # exits 1 on a failure
+
+
+def _print_pair_matrix(results: list[RunResult], pairs: list[tuple[str, str]]) -> None:
+    """Server x client, one cell per pair: passed/run (skipped ones not counted)."""
+    servers = list(dict.fromkeys(s for s, _ in pairs))
+    clients = list(dict.fromkeys(c for _, c in pairs))
+    table = Table(title="pairs: passed/run (server x client)")
+    table.add_column("server \\ client")
+    for client in clients:
+        table.add_column(client)
+    for server in servers:
+        cells = []
+        for client in clients:
+            mine = [r for r in results if (r.server, r.client) == (server, client)]
+            ran = [r for r in mine if r.status != "skipped"]
+            passed = sum(r.status == "passed" for r in ran)
+            cells.append("" if not mine else f"{passed}/{len(ran)}" if ran else "skipped")
+        table.add_row(server, *cells)
+    console.print(table)
 
 
 def _progress(result: RunResult) -> None:

@@ -236,6 +236,14 @@ class DockerHostStatus(Shape):
 
 
 # Every command with a --json option, and its model (None: labctl/verbs/records.py).
+# --- labctl run list --json ------------------------------------------------------------
+class ExampleListRow(Shape):
+    example: str  # the `labctl run` subcommand
+    variants: list[str]  # transports or tests
+    teaches: str
+    devices: dict[str, list[str]]  # device type (rxe, siw) -> the variants it runs
+
+
 SHAPES: dict[str, type[Shape] | None] = {
     "status": StatusOutput,
     "image list": ImageListOutput,
@@ -244,7 +252,15 @@ SHAPES: dict[str, type[Shape] | None] = {
     "run rping": RunRecord,
     "run perftest": RunRecord,
     "run mckey": RunRecord,
+    "run rdma-server": RunRecord,
+    "run udaddy": RunRecord,
+    "run ucmatose": RunRecord,
+    "run cmtime": RunRecord,
+    "run rstream": RunRecord,
+    "run riostream": RunRecord,
+    "run rcopy": RunRecord,
     "run all": RunRecord,  # a list of them
+    "run list": ExampleListRow,  # a list of them
     "bench": BenchOutput,
     "validate": ValidateOutput,
     "docker-host status": DockerHostStatus,

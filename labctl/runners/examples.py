@@ -5,7 +5,17 @@ from __future__ import annotations
 import shlex
 
 from labctl.lab.handle import LabHandle
-from labctl.runners.parsers import parse_mckey, parse_perftest, parse_pingpong, parse_rping
+from labctl.runners.parsers import (
+    parse_cmatose,
+    parse_cmtime,
+    parse_mckey,
+    parse_perftest,
+    parse_pingpong,
+    parse_rcopy,
+    parse_rdma_server,
+    parse_rping,
+    parse_rstream,
+)
 from labctl.runners.spec import ExampleSpec, RunContext
 
 PINGPONG_PORT = 18515
@@ -129,14 +139,14 @@ def perftest_uses_cm(ctx: RunContext) -> bool:
     return ctx.server.device_type == "siw" or bool(ctx.opt("rdma_cm", False))
 
 
-def _perftest_args(ctx: RunContext, side: str) -> list[str]:
+def _perftest_args(ctx: RunContext, side: str, atomic: bool = False) -> list[str]:
     endpoint = ctx.server if side == "server" else ctx.client
     args = ["-d", endpoint.device, "-i", "1", "-F", "-n", str(ctx.opt("iters", 100))]
     if perftest_uses_cm(ctx):
         args.append("-R")
     elif endpoint.gid_index is not None:
         args += ["-x", str(endpoint.gid_index)]  # reproducible RoCE v2 GID
-    if ctx.opt("size") is not None:
+    if ctx.opt("size") is not None and not atomic:  # an atomic is 8 bytes, always
         args += ["-s", str(ctx.opt("size"))]
     if ctx.opt("port") is not None:
         args += ["-p", str(ctx.opt("port"))]
@@ -144,12 +154,14 @@ def _perftest_args(ctx: RunContext, side: str) -> list[str]:
 
 
 def _perftest(test: str) -> ExampleSpec:
+    atomic = "atomic" in test
     return ExampleSpec(
         name="perftest",
         variant=test,
         setup_rejected="Event: RDMA_CM_EVENT_REJECTED; error: 8",  # with -R; see spec.py
-        server_argv=lambda ctx: [test, *_perftest_args(ctx, "server")],
-        client_argv=lambda ctx: [test, *_perftest_args(ctx, "client"), ctx.server.address],
+        server_argv=lambda ctx: [test, *_perftest_args(ctx, "server", atomic)],
+        client_argv=lambda ctx: [test, *_perftest_args(ctx, "client", atomic),
+                                 ctx.server.address],
         parse=parse_perftest,
         parse_server=parse_perftest,
         devices=RDMA_DEVICES,
@@ -204,6 +216,168 @@ def _mckey(one_qp: bool) -> ExampleSpec:
     )
 
 
+# --- perftest's atomics ---------------------------------------------------------------------
+ATOMIC_PERFTESTS = ("ib_atomic_lat", "ib_atomic_bw")
+NO_ATOMICS_ON_SIW = ("siw reports atomic_cap ATOMIC_NONE (ibv_devinfo -v) and refuses the "
+                     "atomic work request (\"Couldn't post send\")")
+
+
+def _atomic(test: str) -> ExampleSpec:
+    base = _perftest(test)
+    return ExampleSpec(**{**base.__dict__, "devices": ROCE_ONLY,
+                          "unsupported_reason": NO_ATOMICS_ON_SIW})
+
+
+# --- librdmacm's other examples ------------------------------------------------------------
+# Each listens through RDMA CM (rsockets too: `rdma res show cm_id` shows rstream's LISTEN
+# with "ps TCP"), so one probe serves them all.
+def _port(ctx: RunContext, flag: str = "-p") -> list[str]:
+    return [flag, str(ctx.opt("port"))] if ctx.opt("port") is not None else []
+
+
+def _rdma_server_args(ctx: RunContext) -> list[str]:
+    return ["-s", ctx.server.address, *_port(ctx)]
+
+
+RDMA_SERVER = ExampleSpec(
+    name="rdma-server",
+    variant="rc",
+    server_argv=lambda ctx: ["rdma_server", *_rdma_server_args(ctx)],
+    client_argv=lambda ctx: ["rdma_client", *_rdma_server_args(ctx)],
+    parse=parse_rdma_server,
+    parse_server=parse_rdma_server,
+    devices=RDMA_DEVICES,
+    ready_probe=lambda ctx: _CM_LISTEN,
+    key_figure="end",
+    timeout=60.0,
+)
+UD_UNSUPPORTED = ("iWARP (siw) has RC only: udaddy says \"unable to create QP: Operation not "
+                  "supported\"")
+
+
+def _cmatose_args(ctx: RunContext, connections: bool) -> list[str]:
+    args = ["-C", str(ctx.opt("count", 10))]
+    if connections:
+        args += ["-c", str(ctx.opt("connections", 4))]
+    if ctx.opt("size") is not None:
+        args += ["-S", str(ctx.opt("size"))]
+    return args
+
+
+def _cmatose(program: str) -> ExampleSpec:
+    """udaddy (UD) and ucmatose (RC, -c connections): RDMA CM with sends both ways.
+    udaddy's -p is a port space, not a port: it takes no --port."""
+    rc = program == "ucmatose"
+    port = (lambda ctx: _port(ctx)) if rc else (lambda ctx: [])
+    return ExampleSpec(
+        name=program,
+        variant="rc" if rc else "ud",
+        server_argv=lambda ctx: [program, "-b", ctx.server.address,
+                                 *_cmatose_args(ctx, rc), *port(ctx)],
+        client_argv=lambda ctx: [program, "-s", ctx.server.address,
+                                 *_cmatose_args(ctx, rc), *port(ctx)],
+        parse=parse_cmatose,
+        parse_server=parse_cmatose,
+        devices=RDMA_DEVICES if rc else ROCE_ONLY,
+        unsupported_reason="" if rc else UD_UNSUPPORTED,
+        ready_probe=lambda ctx: _CM_LISTEN,
+        key_figure="return_status",
+        timeout=90.0,
+    )
+
+
+# Established by trying in a siw-pair lab (rdma-core 56.1): no output at all, exit 1, on
+# the server and the client alike.
+CMTIME_ON_SIW = "cmtime exits 1 without a word on siw (rdma-core 56.1, seen in a siw lab)"
+CMTIME = ExampleSpec(
+    name="cmtime",
+    variant="rc",
+    server_argv=lambda ctx: ["cmtime", "-b", ctx.server.address, "-c",
+                             str(ctx.opt("connections", 10)), *_port(ctx)],
+    client_argv=lambda ctx: ["cmtime", "-s", ctx.server.address, "-c",
+                             str(ctx.opt("connections", 10)), *_port(ctx)],
+    parse=parse_cmtime,
+    parse_server=parse_cmtime,
+    devices=ROCE_ONLY,
+    unsupported_reason=CMTIME_ON_SIW,
+    ready_probe=lambda ctx: _CM_LISTEN,
+    key_figure="cm_connect_us_per_conn",
+    timeout=120.0,
+)
+
+
+def _stream_args(ctx: RunContext) -> list[str]:
+    return ["-S", str(ctx.opt("size", 4096)), "-C", str(ctx.opt("count", 100)), *_port(ctx)]
+
+
+# Seen twice in a siw lab: the server prints its result row and exits 0, the client
+# prints the header and never finishes (riostream, the same over riowrite, passes).
+RSTREAM_ON_SIW = ("rstream's client hangs after the transfer on siw (the server finishes); "
+                  "riostream passes")
+
+
+def _rstream(program: str) -> ExampleSpec:
+    """rstream (socket calls on rsockets) and riostream (riomap/riowrite: RDMA writes)."""
+    return ExampleSpec(
+        name=program,
+        variant="rsocket",
+        server_argv=lambda ctx: [program, "-b", ctx.server.address, *_stream_args(ctx)],
+        client_argv=lambda ctx: [program, "-s", ctx.server.address, *_stream_args(ctx)],
+        parse=parse_rstream,
+        parse_server=parse_rstream,
+        devices=RDMA_DEVICES if program == "riostream" else ROCE_ONLY,
+        unsupported_reason="" if program == "riostream" else RSTREAM_ON_SIW,
+        ready_probe=lambda ctx: _CM_LISTEN,
+        key_figure="usec_per_xfer",
+        timeout=90.0,
+    )
+
+
+RCOPY_SOURCE = "/tmp/labctl-rcopy.src"
+RCOPY_DEST = "/tmp/labctl-rcopy.dst"
+_RCOPY_LOG = "/tmp/labctl-rcopy.log"
+
+
+def rcopy_content(size: int) -> str:
+    """Shell text printing `size` bytes both sides can make alike (the server compares)."""
+    return f"seq 1000000000 | head -c {int(size)}"
+
+
+def _rcopy_server(ctx: RunContext) -> list[str]:
+    # rcopy's server loops for ever: wait for its "...done" of one file, stop it, then
+    # compare what arrived with what the client sent (made the same way here).
+    size = int(ctx.opt("size", 65536))
+    rcopy = shlex.join(["rcopy", *_port(ctx)])
+    script = (f"rm -f {RCOPY_DEST} {_RCOPY_LOG}; {rcopy} >{_RCOPY_LOG} 2>&1 & pid=$!; "
+              f"until grep -q 'done' {_RCOPY_LOG}; do kill -0 $pid || break; sleep 0.1; done; "
+              f"kill $pid 2>/dev/null; cat {_RCOPY_LOG}; echo; "
+              f"if {rcopy_content(size)} | cmp -s - {RCOPY_DEST}; then "
+              f"echo 'labctl: received {size} bytes, identical'; else "
+              f"echo \"labctl: received $(wc -c <{RCOPY_DEST} 2>/dev/null || echo 0) bytes, "
+              f"different\"; exit 1; fi")
+    return ["sh", "-c", script]
+
+
+def _rcopy_client(ctx: RunContext) -> list[str]:
+    size = int(ctx.opt("size", 65536))
+    rcopy = shlex.join(["rcopy", RCOPY_SOURCE, f"{ctx.server.address}:{RCOPY_DEST}",
+                        *_port(ctx)])
+    return ["sh", "-c", f"{rcopy_content(size)} >{RCOPY_SOURCE} && {rcopy}"]
+
+
+RCOPY = ExampleSpec(
+    name="rcopy",
+    variant="rsocket",
+    server_argv=_rcopy_server,
+    client_argv=_rcopy_client,
+    parse=parse_rcopy,
+    parse_server=parse_rcopy,
+    devices=RDMA_DEVICES,
+    ready_probe=lambda ctx: _CM_LISTEN,
+    key_figure="bytes",
+    timeout=90.0,
+)
+
 EXAMPLES: dict[tuple[str, str], ExampleSpec] = {
     (spec.name, spec.variant): spec for spec in (
         _pingpong("rc"), _pingpong("uc"), _pingpong("ud"), _pingpong("srq"),
@@ -212,6 +386,9 @@ EXAMPLES: dict[tuple[str, str], ExampleSpec] = {
         RPING,
         *(_perftest(test) for test in PERFTESTS),
         _mckey(one_qp=False), _mckey(one_qp=True),
+        RDMA_SERVER, _cmatose("udaddy"), _cmatose("ucmatose"), CMTIME,
+        _rstream("rstream"), _rstream("riostream"), RCOPY,
+        *(_atomic(test) for test in ATOMIC_PERFTESTS),
     )
 }
 
@@ -221,3 +398,19 @@ KNOWN_LIMITATIONS: dict[tuple[str, str], str] = {
     "before mckey tears it down (docs/examples.md); `labctl run mckey --one-qp` shows it",
 }
 
+
+# `labctl run list`: what each example teaches (one line), by name.
+TEACHES: dict[str, str] = {
+    "pingpong": "verbs without RDMA CM: QPs set up by hand, one send/recv exchange at a time "
+    "(rc, uc, ud, srq)",
+    "rping": "RDMA CM connection, then RDMA READ and WRITE of advertised buffers",
+    "perftest": "latency and bandwidth of send, RDMA WRITE/READ and atomics",
+    "mckey": "RDMA CM multicast: UD sends to a group joined through IGMP",
+    "rdma-server": "the smallest RDMA CM program: rdma_create_ep, connect, one send/recv",
+    "udaddy": "UD through RDMA CM: address handles and datagrams without a connection",
+    "ucmatose": "RC through RDMA CM with several connections at once (-c)",
+    "cmtime": "what connection setup costs, step by step (resolve, QP, connect)",
+    "rstream": "rsockets: socket calls carried over RDMA",
+    "riostream": "rsockets with riomap/riowrite: RDMA writes behind a socket",
+    "rcopy": "a file copied over rsockets, checked byte for byte",
+}

@@ -8,6 +8,7 @@ from typing import Any
 from labctl.lab.handle import LabHandle
 from labctl.runners.examples import EXAMPLES, KNOWN_LIMITATIONS
 from labctl.runners.execute import RunResult, run_example
+from labctl.runners.pairs import shared_segment
 
 
 def run_matrix(handle: LabHandle, server: str, client: str, options: dict[str, Any],
@@ -15,8 +16,10 @@ def run_matrix(handle: LabHandle, server: str, client: str, options: dict[str, A
     """Run the catalogue in order; unsupported and known-limited cases come back skipped
     with their reason and are never started."""
     results: list[RunResult] = []
+    no_path = "" if shared_segment(handle.lab, server, client) else (
+        f"no IP path: {server} and {client} have their RDMA devices on different segments")
     for (name, variant), spec in EXAMPLES.items():
-        limitation = KNOWN_LIMITATIONS.get((name, variant))
+        limitation = no_path or KNOWN_LIMITATIONS.get((name, variant))
         if limitation:
             result = RunResult(name, variant, server, client, "skipped", reason=limitation,
                                key_figure=spec.key_figure)

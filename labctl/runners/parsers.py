@@ -92,6 +92,10 @@ def parse_perftest(output: str) -> dict[str, Any]:
             values = row.split()
             if not values:
                 continue
+            if not _NUMBER.match(values[0]):
+                if row.startswith("-"):
+                    break
+                continue  # e.g. the atomic latency test's "Correlation coefficient" note
             if not all(_NUMBER.match(v) for v in values):
                 break
             figures.update(zip(columns, (_number(v) for v in values), strict=False))
@@ -123,4 +127,94 @@ def parse_mckey(output: str) -> dict[str, Any]:
         figures["expected"] = int(counters.group(1))
         if counters.group(2) and counters.group(3):
             figures["delivered"] = int(counters.group(3)) - int(counters.group(2))
+    return figures
+
+
+# --- librdmacm's other examples ------------------------------------------------------------
+_END = re.compile(r"^(rdma_server|rdma_client): end (-?\d+)$", re.M)
+
+
+def parse_rdma_server(output: str) -> dict[str, Any]:
+    """rdma_server / rdma_client: one "start" line and "end N" (N is the return code)."""
+    end = _END.search(output)
+    return {"end": int(end.group(2))} if end else {}
+
+
+def parse_cmatose(output: str) -> dict[str, Any]:
+    """udaddy and ucmatose: progress lines, "data transfers complete" and "return status N";
+    a failure prints "PROGRAM: unable to ..." (e.g. a UD QP on siw)."""
+    figures: dict[str, Any] = {}
+    if "data transfers complete" in output:
+        figures["transfers_complete"] = True
+    status = _STATUS.search(output)
+    if status:
+        figures["return_status"] = int(status.group(1))
+    failure = re.search(r"^\w+: (unable to [^\n]*)$", output, re.M)
+    if failure:
+        figures["error"] = failure.group(1)
+    return figures
+
+
+_CMTIME_ROW = re.compile(r"^([a-z][a-z ]*[a-z])\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)"
+                         r"\s+(\d+)$", re.M)
+
+
+def parse_cmtime(output: str) -> dict[str, Any]:
+    """cmtime: the first table (connections with QPs). Per step: avg/iter, total(us),
+    us/conn, sum(us), max(us), min(us); the figures kept are what a reader looks at."""
+    figures: dict[str, Any] = {}
+    table = output.split("qp_conn", 1)
+    if len(table) < 2:
+        return figures
+    first = table[1].split("cm_conn", 1)[0]
+    conns = re.match(r"\s+(\d+)", first)
+    if conns:
+        figures["connections"] = int(conns.group(1))
+    steps = {m.group(1): [int(v) for v in m.groups()[1:]] for m in _CMTIME_ROW.finditer(first)}
+    if "full connect" in steps:
+        figures["full_connect_us"] = steps["full connect"][1]  # total(us), all connections
+        figures["full_connect_max_us"] = steps["full connect"][4]
+    if "cm connect" in steps:
+        figures["cm_connect_us_per_conn"] = steps["cm connect"][2] or steps["cm connect"][0]
+    for name, key in (("create qp", "create_qp_us_per_conn"),
+                      ("resolve addr", "resolve_addr_us_per_conn"),
+                      ("resolve route", "resolve_route_us_per_conn")):
+        if name in steps:
+            figures[key] = steps[name][2]
+    return figures
+
+
+_STREAM = re.compile(r"^(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\S+)\s+([\d.]+)s\s+([\d.]+)"
+                     r"\s+([\d.]+)$", re.M)
+
+
+def parse_rstream(output: str) -> dict[str, Any]:
+    """rstream / riostream: a result row under "name bytes xfers iters total time Gb/sec
+    usec/xfer" (sizes like "4k", time with an "s")."""
+    row = _STREAM.search(output)
+    if not row:
+        return {}
+    return {"name": row.group(1), "size": row.group(2), "xfers": int(row.group(3)),
+            "iters": int(row.group(4)), "total": row.group(5), "seconds": float(row.group(6)),
+            "gbit_per_sec": float(row.group(7)), "usec_per_xfer": float(row.group(8))}
+
+
+_RCOPY = re.compile(r"^(\d+) bytes in ([\d.]+) seconds = ([\d.]+) Gb/sec$", re.M)
+_RCOPY_CHECK = re.compile(r"^labctl: received (\d+) bytes, (identical|different)$", re.M)
+
+
+def parse_rcopy(output: str) -> dict[str, Any]:
+    """rcopy: the client's "N bytes in S seconds = G Gb/sec"; on the server labctl's line
+    comparing the received file with the one the client sent."""
+    figures: dict[str, Any] = {}
+    sent = _RCOPY.search(output)
+    if sent:
+        figures.update(bytes=int(sent.group(1)), seconds=float(sent.group(2)),
+                       gbit_per_sec=float(sent.group(3)))
+    if "...done" in output:
+        figures["done"] = True
+    check = _RCOPY_CHECK.search(output)
+    if check:
+        figures["received_bytes"] = int(check.group(1))
+        figures["identical"] = check.group(2) == "identical"
     return figures

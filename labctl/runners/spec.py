@@ -77,6 +77,7 @@ _INT_RANGES: dict[str, tuple[int, int, int]] = {
     "rx_depth": (1, 1 << 16, 500),
     "port": (1, 65535, 18515),
     "wait": (1, 3600, 20),
+    "connections": (1, 1000, 4),
     # Bounded only: the pingpongs themselves refuse an MTU other than 256..4096 in powers
     # of two, and that refusal is a failed run (exit 1) the integration tests rely on.
     "mtu": (1, 65535, 1024),

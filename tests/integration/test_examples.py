@@ -56,6 +56,16 @@ def test_example_passes_on_rxe(lab_handle: LabHandle, name: str, variant: str) -
         assert result.figures["rdma_cm"] is False
     elif name == "mckey":
         assert result.server_figures["delivered"] == result.server_figures["expected"] == 4
+    elif name in ("rdma-server", "udaddy", "ucmatose"):
+        assert result.figures == result.server_figures, explain(result)
+        assert result.figures.get("end", result.figures.get("return_status")) == 0
+    elif name == "cmtime":
+        assert result.figures["connections"] == 10 and result.figures["full_connect_us"] > 0
+    elif name in ("rstream", "riostream"):
+        assert result.figures["xfers"] == 4 and result.figures["size"] == "1k"
+    elif name == "rcopy":
+        assert result.figures["bytes"] == 1024, explain(result)
+        assert result.server_figures["identical"] is True, explain(result)
 
 
 @pytest.mark.parametrize("test", ["ib_send_lat", "ib_write_bw"])
@@ -97,6 +107,17 @@ def test_run_all_summary(lab_handle: LabHandle) -> None:
     assert set(by_key) == set(EXAMPLES)
     assert by_key[("mckey", "ud-1qp")]["status"] == "skipped"
     assert all(by_key[("perftest", t)]["status"] == "passed" for t in PERFTESTS)
+
+
+def test_run_all_between_explicit_pairs(lab_handle: LabHandle) -> None:
+    """--pairs: the catalogue once each way; each record names its pair."""
+    proc = labctl("run", "all", "--lab", LAB_NAME, "--json", "-n", "20", "--pairs",
+                  f"{CLIENT}:{SERVER},{SERVER}:{CLIENT}")
+    records = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stderr
+    assert [(r["server"], r["client"]) for r in records] == (
+        [(CLIENT, SERVER)] * len(EXAMPLES) + [(SERVER, CLIENT)] * len(EXAMPLES))
+    assert not [r for r in records if r["status"] == "failed"]
 
 
 def test_bench_json_and_plot(lab_handle: LabHandle, tmp_path: Any) -> None:

@@ -172,9 +172,12 @@ def test_every_spec_declares_devices_and_a_key_figure() -> None:
     assert set(KNOWN_LIMITATIONS) <= set(EXAMPLES)
 
 
-def test_siw_runs_rping_and_perftest_only() -> None:
+def test_siw_runs_rdma_cm_rc_programs_only() -> None:
+    """Established by running each in a siw-pair lab (tests/integration/test_siw.py)."""
     on_siw = {key for key, spec in EXAMPLES.items() if spec.supports("siw")}
-    assert on_siw == {("rping", "rc"), *(("perftest", t) for t in PERFTESTS)}
+    assert on_siw == {("rping", "rc"), *(("perftest", t) for t in PERFTESTS),
+                      ("rdma-server", "rc"), ("ucmatose", "rc"), ("riostream", "rsocket"),
+                      ("rcopy", "rsocket")}
 
 
 def test_perftest_argv() -> None:

@@ -1,0 +1,57 @@
+"""Which (server, client) node pairs `labctl run all --pairs` runs the catalogue between."""
+
+from __future__ import annotations
+
+import itertools
+
+from labctl.errors import UsageError, short_repr
+from labctl.topology.resolved import Lab
+
+PAIR_MODES = ("first", "adjacent", "all")
+PAIRS_HINT = "use first, adjacent, all or NODE:NODE[,NODE:NODE...], e.g. node1:node2"
+
+
+def rdma_nodes(lab: Lab) -> list[str]:
+    return [n.name for n in lab.nodes if n.rdma != "none"]
+
+
+def shared_segment(lab: Lab, a: str, b: str) -> bool:
+    """True when the two nodes' RDMA interfaces are on one segment: the examples address
+    the server by its RDMA interface's IP, and the lab has no routes between segments."""
+    ia, ib = lab.node(a).rdma_interface, lab.node(b).rdma_interface
+    return ia is not None and ib is not None and ia.segment == ib.segment
+
+
+def resolve_pairs(lab: Lab, spec: str) -> list[tuple[str, str]]:
+    """The pairs for `--pairs SPEC` other than `first` (the caller picks that one).
+
+    adjacent: every unordered pair of RDMA nodes whose RDMA interfaces share a segment,
+    the earlier node of the topology as server; all: every unordered pair of RDMA nodes
+    (a pair with no IP path comes back skipped from the run); A:B,C:D: exactly those."""
+    nodes = rdma_nodes(lab)
+    if spec == "adjacent":
+        return [(a, b) for a, b in itertools.combinations(nodes, 2)
+                if shared_segment(lab, a, b)]
+    if spec == "all":
+        return list(itertools.combinations(nodes, 2))
+    pairs: list[tuple[str, str]] = []
+    names = [n.name for n in lab.nodes]
+    for item in spec.split(","):
+        server, colon, client = item.strip().partition(":")
+        if not colon or not server or not client:
+            raise UsageError(f"--pairs: {short_repr(item)} is not NODE:NODE", hint=PAIRS_HINT)
+        for node in (server, client):
+            if node not in names:
+                raise UsageError(f"--pairs: lab {lab.name} has no node {short_repr(node)}",
+                                 hint=f"nodes: {', '.join(names)}")
+            if node not in nodes:
+                raise UsageError(f"--pairs: node {node} has no RDMA device (rdma: none)",
+                                 hint="nodes with RDMA devices: " + (", ".join(nodes) or
+                                                                      "none"))
+        if server == client:
+            raise UsageError(f"--pairs: {item.strip()} pairs a node with itself",
+                             hint=PAIRS_HINT)
+        if (server, client) in pairs:
+            raise UsageError(f"--pairs: {item.strip()} is given twice", hint=PAIRS_HINT)
+        pairs.append((server, client))
+    return pairs

@@ -1,0 +1,36 @@
+"""Every `labctl run ...` line of docs/learning-path.md, run against the shared rxe lab.
+
+Lines that name their own lab (`--lab siw-pair`: the iWARP step) are left to
+test_siw.py, which runs the same programs on a siw pair. Each other line runs as written
+plus `--lab` (and `--json`, to read the record) and must pass.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from labctl.lab.handle import LabHandle
+from tests.integration.conftest import LAB_NAME, labctl
+from tests.unit.test_learning_path import run_commands
+
+pytestmark = pytest.mark.integration
+
+LINES = [words for words in run_commands() if "--lab" not in words]
+
+
+@pytest.mark.parametrize("words", LINES, ids=[" ".join(w) for w in LINES])
+def test_learning_path_line_passes(lab_handle: LabHandle, words: list[str]) -> None:
+    if words == ["run", "list"]:  # runs nothing, takes no --lab
+        result = labctl(*words, "--json", timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert {row["example"] for row in json.loads(result.stdout)} >= {"rdma-server"}
+        return
+    args = [*words, "--lab", LAB_NAME] + ([] if "--json" in words else ["--json"])
+    result = labctl(*args, timeout=600)
+    assert result.returncode == 0, f"labctl {' '.join(args)}\n{result.stdout}\n{result.stderr}"
+    record = json.loads(result.stdout)
+    assert record["status"] == "passed", record
+    if "--capture" in words:
+        assert record["capture"]["opcodes"], record["capture"]
