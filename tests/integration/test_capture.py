@@ -51,8 +51,11 @@ def test_rc_pingpong_capture_matches_the_programs(lab_handle: LabHandle,
     lab = lab_handle.lab.name
     record = run_captured(lab, tmp_path, "pingpong", "--transport", "rc", "--iters", "3",
                           "--size", "64")
-    assert record["capture"]["opcodes"]["RC_SEND_ONLY"] == 6
-    assert record["capture"]["opcodes"]["RC_ACKNOWLEDGE"] == 6
+    # 3 SENDs each way, each ACKed. A retransmission (an ACK late under TCG: seen once, 7
+    # SENDs in a full CI run) repeats a PSN, so the counts are at least 6 and the distinct
+    # PSNs below are exact.
+    assert record["capture"]["opcodes"]["RC_SEND_ONLY"] >= 6
+    assert record["capture"]["opcodes"]["RC_ACKNOWLEDGE"] >= 6
     frames = [f for f in decode_file(Path(record["capture"]["pcap"])) if f.proto == "RoCEv2"]
     printed = {}
     for side in ("server_output", "client_output"):
@@ -61,10 +64,10 @@ def test_rc_pingpong_capture_matches_the_programs(lab_handle: LabHandle,
     for address, (_qpn, psn) in printed.items():
         (peer_qpn, _), = [v for a, v in printed.items() if a != address]
         sends = [f for f in frames if f.src == address and f.ops == ["RC_SEND_ONLY"]]
-        assert [f.psn for f in sends] == [psn, psn + 1, psn + 2]
+        assert list(dict.fromkeys(f.psn for f in sends)) == [psn, psn + 1, psn + 2]
         assert {f.dest_qp for f in sends} == {peer_qpn}  # sent to the peer's QP
         acks = [f for f in frames if f.dst == address and f.ops == ["RC_ACKNOWLEDGE"]]
-        assert [f.psn for f in acks] == [f.psn for f in sends]
+        assert list(dict.fromkeys(f.psn for f in acks)) == [psn, psn + 1, psn + 2]
         assert {f.dest_qp for f in acks} == {printed[address][0]}
 
 

@@ -150,6 +150,7 @@ def test_rping_capture_decodes_iwarp(siw_lab: LabHandle, tmp_path: Path) -> None
     for attempt in (1, 2):
         result = labctl("run", "rping", "--lab", SIW_LAB, "--count", "3", "--timeout", "40",
                         "--capture-dir", str(tmp_path), "--json", timeout=300)
+        assert result.stdout, f"exit {result.returncode}, no record:\n{result.stderr}"
         record = json.loads(result.stdout)
         if record["status"] == "passed":
             break
