@@ -133,11 +133,6 @@ def test_librdmacm_example_refused_on_siw(siw_lab: LabHandle, args: list[str],
     assert record["status"] == "skipped" and why in record["reason"]
 
 
-def test_siw_lab_down_leaves_nothing(siw_lab: LabHandle) -> None:
-    labctl("down", "--lab", SIW_LAB, check=True)
-    assert lab_leftovers(SIW_LAB) == {"netns": [], "qemu": [], "ssh": [], "labdir": []}
-
-
 def test_shipped_topology_is_siw(tmp_path: Path) -> None:
     result = labctl("validate", "topologies/siw-pair.yaml", "--json", check=True)
     assert {n["rdma"] for n in json.loads(result.stdout)["nodes"]} == {"siw"}
@@ -161,3 +156,9 @@ def test_rping_capture_decodes_iwarp(siw_lab: LabHandle, tmp_path: Path) -> None
     assert opcodes["RDMA_WRITE"] == 3
     frames = decode_file(Path(record["capture"]["pcap"]))
     assert not [f for f in frames if "not decoded" in f.note]
+
+
+# Last in the file: it takes the module's lab down (a test after it would find no lab).
+def test_siw_lab_down_leaves_nothing(siw_lab: LabHandle) -> None:
+    labctl("down", "--lab", SIW_LAB, check=True)
+    assert lab_leftovers(SIW_LAB) == {"netns": [], "qemu": [], "ssh": [], "labdir": []}
