@@ -60,8 +60,9 @@ def _run_all(
 
 
 def _report(results: dict[str, subprocess.CompletedProcess[str]], as_json: bool) -> int:
-    """Print the nodes' outputs; return the exit code for labctl."""
-    if len(results) == 1:
+    """Print the nodes' outputs; return the exit code for labctl. JSON has one shape however
+    many nodes: an object keyed by node name (a node that failed: {"error": text})."""
+    if len(results) == 1 and not as_json:
         (proc,) = results.values()
         sys.stdout.write(proc.stdout or "")
         sys.stdout.flush()
@@ -75,6 +76,9 @@ def _report(results: dict[str, subprocess.CompletedProcess[str]], as_json: bool)
                 merged[node] = json.loads(proc.stdout)
             except (ValueError, TypeError):
                 merged[node] = {"error": (proc.stderr or proc.stdout or "").strip()}
+            else:
+                if proc.stderr:
+                    sys.stderr.write(f"[{node}] {proc.stderr.rstrip()}\n")
         sys.stdout.write(json.dumps(merged, indent=2) + "\n")
     else:
         first = True

@@ -319,6 +319,23 @@ def test_devices_json() -> None:
     assert out == [{"device": "rxe0", "node_guid": out[0]["node_guid"]}]
 
 
+@pytest.mark.parametrize("nodes", [["node1"], ["node1", "node2"]])
+def test_devinfo_json_has_one_shape_for_any_number_of_nodes(
+        nodes: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`labctl devinfo --json` (and devices): an object keyed by node name, also for one."""
+    from labctl.cli.inspect import _report
+
+    text = (Path(__file__).parent / "verbs_records" / "rxe-node1.json").read_text()
+    record = records.Snapshot.from_json(text).to_json()
+    results = {n: subprocess.CompletedProcess([], 0, record, "") for n in nodes}
+    results["node9"] = subprocess.CompletedProcess([], 1, "", "no such device\n")
+    assert _report(results, as_json=True) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert list(out) == [*nodes, "node9"]
+    assert all(out[n] == json.loads(record) for n in nodes)
+    assert out["node9"] == {"error": "no such device"}
+
+
 # --- the list itself ---------------------------------------------------------------------
 def _json_commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[str]:
     for name, sub in getattr(command, "commands", {}).items():
