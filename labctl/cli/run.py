@@ -49,9 +49,11 @@ def run_group(
 
 ALL_PERFTESTS = (*PERFTESTS, *ATOMIC_PERFTESTS)
 TRANSPORTS = ("rc", "uc", "ud", "srq")  # --transport's choices (checked in pingpong)
-ServerOption = typer.Option(None, "--server", help="Server node (default: the first node).",
+ServerOption = typer.Option(None, "--server", help="Server node (default: the first node "
+                            "with an RDMA device).",
                             metavar="NODE", autocompletion=complete.node_names)
-ClientOption = typer.Option(None, "--client", help="Client node (default: the second node).",
+ClientOption = typer.Option(None, "--client", help="Client node (default: the next node "
+                            "with an RDMA device).",
                             metavar="NODE", autocompletion=complete.node_names)
 JsonOption = typer.Option(False, "--json", help="Print the result record(s) as JSON.")
 TimeoutOption = typer.Option(None, "--timeout", help="Seconds before a run counts as failed.",

@@ -49,9 +49,11 @@ def up(
         return
     console.print(f"[bold green]lab {lab.name} is up[/] in {result.seconds:.1f} s")
     print_status(result.labdir, live=False)
+    # --lab in every hint: without it the commands fail as soon as a second lab is up.
     console.print(
-        f"next: `labctl run pingpong`, `labctl exec {lab.nodes[0].name} -- ibv_devinfo`,"
-        f" `labctl down`"
+        f"next: `labctl run pingpong --lab {lab.name}`, `labctl exec {lab.nodes[0].name}"
+        f" --lab {lab.name} -- ibv_devinfo`, `labctl down --lab {lab.name}`",
+        soft_wrap=True,  # commands to copy: never broken across lines
     )
 
 
