@@ -391,42 +391,32 @@ def _stream(program: str, lab: str | None, server: str | None, client: str | Non
     _run_one(program, "rsocket", lab, server, client, options, as_json, capture, capture_dir)
 
 
-@run_app.command()
-def rstream(
-    server: str = ServerOption,
-    client: str = ClientOption,
-    count: int = typer.Option(100, "--count", "-C", help="Transfers (-C)."),
-    size: int = typer.Option(4096, "--size", "-S", help="Transfer size in bytes (-S)."),
-    port: int = PortOption,
-    timeout: float = TimeoutOption,
-    as_json: bool = JsonOption,
-    capture: bool = CaptureOption,
-    capture_dir: Path = CaptureDirOption,
-    lab: str = LabOption,
-) -> None:
-    """rstream: socket calls over rsockets (RDMA underneath); rxe only."""
-    _stream("rstream", lab, server, client,
-            {"count": count, "size": size, "port": port, "timeout": timeout}, as_json,
-            capture, capture_dir)
+def _stream_command(name: str, doc: str) -> None:
+    """`labctl run rstream` and `labctl run riostream`: the same options, another program."""
+
+    def command(
+        server: str = ServerOption,
+        client: str = ClientOption,
+        count: int = typer.Option(100, "--count", "-C", help="Transfers (-C)."),
+        size: int = typer.Option(4096, "--size", "-S", help="Transfer size in bytes (-S)."),
+        port: int = PortOption,
+        timeout: float = TimeoutOption,
+        as_json: bool = JsonOption,
+        capture: bool = CaptureOption,
+        capture_dir: Path = CaptureDirOption,
+        lab: str = LabOption,
+    ) -> None:
+        _stream(name, lab, server, client,
+                {"count": count, "size": size, "port": port, "timeout": timeout}, as_json,
+                capture, capture_dir)
+
+    command.__doc__ = doc
+    run_app.command(name)(command)
 
 
-@run_app.command()
-def riostream(
-    server: str = ServerOption,
-    client: str = ClientOption,
-    count: int = typer.Option(100, "--count", "-C", help="Transfers (-C)."),
-    size: int = typer.Option(4096, "--size", "-S", help="Transfer size in bytes (-S)."),
-    port: int = PortOption,
-    timeout: float = TimeoutOption,
-    as_json: bool = JsonOption,
-    capture: bool = CaptureOption,
-    capture_dir: Path = CaptureDirOption,
-    lab: str = LabOption,
-) -> None:
-    """riostream: rsockets with riomap/riowrite (RDMA writes); rxe and siw."""
-    _stream("riostream", lab, server, client,
-            {"count": count, "size": size, "port": port, "timeout": timeout}, as_json,
-            capture, capture_dir)
+_stream_command("rstream", "rstream: socket calls over rsockets (RDMA underneath); rxe only.")
+_stream_command("riostream",
+                "riostream: rsockets with riomap/riowrite (RDMA writes); rxe and siw.")
 
 
 @run_app.command()
