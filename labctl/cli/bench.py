@@ -12,7 +12,7 @@ from labctl.cli.run import ClientOption, ServerOption, TimeoutOption, pick_nodes
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab
 from labctl.runners.bench import BenchReport, plot, run_bench
-from labctl.runners.execute import RunResult, command_line
+from labctl.runners.execute import RunResult, failure_details
 from labctl.runners.spec import check_options
 
 
@@ -60,10 +60,7 @@ def require_matplotlib() -> None:
 
 def _show_failure(r: RunResult) -> None:
     err_console.print(f"[bold red]{r.label} failed[/]: {r.reason}")
-    err_console.print(f"--- server {r.server}: {command_line(r.server_argv)}\n"
-                      f"{r.server_output.rstrip()}\n--- client {r.client}: "
-                      f"{command_line(r.client_argv)}\n{r.client_output.rstrip()}",
-                      markup=False)
+    err_console.print(failure_details(r), markup=False, soft_wrap=True)
 
 
 def bench(

@@ -24,7 +24,7 @@ from labctl.runners.examples import (
     TEACHES,
     pingpong_variant,
 )
-from labctl.runners.execute import RunResult, command_line, run_example
+from labctl.runners.execute import RunResult, failure_details, run_example
 from labctl.runners.matrix import run_matrix
 from labctl.runners.pairs import resolve_pairs
 from labctl.runners.spec import check_options
@@ -132,7 +132,10 @@ def figures_text(result: RunResult) -> str:
 
 def _outcome(r: RunResult) -> str:
     color = {"passed": "green", "skipped": "yellow"}.get(r.status, "red")
-    return f"[{color}]{r.status}[/]" + (f" ({r.reason})" if r.reason else "")
+    notes = [r.reason] if r.reason else []
+    if r.retried:  # say it: a pass that needed a fresh pair is not a clean pass
+        notes.append(f"attempt {r.attempts}; earlier ones hit a known race, see --json")
+    return f"[{color}]{r.status}[/]" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def print_results(results: list[RunResult], as_json: bool, *, summary: bool = False) -> None:
@@ -162,10 +165,7 @@ def print_results(results: list[RunResult], as_json: bool, *, summary: bool = Fa
     for r in results:
         if r.status == "failed":
             err_console.print(f"[bold red]{r.example} {r.variant} failed[/]: {r.reason}")
-            err_console.print(f"--- server {r.server}: {command_line(r.server_argv)}\n"
-                              f"{r.server_output.rstrip()}\n--- client {r.client}: "
-                              f"{command_line(r.client_argv)}\n{r.client_output.rstrip()}",
-                              markup=False)
+            err_console.print(failure_details(r), markup=False, soft_wrap=True)
     if any(r.status == "failed" for r in results):
         raise typer.Exit(1)
 

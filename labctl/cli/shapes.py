@@ -144,7 +144,9 @@ class RunRecord(Shape):
     seconds: float
     key_figure: str  # the name of the figure a summary shows, e.g. usec_per_iter
     capture: RunCapture | None  # with `--capture`; null otherwise
-    attempts: int  # 1; more when a rejected connection setup was tried again (perftest -R)
+    attempts: int  # 1; more when a known race ended an attempt (docs/reliability.md)
+    retried: list[str]  # "attempt N: why it failed (the race)" for each earlier attempt
+    diagnostics: dict[str, str]  # failed runs: node -> its RDMA state at the failure; else {}
 
 
 # --- labctl bench --json -----------------------------------------------------------------

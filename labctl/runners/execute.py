@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import shlex
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import LabHandle
+from labctl.runners.diagnose import snapshot
 from labctl.runners.server import ServerProcess
 from labctl.runners.spec import Endpoint, ExampleSpec, RunContext, check_options
 
 READY_WAIT_SECONDS = 30.0
-# A connection setup the peer rejected (ExampleSpec.setup_rejected) is tried again with a
-# fresh server and client, at most this often in all; the record says how many it took.
-SETUP_ATTEMPTS = 3
+READY_SLICE_SECONDS = 2.0
+# A run that failed by a known race (ExampleSpec.setup_rejected, .timeout_race) is tried
+# again with a fresh server and client, at most this often in all; the record says how many
+# attempts it took and why the earlier ones failed.
+MAX_ATTEMPTS = 3
 
 
 @dataclass
@@ -35,7 +39,10 @@ class RunResult:
     seconds: float = 0.0
     key_figure: str = ""  # the name of the figure a summary shows
     capture: dict[str, Any] | None = None  # `run --capture`: the pcap and opcode counts
-    attempts: int = 1  # > 1: connection setup was rejected and tried again with a fresh pair
+    attempts: int = 1  # > 1: a known race ended an attempt; tried again with a fresh pair
+    retried: list[str] = field(default_factory=list)  # why each earlier attempt failed
+    # A failed run: each live node's RDMA state as it failed (runners/diagnose.py).
+    diagnostics: dict[str, str] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -69,7 +76,8 @@ def endpoint(handle: LabHandle, node: str) -> Endpoint:
     if gid_index is None and lab_node.rdma == "rxe":
         devices = handle.node_status(node)["devices"]
         gid_index = devices[0]["gid_index"] if devices else None
-    return Endpoint(node, handle.rdma_device(node), lab_node.rdma, gid_index, iface.address)
+    return Endpoint(node, handle.rdma_device(node), lab_node.rdma, gid_index, iface.address,
+                    iface.name)
 
 
 def _bounded(argv: list[str], seconds: float) -> list[str]:
@@ -98,13 +106,31 @@ def _wait_listening(
         time.sleep(1.0)
         return
     probe = spec.ready_probe(ctx)
-    loop = (
-        f"i=0; until {probe}; do i=$((i+1)); [ $i -gt {int(READY_WAIT_SECONDS * 10)} ] "
-        "&& exit 1; sleep 0.1; done"
-    )
-    result = handle.run(ctx.server.node, ["sh", "-c", loop], timeout=READY_WAIT_SECONDS + 15)
-    if result.returncode != 0 or not server.running():
-        raise RuntimeError("server did not start listening")
+    # The probe loops in the node for a slice at a time; between slices we look whether the
+    # server is still there: one that exited (bad option, device error) fails the run now,
+    # not at the end of the whole wait.
+    # `timeout` bounds the slice by the clock: a count of tries is no bound when each
+    # try's fork+exec takes up to a second under TCG.
+    loop = f"until {probe}; do sleep 0.1; done"
+    bounded = ["timeout", f"{READY_SLICE_SECONDS:.0f}", "sh", "-c", loop]
+    deadline = time.monotonic() + READY_WAIT_SECONDS
+    while server.running():
+        result = handle.run(ctx.server.node, bounded, timeout=READY_SLICE_SECONDS + 15)
+        if result.returncode == 0 and server.running():
+            return
+        if time.monotonic() > deadline:
+            break
+    raise RuntimeError("server did not start listening" + (
+        "" if server.running() else f" (it exited with {server.returncode})"))
+
+
+def _diagnose(handle: LabHandle, ctx: RunContext, result: RunResult,
+              lost: dict[str, str]) -> None:
+    """Read each live node's RDMA state while the failed pair still holds its resources."""
+    live = [ep for ep in (ctx.server, ctx.client) if ep.node not in lost]
+    with ThreadPoolExecutor(max_workers=2) as pool:  # both nodes at once: each takes seconds
+        states = pool.map(lambda ep: snapshot(handle, ep.node, ep.device, ep.interface), live)
+        result.diagnostics = {ep.node: state for ep, state in zip(live, states, strict=True)}
 
 
 def _shortfall(result: RunResult) -> str:
@@ -147,14 +173,26 @@ def run_example(
     result.server_argv = spec.server_argv(ctx)
     result.client_argv = spec.client_argv(ctx)
     started = time.monotonic()
-    for attempt in range(1, SETUP_ATTEMPTS + 1):
+    for attempt in range(1, MAX_ATTEMPTS + 1):
         result.attempts = attempt
         _attempt(handle, spec, ctx, result, timeout)
-        if not (spec.setup_rejected and result.status == "failed"
-                and spec.setup_rejected in result.client_output):
+        why = _worth_another_attempt(spec, result)
+        if not why or attempt == MAX_ATTEMPTS:
             break
+        result.retried.append(f"attempt {attempt}: {result.reason} ({why})")
     result.seconds = round(time.monotonic() - started, 2)
     return result
+
+
+def _worth_another_attempt(spec: ExampleSpec, result: RunResult) -> str:
+    """Why a fresh server/client pair may pass where this one failed; "" if it may not."""
+    if result.status != "failed":
+        return ""
+    if spec.setup_rejected and spec.setup_rejected in result.client_output:
+        return "connection setup rejected although the server listened"
+    if spec.timeout_race and result.reason.startswith("client exited with 124"):
+        return spec.timeout_race
+    return ""
 
 
 def _attempt(handle: LabHandle, spec: ExampleSpec, ctx: RunContext, result: RunResult,
@@ -164,7 +202,10 @@ def _attempt(handle: LabHandle, spec: ExampleSpec, ctx: RunContext, result: RunR
     result.status, result.reason = "failed", ""
     result.client_output = result.server_output = ""
     result.figures, result.server_figures = {}, {}
-    server = ServerProcess(handle, server_node, _bounded(result.server_argv, timeout + 10))
+    result.diagnostics = {}
+    # The server's bound outlasts the client's and the failure snapshot after it: a server
+    # still in its wait shows in `rdma res show`. The runner stops it sooner in any case.
+    server = ServerProcess(handle, server_node, _bounded(result.server_argv, timeout + 30))
     try:
         _wait_listening(handle, spec, ctx, server)
         client = handle.run(
@@ -175,6 +216,8 @@ def _attempt(handle: LabHandle, spec: ExampleSpec, ctx: RunContext, result: RunR
         ended = server.wait(grace)
         lost = {} if ended and client.returncode == 0 else _lost_nodes(
             handle, (server_node, client_node))
+        if client.returncode != 0 or not ended or server.returncode != 0:
+            _diagnose(handle, ctx, result, lost)
         server.stop(in_node=server_node not in lost)
         result.server_output = server.output()
         result.figures = spec.parse(result.client_output)
@@ -195,6 +238,7 @@ def _attempt(handle: LabHandle, spec: ExampleSpec, ctx: RunContext, result: RunR
             if lost:
                 result.reason += "; " + "; ".join(lost.values())
     except RuntimeError as exc:
+        _diagnose(handle, ctx, result, _lost_nodes(handle, (server_node, client_node)))
         server.stop(in_node=True)
         result.server_output = server.output()
         result.reason = str(exc)
@@ -206,3 +250,13 @@ def _attempt(handle: LabHandle, spec: ExampleSpec, ctx: RunContext, result: RunR
 
 def command_line(argv: list[str]) -> str:
     return shlex.join(argv)
+
+
+def failure_details(result: RunResult) -> str:
+    """Both sides' command lines and outputs, then each node's state as the run failed."""
+    text = (f"--- server {result.server}: {command_line(result.server_argv)}\n"
+            f"{result.server_output.rstrip()}\n--- client {result.client}: "
+            f"{command_line(result.client_argv)}\n{result.client_output.rstrip()}")
+    for node, state in result.diagnostics.items():
+        text += f"\n--- {node} state at the failure:\n{state}"
+    return text

@@ -20,6 +20,7 @@ class Endpoint:
     device_type: str  # rxe | siw
     gid_index: int | None
     address: str
+    interface: str = ""  # the data interface the device is bound to (eth1)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,9 @@ class ExampleSpec:
     # connects that the peer rejected as "no listener" (reason 8) although it listened, seen
     # under a loaded TCG host (docs/reliability.md). Empty: never tried again.
     setup_rejected: str = ""
+    # Why a client that ran into its bound may pass with a fresh pair (a race of the program
+    # with rxe, measured and documented in docs/reliability.md). Empty: a timeout is final.
+    timeout_race: str = ""
 
     @property
     def label(self) -> str:

@@ -83,6 +83,10 @@ def test_failed_run_shows_output_and_exits_nonzero() -> None:
     assert result.returncode == 1
     assert "failed" in result.stderr
     assert "ibv_rc_pingpong" in result.stderr
+    # ... and shows each node's RDMA state as it failed (runners/diagnose.py).
+    for node in ("node1", "node2"):
+        assert f"--- {node} state at the failure:\nport rxe0/1: 4: ACTIVE" in result.stderr
+    assert "cm_id:" in result.stderr and "type GSI" in result.stderr
 
 
 @pytest.mark.parametrize("node", ["node1", "node2"])

@@ -290,9 +290,9 @@ def test_hostile_files_exit_2_fast(command: list[str], cli: Cli, tmp_path: Path)
     files = tmp_path / "files"
     files.mkdir()
     for kind, path in _hostile_files(files).items():
-        started = time.monotonic()
+        started = time.monotonic()  # wall time: a FIFO or device read would block, not spin
         _refused(cli, [*command, str(path)], says[kind])
-        assert time.monotonic() - started < 5, kind
+        assert time.monotonic() - started < 20, kind
 
 
 def test_fifo_as_a_process_does_not_hang(tmp_path: Path) -> None:
@@ -326,11 +326,11 @@ def test_many_problems_take_linear_time() -> None:
     """20k unknown keys once took 96 s (each problem scanned the whole mapping)."""
     def seconds(n: int) -> float:
         text = "name: t\nnodes: {a: {rdma: none}}\n" + "".join(f"k{i}: 1\n" for i in range(n))
-        started = time.monotonic()
+        started = time.process_time()  # CPU time: the cost, whatever else runs on the host
         with pytest.raises(TopologyError) as info:
             parse_topology(text, "t.yaml")
         assert info.value.message == "t.yaml:3: k0: unknown key 'k0'"
-        return time.monotonic() - started
+        return time.process_time() - started
 
     assert seconds(20_000) < 15
 
@@ -356,9 +356,9 @@ def test_many_links_resolve_in_linear_time() -> None:
         lines.append(f"  - endpoints: [{a}:eth{ia}, {b}:eth{ib}]")
         if k % 2:
             lines.append(f"    subnet: 172.16.{k // 64}.{(k % 64) * 4}/30")
-    started = time.monotonic()
+    started = time.process_time()  # CPU time: the cost, whatever else runs on the host
     lab = resolve(parse_topology("\n".join(lines) + "\n", "t.yaml"), "t.yaml")
-    assert time.monotonic() - started < 30
+    assert time.process_time() - started < 30
     assert len({s.subnet for s in lab.segments}) == len(lab.segments)
     assert not any(ipaddress.IPv4Network(s.subnet).overlaps(ipaddress.IPv4Network("10.0.2.0/24"))
                    for s in lab.segments)

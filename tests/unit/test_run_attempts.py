@@ -1,0 +1,80 @@
+"""When the runner tries a failed run again (a known race), and what the record says."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from labctl.runners import execute
+from labctl.runners.examples import EXAMPLES
+from labctl.runners.execute import MAX_ATTEMPTS, RunResult, _worth_another_attempt
+from labctl.runners.spec import Endpoint
+
+RDMA_SERVER = EXAMPLES[("rdma-server", "rc")]
+PINGPONG = EXAMPLES[("pingpong", "rc")]
+PERFTEST_R = EXAMPLES[("perftest", "ib_write_bw")]
+
+
+def _failed(reason: str, client_output: str = "") -> RunResult:
+    return RunResult("x", "y", "node1", "node2", "failed", reason=reason,
+                     client_output=client_output)
+
+
+def test_a_timed_out_rdma_client_is_the_documented_race() -> None:
+    why = _worth_another_attempt(RDMA_SERVER, _failed("client exited with 124 (timed out)"))
+    assert "ACK" in why and "unlimited on rxe" in why
+
+
+@pytest.mark.parametrize("reason", ["client exited with 255", "server exited with 124",
+                                    "server did not start listening"])
+def test_other_rdma_server_failures_are_final(reason: str) -> None:
+    assert _worth_another_attempt(RDMA_SERVER, _failed(reason)) == ""
+
+
+def test_a_timeout_is_final_for_examples_without_a_known_race() -> None:
+    assert _worth_another_attempt(PINGPONG, _failed("client exited with 124 (timed out)")) == ""
+
+
+def test_a_rejected_setup_is_tried_again_only_where_declared() -> None:
+    rejected = "Event: RDMA_CM_EVENT_REJECTED; error: 8"
+    assert PERFTEST_R.setup_rejected == rejected
+    assert _worth_another_attempt(PERFTEST_R, _failed("client exited with 1", rejected))
+    assert _worth_another_attempt(PINGPONG, _failed("client exited with 1", rejected)) == ""
+
+
+def test_a_passed_run_is_never_tried_again() -> None:
+    passed = RunResult("x", "y", "node1", "node2", "passed")
+    assert _worth_another_attempt(RDMA_SERVER, passed) == ""
+
+
+def _fake_lab(monkeypatch: pytest.MonkeyPatch, outcomes: list[str]) -> list[int]:
+    """run_example against scripted attempts: each outcome is a reason ("" = passed)."""
+    calls: list[int] = []
+
+    def endpoint(handle: Any, node: str) -> Endpoint:
+        return Endpoint(node, "rxe0", "rxe", 1, "10.77.1.1", "eth1")
+
+    def attempt(handle: Any, spec: Any, ctx: Any, result: RunResult, timeout: float) -> None:
+        reason = outcomes[len(calls)]
+        calls.append(len(calls) + 1)
+        result.status, result.reason = ("failed", reason) if reason else ("passed", "")
+
+    monkeypatch.setattr(execute, "endpoint", endpoint)
+    monkeypatch.setattr(execute, "_attempt", attempt)
+    return calls
+
+
+def test_the_record_says_why_an_earlier_attempt_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _fake_lab(monkeypatch, ["client exited with 124 (timed out)", ""])
+    result = execute.run_example(None, RDMA_SERVER, "node1", "node2", {})  # type: ignore[arg-type]
+    assert (result.status, result.attempts, calls) == ("passed", 2, [1, 2])
+    assert result.retried[0].startswith("attempt 1: client exited with 124 (timed out) (")
+
+
+def test_attempts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _fake_lab(monkeypatch, ["client exited with 124 (timed out)"] * 5)
+    result = execute.run_example(None, RDMA_SERVER, "node1", "node2", {})  # type: ignore[arg-type]
+    assert (result.status, result.attempts, len(calls)) == ("failed", MAX_ATTEMPTS, MAX_ATTEMPTS)
+    assert len(result.retried) == MAX_ATTEMPTS - 1
+    assert result.reason == "client exited with 124 (timed out)"
