@@ -250,10 +250,9 @@ RDMA_SERVER = ExampleSpec(
     ready_probe=lambda ctx: _CM_LISTEN,
     key_figure="end",
     timeout=30.0,  # the exchange takes 2-5 s under TCG; a bound reached is the race below
-    timeout_race=("rdma_client disconnects once its receive completes; rxe can deliver that "
-                  "completion before it has sent the ACK, the QP's move to error drops the "
-                  "ACK, and rdma_server resends its reply forever (retry_count 7 is "
-                  "unlimited on rxe) without answering the DREQ"),
+    timeout_race=("a side disconnected as soon as it had the peer's message, before rxe "
+                  "acknowledged it; the peer resends that SEND forever (retry count 7 is "
+                  "unlimited on rxe) into a QP in error: docs/reliability.md"),
 )
 UD_UNSUPPORTED = ("iWARP (siw) has RC only: udaddy says \"unable to create QP: Operation not "
                   "supported\"")
