@@ -29,6 +29,7 @@ from pyroute2 import IPRoute
 
 from labctl.lab.handle import LabHandle
 from labctl.paths import state_root
+from labctl.runners.diagnose import DIAGNOSE_SECONDS
 from labctl.runners.server import ServerProcess
 from tests.integration.conftest import LAB_NAME, REPO, labctl
 
@@ -308,7 +309,11 @@ def test_link_down_under_the_verbs_pingpong_ends_at_its_timeout(
     record = json.loads(out)
     assert run.returncode == 1 and record["status"] == "failed"
     assert "(timed out)" in record["reason"], record["reason"]
-    assert took < 20 + 30, took  # the bound, its 5 s kill grace and ssh: never a hang
+    # Never a hang: the bound, its 5 s kill grace, ssh, and the failure snapshot of both
+    # nodes (read in parallel, each bounded by DIAGNOSE_SECONDS).
+    assert took < 20 + 30 + DIAGNOSE_SECONDS, (took, record["seconds"])
+    assert set(record["diagnostics"]) == {"node1", "node2"}, record["diagnostics"]
+    assert "1: DOWN" in record["diagnostics"]["node1"]  # the snapshot saw the pulled cable
     labctl("link", "set", "--lab", LAB_NAME, "node1:eth1", "up", check=True)
     assert _wait_port(lab_handle, "node1", "4: ACTIVE") < 30
     _passed(_pingpong("--iters", "20"))
