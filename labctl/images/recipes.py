@@ -26,7 +26,8 @@ class Recipe:
 
 DOCKER_HOST_PACKAGES = ("docker.io", "docker-cli", "containerd", "runc")
 # The development image (`image: trixie-dev`): build and debug RDMA code in the nodes.
-DEV_PACKAGES = ("gcc", "make", "pkg-config", "libibverbs-dev", "librdmacm-dev",
+# libc6-dev: gcc only recommends it (crt files, libc headers) and images get no recommends.
+DEV_PACKAGES = ("gcc", "libc6-dev", "make", "pkg-config", "libibverbs-dev", "librdmacm-dev",
                 "python3-pyverbs", "gdb", "strace")
 
 # trixie userland (rdma-core 56.1) with the trixie-backports 7.x kernel, whose rxe works

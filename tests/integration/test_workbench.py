@@ -56,12 +56,31 @@ def _exec(node: str, script: str) -> tuple[int, str, str]:
     return result.returncode, result.stdout, result.stderr
 
 
-def test_dev_image_has_the_toolchain(wb_lab: Path) -> None:
-    code, out, err = _exec("node1", "gcc --version && make --version && gdb --version && "
-                           "strace -V && pkg-config --libs libibverbs librdmacm && "
+VERBS_PROGRAM = r"""
+#include <stdio.h>
+#include <infiniband/verbs.h>
+int main(void) {
+    int n = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    if (!list) return 1;
+    for (int i = 0; i < n; i++) printf("device %s\n", ibv_get_device_name(list[i]));
+    ibv_free_device_list(list);
+    return 0;
+}
+"""
+
+
+def test_dev_image_builds_and_runs_verbs_code(wb_lab: Path) -> None:
+    """A verbs program written on the host, compiled and run in the node, in /work."""
+    (wb_lab / "devices.c").write_text(VERBS_PROGRAM)
+    code, out, err = _exec("node1", "cd /work && gcc -Wall -o devices devices.c "
+                           "$(pkg-config --cflags --libs libibverbs) && ./devices && "
+                           "make --version >/dev/null && gdb --version >/dev/null && "
+                           "strace -V >/dev/null && pkg-config --libs librdmacm && "
                            "python3 -c 'import pyverbs'")
     assert code == 0, err
-    assert "-libverbs" in out and "-lrdmacm" in out
+    assert [line.strip() for line in out.splitlines()] == ["device rxe0", "-lrdmacm"]
+    assert (wb_lab / "devices").is_file()  # the binary is on the host too
 
 
 def test_host_folder_both_ways(wb_lab: Path) -> None:
