@@ -88,6 +88,11 @@ def up(topology: Path, options: UpOptions | None = None,
     started = time.monotonic()
     with labdir.locked("up"):
         if labdir.exists():
+            if options.mounts:  # a repair restarts nodes as they were made
+                raise UsageError(f"--mount: lab {lab.name} is already up; folders are given "
+                                 "when a lab is made",
+                                 hint=f"`labctl down --lab {lab.name}`, then `labctl up` with "
+                                 "--mount (or use `labctl cp`)")
             repaired = repair(labdir, options.timeout, progress)
             return UpResult(labdir.load_lab(), labdir, time.monotonic() - started, repaired)
         provider = provider_for(lab, labdir)

@@ -16,7 +16,9 @@ import pytest
 from labctl.errors import UsageError
 from labctl.images.builder import Image, image_key
 from labctl.images.recipes import DEV_PACKAGES, image_label, node_recipe, recipe
+from labctl.lab import lifecycle
 from labctl.lab.labdir import LabDir
+from labctl.lab.state import LabState, Phase
 from labctl.lab.transfer import parse_copy, split_location
 from labctl.providers import docker as docker_provider
 from labctl.providers import provider_for
@@ -28,6 +30,7 @@ from labctl.topology.errors import TopologyError
 from labctl.topology.load import parse_topology, resolve
 from labctl.topology.resolved import Lab
 from labctl.topology.workbench import with_extra_mounts
+from tests.unit.clirun import run_main
 
 BASE = """name: wb
 defaults: {image: trixie-dev, packages: [iperf3], mounts: ["./src:/work"]}
@@ -360,3 +363,44 @@ def test_every_placeholder_is_documented() -> None:
     docs = (Path(__file__).parents[2] / "docs" / "examples.md").read_text()
     for name in PLACEHOLDERS:
         assert f"{{{name}}}" in docs
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def test_up_mount_on_a_lab_that_is_up_is_refused(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(tmp_path / "labs"))
+    lab = _lab(tmp_path, "name: wbup\nnodes: {a: {rdma: none}}\n")
+    labdir = LabDir("wbup")
+    labdir.create(lab)
+    labdir.save_state(LabState(provider="qemu", phase=Phase.UP))
+    (tmp_path / "more").mkdir()
+    options = lifecycle.UpOptions(mounts=(f"{tmp_path / 'more'}:/more",))
+    with pytest.raises(UsageError, match="--mount: lab wbup is already up"):
+        lifecycle.up(tmp_path / "t.yaml", options)
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["exec", "--all"], "--all needs a command"),
+    (["exec"], "Missing argument 'NODE'"),
+    (["cp", "a", "b"], "one of SRC and DST must be NODE:PATH"),
+    (["cp", "node1:/a", "node2:/b"], "copying from node to node is not supported"),
+    (["run", "custom", "--server", "x {nope}", "--client", "y"],
+     "--server: unknown placeholder {nope}"),
+    (["run", "custom", "--server", "x", "--client", "y", "--ready", "a", "--ready-port", "1"],
+     "--ready and --ready-port exclude each other"),
+    (["run", "custom", "--server", "x", "--client", "y", "--ready-port", "70000"],
+     "--ready-port"),
+    (["up", "two-node", "--mount", "/nonexistent-wb:/x"],
+     "--mount '/nonexistent-wb:/x': the host folder '/nonexistent-wb' does not exist"),
+])
+def test_bad_workbench_arguments_exit_2_before_any_lab(
+        args: list[str], says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(tmp_path / "labs"))
+    code, _out, err = run_main(monkeypatch, capsys, *args)
+    assert code == 2, err
+    assert says in " ".join(err.split())
+    assert "Traceback" not in err
+    assert not (tmp_path / "labs").exists() or not any((tmp_path / "labs").iterdir())
