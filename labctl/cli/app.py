@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "down",
     "status",
     "exec_",
+    "cp",
     "run",
     "bench",
     "image",

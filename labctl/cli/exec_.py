@@ -1,25 +1,75 @@
-"""`labctl exec NODE -- CMD...`: run a command in a node, with its exit code."""
+"""`labctl exec NODE -- CMD...`: run a command in a node, with its exit code;
+`labctl exec --all -- CMD...`: in every node at once, each output line labelled."""
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import typer
 
-from labctl.cli.common import LabOption, NodeArgument
+from labctl.cli import complete
+from labctl.cli.common import LabOption, err_console
 from labctl.errors import UsageError, short_repr
-from labctl.lab.handle import open_lab
+from labctl.lab.handle import LabHandle, open_lab
 from labctl.topology.model import NODE_NAME_RE
 
 
+def labelled(node: str, text: str) -> str:
+    """Every line of `text` as "NODE: line" (a missing last newline added)."""
+    return "".join(f"{node}: {line}\n" for line in text.splitlines())
+
+
+def exec_everywhere(handle: LabHandle, command: list[str]) -> int:
+    """Run `command` in every node in parallel; print each node's output labelled, in the
+    lab's node order (stdout to stdout, stderr to stderr). 1 if any node failed, else 0."""
+    nodes = [n.name for n in handle.lab.nodes]
+
+    def one(node: str) -> subprocess.CompletedProcess[str]:
+        return handle.run(node, command)
+
+    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+        results = dict(zip(nodes, pool.map(one, nodes), strict=True))
+    failed = []
+    for node, result in results.items():
+        sys.stdout.write(labelled(node, result.stdout))
+        sys.stdout.flush()
+        sys.stderr.write(labelled(node, result.stderr))
+        sys.stderr.flush()
+        if result.returncode != 0:
+            failed.append(f"{node} (exit {result.returncode})")
+    if failed:
+        err_console.print(f"failed on {len(failed)} of {len(nodes)} nodes: {', '.join(failed)}",
+                          markup=False)
+        return 1
+    return 0
+
+
 def exec_command(
-    node: str = NodeArgument,
+    node: str = typer.Argument(None, metavar="NODE", help="Node name (not with --all).",
+                               autocompletion=complete.node_names),
     command: list[str] = typer.Argument(None, help="Command and arguments (after --).",
                                         metavar="COMMAND"),
+    all_nodes: bool = typer.Option(False, "--all", help="Run COMMAND in every node of the "
+                                   "lab in parallel; each output line starts with `NODE: `; "
+                                   "exit 1 if it failed in any node."),
     lab: str = LabOption,
 ) -> None:
-    """Run COMMAND in NODE (an interactive shell when no command is given)."""
+    """Run COMMAND in NODE (an interactive shell when no command is given), or with --all
+    in every node."""
+    if all_nodes:
+        # With --all there is no NODE: the first word after `--` is the command's.
+        words = ([node] if node is not None else []) + list(command or [])
+        if not words:
+            raise UsageError("--all needs a command", hint="e.g. `labctl exec --all -- "
+                             "ibv_devices`")
+        raise typer.Exit(exec_everywhere(open_lab(lab), words))
+    if node is None:
+        raise UsageError("Missing argument 'NODE'", hint="`labctl exec NODE -- CMD`, or "
+                         "`labctl exec --all -- CMD` for every node")
     if not re.fullmatch(NODE_NAME_RE, node):  # before the lab is opened; never echoed whole
         raise UsageError(f"bad node name {short_repr(node)}",
                          hint="node names are a lowercase letter then up to 14 of a-z, 0-9 "

@@ -12,9 +12,10 @@ from rich.table import Table
 from labctl.capture.runhook import capturing_run
 from labctl.cli import complete
 from labctl.cli.capture import CaptureDirOption, CaptureOption
-from labctl.cli.common import LabOption, console, err_console, seconds
+from labctl.cli.common import LabOption, console, err_console, int_range, seconds
 from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import LabHandle, open_lab
+from labctl.runners.custom import custom_spec
 from labctl.runners.examples import (
     ATOMIC_PERFTESTS,
     EXAMPLES,
@@ -434,6 +435,58 @@ def rcopy(
     """rcopy: a file made in the client node copied over rsockets, compared on arrival."""
     _stream("rcopy", lab, server, client, {"size": size, "port": port, "timeout": timeout},
             as_json, capture, capture_dir)
+
+
+@run_app.command()
+def custom(
+    server_cmd: str = typer.Option(..., "--server", help="Server command: shell text run "
+                                   "with `sh -c` in the server node; placeholders "
+                                   "{server_ip} {client_ip} {device} {gid_index} {port} are "
+                                   "filled in, quoted.", metavar="'CMD'"),
+    client_cmd: str = typer.Option(..., "--client", help="Client command, as --server, run "
+                                   "in the client node once the server is ready.",
+                                   metavar="'CMD'"),
+    server: str = typer.Option(None, "--server-node", help="Server node (default: the first "
+                               "node with an RDMA device).", metavar="NODE",
+                               autocompletion=complete.node_names),
+    client: str = typer.Option(None, "--client-node", help="Client node (default: the next "
+                               "node with an RDMA device).", metavar="NODE",
+                               autocompletion=complete.node_names),
+    ready: str = typer.Option(None, "--ready", help="Shell probe run in the server node "
+                              "until it exits 0 (the server is ready); placeholders as "
+                              "--server.", metavar="'PROBE'"),
+    ready_port: int = typer.Option(None, "--ready-port", help="The server is ready once "
+                                   "something listens on this TCP port.", metavar="PORT",
+                                   callback=int_range("--ready-port", 1, 65535)),
+    port: int = typer.Option(None, "--port", "-p", help="The value of {port} (18515)."),
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
+    lab: str = LabOption,
+) -> None:
+    """Your own server and client commands between two nodes, run like the built-in
+    examples (readiness, timeout, output, exit 1 on failure, --json record). Without
+    --ready/--ready-port the client starts 1 s after the server. The server must end by
+    itself once the client is done."""
+    options = check_options({"port": port, "timeout": timeout})
+    spec = custom_spec(server_cmd, client_cmd, ready=ready, ready_port=ready_port)
+    handle = open_lab(lab)
+    rdma_nodes = [n.name for n in handle.lab.nodes if n.rdma != "none"]
+    for flag, value in (("--server-node", server), ("--client-node", client)):
+        if value is not None and value not in rdma_nodes:  # named as this command names it
+            raise UsageError(f"{flag}: lab {handle.lab.name} has no node {short_repr(value)} "
+                             "with an RDMA device",
+                             hint="nodes with RDMA devices: " + (", ".join(rdma_nodes) or "none"))
+    server, client = pick_nodes(handle, server, client)
+    with capturing_run(handle, server, "custom", capture, capture_dir) as cap:
+        result = run_example(handle, spec, server, client, options)
+    result.capture = cap.record() if cap else None
+    print_results([result], as_json)
+    if result.status == "skipped":
+        err_console.print(f"[bold red]refused:[/] custom run between {server} and "
+                          f"{client}: {result.reason}")
+        raise typer.Exit(2)
 
 
 def example_list() -> list[dict[str, Any]]:

@@ -190,6 +190,14 @@ class LabNode(Shape):
     cpus: int
     image: str
     interfaces: list[LabInterface]
+    packages: list[str] = []  # only when the node has extra packages (sorted)
+    mounts: list[LabMount] = []  # only when the node has host folders
+
+
+class LabMount(Shape):
+    source: str  # absolute host path
+    target: str  # absolute path in the node
+    readonly: bool
 
 
 class LabSegment(Shape):
@@ -261,6 +269,7 @@ SHAPES: dict[str, type[Shape] | None] = {
     "run rstream": RunRecord,
     "run riostream": RunRecord,
     "run rcopy": RunRecord,
+    "run custom": RunRecord,  # example "custom", variant ""
     "run all": RunRecord,  # a list of them
     "run list": ExampleListRow,  # a list of them
     "bench": BenchOutput,

@@ -30,13 +30,18 @@ def up(
         "local (the engine at DOCKER_HOST); also LABCTL_DOCKER_ENGINE.",
         metavar=choice_metavar(*ENGINES), autocompletion=choices(*ENGINES),
     ),
+    mounts: list[str] = typer.Option(
+        None, "--mount", help="Host folder in every node: SRC:DST (read-write) or SRC:DST:ro "
+        "(SRC from the working directory, DST absolute in the node); repeatable.",
+        metavar="SRC:DST[:ro]"),
 ) -> None:
     """Start the lab described by TOPOLOGY and wait until every RDMA device is ACTIVE."""
     from labctl.cli.status import print_status
     from labctl.topology.catalog import find_topology
 
     options = lifecycle.UpOptions(accel=accel, mirror=mirror, timeout=timeout,
-                                  provider=provider_name, engine=engine)
+                                  provider=provider_name, engine=engine,
+                                  mounts=tuple(mounts or ()))
     options.check()
     path = find_topology(topology)
     with progress_reporter(f"up {path.stem}") as progress:

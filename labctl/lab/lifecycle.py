@@ -41,6 +41,7 @@ class UpOptions:
     timeout: float = 300  # seconds for every node to be ready
     provider: str | None = None  # overrides the topology's
     engine: str | None = None  # docker: vm or local (else LABCTL_DOCKER_ENGINE, else vm)
+    mounts: tuple[str, ...] = ()  # --mount SRC:DST[:ro], for every node (SRC from the cwd)
 
     def check(self) -> None:
         if self.accel not in ACCELS:
@@ -63,9 +64,10 @@ class UpResult:
 def resolve(topology: Path, options: UpOptions) -> Lab:
     """The topology's lab with the options applied (nothing is made)."""
     from labctl.topology.load import load_lab
+    from labctl.topology.workbench import with_extra_mounts
 
     options.check()
-    lab = load_lab(topology)
+    lab = with_extra_mounts(load_lab(topology), options.mounts, Path.cwd())
     provider_options = dict(lab.provider_options)
     provider_options["accel"] = options.accel
     if options.mirror:
@@ -86,6 +88,11 @@ def up(topology: Path, options: UpOptions | None = None,
     started = time.monotonic()
     with labdir.locked("up"):
         if labdir.exists():
+            if options.mounts:  # a repair restarts nodes as they were made
+                raise UsageError(f"--mount: lab {lab.name} is already up; folders are given "
+                                 "when a lab is made",
+                                 hint=f"`labctl down --lab {lab.name}`, then `labctl up` with "
+                                 "--mount (or use `labctl cp`)")
             repaired = repair(labdir, options.timeout, progress)
             return UpResult(labdir.load_lab(), labdir, time.monotonic() - started, repaired)
         provider = provider_for(lab, labdir)

@@ -94,6 +94,22 @@ if [ -n "$modules" ]; then
     done
 fi
 
+# Host folders (qemu nodes): virtio-9p shares named labctlN, "TAG,DST,MODE" words.
+if [ "$KIND" = vm ] && [ -n "${LABCTL_MOUNTS:-}" ]; then
+    step folders
+    for module in 9pnet_virtio 9p; do
+        modprobe "$module" || fail "modprobe $module (kernel $(uname -r))"
+    done
+    for spec in $LABCTL_MOUNTS; do
+        IFS=, read -r tag dst mode <<EOF_MOUNT
+$spec
+EOF_MOUNT
+        must "mkdir $dst" mkdir -p "$dst"
+        must "mount host folder $tag on $dst ($mode)" mount -t 9p \
+            -o "trans=virtio,version=9p2000.L,msize=262144,$mode" "$tag" "$dst"
+    done
+fi
+
 step network
 must "ip link set lo up" ip link set lo up
 if [ "$KIND" = vagrant ]; then udevadm settle --timeout=30 || true; fi

@@ -42,7 +42,7 @@ from labctl.dockerhost.sdk import sdk
 from labctl.dockerhost.vm import DockerHostVM
 from labctl.errors import LabctlError
 from labctl.images.builder import Image, build_image
-from labctl.images.recipes import recipe
+from labctl.images.recipes import image_label, node_recipe
 from labctl.lab.labdir import LabDir
 from labctl.lab.state import CorruptStateError, LabState, NodeState, NodeStatus, Phase
 from labctl.net import labnet
@@ -135,8 +135,12 @@ def plan_lab(lab: Lab, tags: dict[str, str], rdma_cm: str) -> DockerLabPlan:
             f"{LABEL}.node": node.name,
             f"{LABEL}.rdma-dev": rdma_device_name(lab.name, node) if node.rdma_interface else "",
         }
-        containers.append(ContainerPlan(node.name, {
-            "image": tags[node.image],
+        # Host folders as bind mounts (engine local only: see DockerProvider.check_host);
+        # the Engine API's own records, so one folder may go to two places.
+        binds = {"mounts": [{"Type": "bind", "Source": m.source, "Target": m.target,
+                             "ReadOnly": m.readonly} for m in node.mounts]} if node.mounts else {}
+        containers.append(ContainerPlan(node.name, binds | {
+            "image": tags[image_label(node.image, node.packages)],
             "name": container_name(lab.name, node.name),
             "hostname": node.name,
             "network_mode": "none",
@@ -230,6 +234,16 @@ class DockerProvider(Provider):
             raise LabctlError("the docker provider needs root (the Docker host VM, mounting "
                               "the node image)", hint="run labctl with sudo or as root")
         if self.engine_option == "vm":
+            mounting = sorted(n.name for n in self.lab.nodes if n.mounts)
+            if mounting:
+                # Bind mounts name paths on the engine's machine: the Docker host VM is
+                # another machine, and it has no share of this host's folders.
+                raise UnsupportedError(
+                    f"host folders (mounts) need the local Docker engine: the Docker host "
+                    f"VM cannot see this host's folders (nodes with mounts: "
+                    f"{', '.join(mounting)})",
+                    hint="use --engine local (an engine on this host, kernel 7.x: see "
+                    "docs/docker.md), the qemu provider, or `labctl cp` instead of mounts")
             check_qemu_host()
 
     @staticmethod
@@ -254,9 +268,12 @@ class DockerProvider(Provider):
         client = engine.client(timeout=900)
         try:
             images: dict[str, str] = {}
-            for name in sorted({n.image for n in self.lab.nodes}):
+            for node in self.lab.nodes:
+                name = image_label(node.image, node.packages)
+                if name in images:
+                    continue
                 progress(f"image {name}: checking cache")
-                image = build_image(recipe(name), self.mirror,
+                image = build_image(node_recipe(node.image, node.packages), self.mirror,
                                     progress=self._prefixed(progress, f"image {name}: "))
                 images[name] = ensure_node_image(client, image, progress)
             facts = engine.helper("facts")

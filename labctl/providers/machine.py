@@ -43,6 +43,30 @@ STOP_KILL_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
+class Share:
+    """A host folder exported to the machine over virtio-9p (qemu's own server, no daemon;
+    the node mounts it by its tag)."""
+
+    tag: str  # mount_tag, at most 31 bytes
+    path: str  # absolute host path
+    readonly: bool
+
+
+def share_tag(index: int) -> str:
+    return f"labctl{index}"
+
+
+def mounts_env(node: Node) -> dict[str, str]:
+    """LABCTL_MOUNTS for node-init.sh: "TAG,DST,MODE" words (DSTs are plain, see
+    labctl.topology.workbench); nothing when the node has no mounts."""
+    if not node.mounts:
+        return {}
+    return {"LABCTL_MOUNTS": " ".join(
+        f"{share_tag(i)},{m.target},{'ro' if m.readonly else 'rw'}"
+        for i, m in enumerate(node.mounts))}
+
+
+@dataclass(frozen=True)
 class Nic:
     netdev: str  # qemu netdev id = the interface name in the node
     mac: str
@@ -112,7 +136,7 @@ class QemuMachine:
     # --- the argv plan -------------------------------------------------------------------
     def argv(self, *, accel: str, memory_mib: int, cpus: int, kernel: Path, append: str,
              ssh_port: int, mgmt_mac: str, nics: list[Nic],
-             extra_drives: tuple[str, ...] = ()) -> list[str]:
+             extra_drives: tuple[str, ...] = (), shares: tuple[Share, ...] = ()) -> list[str]:
         accel_args = (["-accel", "kvm", "-cpu", "host"] if accel == "kvm"
                       else ["-accel", f"tcg,tb-size={TB_SIZE_MIB}"])
         argv = [
@@ -130,6 +154,12 @@ class QemuMachine:
             # host entropy: the node's CRNG is ready at once (sshd would wait for it)
             "-device", "virtio-rng-pci",
         ]
+        for i, share in enumerate(shares):
+            # qemu's option syntax: a comma inside a value is written twice
+            path = share.path.replace(",", ",,")
+            argv += ["-fsdev", f"local,id=fs{i},path={path},security_model=none"
+                     + (",readonly=on" if share.readonly else ""),
+                     "-device", f"virtio-9p-pci,fsdev=fs{i},mount_tag={share.tag}"]
         for nic in nics:
             argv += ["-netdev", f"tap,id={nic.netdev},fd={{fd:{nic.tap}}}",
                      "-device", f"virtio-net-pci,netdev={nic.netdev},mac={nic.mac}"]
@@ -316,10 +346,12 @@ def node_argv(lab: Lab, node: Node, machine: QemuMachine, image: Image, accel: s
               port: int, extra_drives: tuple[str, ...] = ()) -> list[str]:
     """One node's qemu argv (the Docker host VM adds its data disk)."""
     nics = [Nic(i.name, i.mac, labnet.tap_name(node.index, i.name)) for i in node.interfaces]
+    shares = tuple(Share(share_tag(i), m.source, m.readonly) for i, m in enumerate(node.mounts))
     return machine.argv(
         accel=accel, memory_mib=node.memory_mib, cpus=node.cpus, kernel=image.kernel,
         append=f"console=ttyS0 quiet loglevel=3 panic=-1 labctl.node={node.name}",
-        ssh_port=port, mgmt_mac=mgmt_mac(lab.name, node), nics=nics, extra_drives=extra_drives)
+        ssh_port=port, mgmt_mac=mgmt_mac(lab.name, node), nics=nics, extra_drives=extra_drives,
+        shares=shares)
 
 
 def wait_machines_ready(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from labctl.faults import fault_point
 from labctl.images.builder import Image, build_image
-from labctl.images.recipes import recipe
+from labctl.images.recipes import image_label, node_recipe
 from labctl.lab import ssh
 from labctl.lab.labdir import LabDir
 from labctl.lab.state import CorruptStateError, LabState, NodeState, NodeStatus, Phase, TapState
@@ -32,6 +32,7 @@ from labctl.providers.machine import (
     check_qemu_host,
     free_port,
     machine_payload,
+    mounts_env,
     node_argv,
     node_machine,
     start_masters,
@@ -77,10 +78,11 @@ def plan_lab(
     plans = []
     for node in lab.nodes:
         machine = node_machine(lab.name, node.name, node_dirs[node.name])
-        argv = node_argv(lab, node, machine, images[node.image], accel, ports[node.name])
+        image = images[image_label(node.image, node.packages)]
+        argv = node_argv(lab, node, machine, image, accel, ports[node.name])
         taps = [TapPlan(labnet.tap_name(node.index, i.name), labnet.bridge_name(i.segment),
                         i.mtu, i.name) for i in node.interfaces]
-        plans.append(NodePlan(node.name, argv, taps, node_env(lab, node)))
+        plans.append(NodePlan(node.name, argv, taps, node_env(lab, node) | mounts_env(node)))
     return LabPlan(labnet.netns_name(lab.name), bridges, plans)
 
 
@@ -106,12 +108,14 @@ class QemuProvider(Provider):
     # --- create --------------------------------------------------------------------------
     def create(self, progress: Progress) -> None:
         images = {}
-        for name in sorted({n.image for n in self.lab.nodes}):
-            progress(f"image {name}: checking cache")
-            images[name] = build_image(recipe(name), self.mirror,
-                                       progress=_prefixed(progress, f"image {name}: "))
+        for node in self.lab.nodes:
+            name = image_label(node.image, node.packages)
+            if name not in images:
+                progress(f"image {name}: checking cache")
+                images[name] = build_image(node_recipe(node.image, node.packages), self.mirror,
+                                           progress=_prefixed(progress, f"image {name}: "))
         fault_point("image")
-        first = images[self.lab.nodes[0].image]
+        first = images[image_label(self.lab.nodes[0].image, self.lab.nodes[0].packages)]
         accel = choose_accel(self.accel_request, first.kernel)
         state = LabState(provider=self.name, accel=accel, phase=Phase.CREATING,
                          netns=labnet.netns_name(self.lab.name))
@@ -136,7 +140,8 @@ class QemuProvider(Provider):
         fault_point("bridges")
 
         for node in self.lab.nodes:
-            plan, machine, image = plans[node.name], machines[node.name], images[node.image]
+            plan, machine = plans[node.name], machines[node.name]
+            image = images[image_label(node.image, node.packages)]
             machine.make_disk(image.rootfs)
             fault_point("disk", node.name)
             machine.make_initrd(image.initrd, machine_payload(

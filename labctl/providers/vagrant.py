@@ -27,7 +27,7 @@ from labctl.errors import LabctlError
 from labctl.lab import ssh
 from labctl.lab.labdir import LabDir
 from labctl.lab.state import LabState, NodeState, NodeStatus, Phase
-from labctl.providers.base import NodeRuntime, Progress, Provider
+from labctl.providers.base import NodeRuntime, Progress, Provider, UnsupportedError
 from labctl.topology.resolved import Lab, Node
 
 # Vagrant providers the Vagrantfile configures, and the plugin each needs (None: built in).
@@ -163,7 +163,25 @@ class VagrantProvider(Provider):
             ) from None
 
     # --- host checks ---------------------------------------------------------------------
+    def check_workbench(self) -> None:
+        """Refuse what the Vagrantfile does not make: it provisions its own package list
+        into Debian boxes (no labctl image, no `packages:`), and those boxes have no guest
+        additions for synced folders."""
+        wants = {
+            "mounts (host folders)": [n.name for n in self.lab.nodes if n.mounts],
+            "packages": [n.name for n in self.lab.nodes if n.packages],
+            "image trixie-dev": [n.name for n in self.lab.nodes if n.image == "trixie-dev"],
+        }
+        missing = [f"{what} (nodes {', '.join(nodes)})" for what, nodes in wants.items() if nodes]
+        if missing:
+            raise UnsupportedError(
+                f"the vagrant provider cannot do {'; '.join(missing)}",
+                hint="use the qemu provider for the workbench keys; in a vagrant lab, "
+                "`labctl cp` copies files and `labctl exec NODE -- apt-get install ...` adds "
+                "packages")
+
     def check_host(self) -> None:
+        self.check_workbench()
         if shutil.which("vagrant") is None:
             raise LabctlError("vagrant not found", hint=INSTALL_HINT)
         if shutil.which("ssh") is None:

@@ -9,6 +9,7 @@ import hashlib
 import ipaddress
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from labctl.images.recipes import RECIPES
 from labctl.topology.errors import DEFAULT_HINT
@@ -21,7 +22,8 @@ from labctl.topology.model import (
     Topology,
 )
 from labctl.topology.problems import Problem, did_you_mean, first_problem, show
-from labctl.topology.resolved import Interface, Lab, Node, Segment
+from labctl.topology.resolved import Interface, Lab, Mount, Node, Segment
+from labctl.topology.workbench import WorkbenchValueError, parse_mount, resolve_source
 
 
 def _mac(lab_name: str, node_index: int, ifnum: int) -> str:
@@ -103,6 +105,7 @@ class Checked:
     node_ifaces: dict[str, list[tuple[str, int, int]]] = field(default_factory=dict)
     bad_endpoint: bool = False
     subnets: list[ipaddress.IPv4Network | None] = field(default_factory=list)
+    mounts: dict[str, list[Mount]] = field(default_factory=dict)  # node -> its host folders
 
     def problem(self, loc: Loc, message: str, hint: str = DEFAULT_HINT) -> None:
         self.problems.append(Problem(loc, message, hint))
@@ -120,6 +123,7 @@ def cross_check(topo: Topology, source: str | None = None) -> Checked:
     for step in (
         _check_node_count,
         _check_images,
+        _check_mounts,
         _check_segment_names,
         _check_endpoints,
         _check_rdma_has_link,
@@ -159,6 +163,39 @@ def _check_images(c: Checked) -> None:
             c.problem(("nodes", name, "image"),
                       f"unknown image {show(spec.image)}" + did_you_mean(spec.image, known),
                       hint)
+
+
+def _check_mounts(c: Checked) -> None:
+    """Each node's mounts (the defaults' then its own): sources are existing host folders
+    (relative ones from the topology file's directory), targets used once per node."""
+    base = Path(c.file).parent if c.topo._source else Path.cwd()
+    resolved: dict[Loc, Mount | None] = {}
+
+    def one(loc: Loc, text: str) -> Mount | None:
+        if loc not in resolved:
+            try:
+                spec = parse_mount(text)  # the model checked the syntax: cannot fail here
+                resolved[loc] = Mount(resolve_source(spec.source, base), spec.target,
+                                      spec.readonly)
+            except WorkbenchValueError as exc:
+                c.problem(loc, exc.message, exc.hint)
+                resolved[loc] = None
+        return resolved[loc]
+
+    defaults = [(("defaults", "mounts", i), t) for i, t in enumerate(c.topo.defaults.mounts)]
+    for name, spec in c.specs.items():
+        own = [(("nodes", name, "mounts", j), t) for j, t in enumerate(spec.mounts or [])]
+        mounts: dict[str, Mount] = {}
+        for loc, text in defaults + own:
+            mount = one(loc, text)
+            if mount is None:
+                continue
+            if mount.target in mounts:
+                c.problem(loc, f"node {name} already mounts a folder at {mount.target}",
+                          "each node path takes one mount: change DST")
+                continue
+            mounts[mount.target] = mount
+        c.mounts[name] = list(mounts.values())
 
 
 def _check_segment_names(c: Checked) -> None:
@@ -335,6 +372,8 @@ def build_lab(c: Checked, source: str | None) -> Lab:
                 memory_mib=spec.memory or d.memory,
                 cpus=spec.cpus or d.cpus,
                 image=spec.image or d.image,
+                packages=tuple(sorted({*d.packages, *(spec.packages or [])})),
+                mounts=tuple(c.mounts.get(name, ())),
                 interfaces=tuple(
                     Interface(
                         name=ifname,

@@ -15,6 +15,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic_core import PydanticCustomError
 
 from labctl.errors import short_repr
+from labctl.topology.workbench import (
+    MAX_MOUNTS,
+    MAX_PACKAGES,
+    WorkbenchValueError,
+    check_package,
+    parse_mount,
+)
 
 LAB_NAME_RE = r"^[a-z][a-z0-9-]{0,19}$"
 NODE_NAME_RE = r"^[a-z][a-z0-9-]{0,14}$"
@@ -83,6 +90,24 @@ Ipv4Network = Annotated[
     ),
     AfterValidator(_check_ipv4_network),
 ]
+def _workbench_value(check: Any) -> Any:
+    """An AfterValidator from a `labctl.topology.workbench` check: its message and hint
+    reach the user as they are (see problems.problem_from_pydantic)."""
+
+    def validate(value: str) -> str:
+        try:
+            check(value)
+        except WorkbenchValueError as exc:
+            raise PydanticCustomError("labctl_value", "{message}",
+                                      {"message": exc.message, "hint": exc.hint}) from None
+        return value
+
+    return AfterValidator(validate)
+
+
+PackageName = Annotated[str, Field(examples=["libibverbs-dev"]), _workbench_value(check_package)]
+MountText = Annotated[str, Field(examples=["./src:/work", "./data:/data:ro"]),
+                      _workbench_value(parse_mount)]
 NodeName = Annotated[str, Field(pattern=NODE_NAME_RE)]
 Endpoint = Annotated[str, Field(pattern=ENDPOINT_RE, examples=["node1:eth1"])]
 
@@ -94,6 +119,15 @@ _RDMA_DESC = (
     "siw (soft-iWARP) or none."
 )
 _MTU_DESC = "MTU of data links (576..9000)."
+_PACKAGES_DESC = (
+    "Debian packages added to the node image (an image of its own, built once and cached); "
+    "a node's list adds to the defaults' list."
+)
+_MOUNTS_DESC = (
+    'Host folders in the node: "SRC:DST" (read-write) or "SRC:DST:ro" (read-only); SRC '
+    "relative to the topology file's directory, DST an absolute path in the node. A node's "
+    "list adds to the defaults' list."
+)
 
 
 class _Strict(BaseModel):
@@ -112,6 +146,10 @@ class Defaults(_Strict):
     cpus: int = Field(title="CPUs", default=1, ge=1, le=64, description=_CPUS_DESC)
     image: str = Field(title="Image", default="trixie", pattern=IMAGE_RE, description=_IMAGE_DESC)
     mtu: int = Field(title="MTU", default=1500, ge=576, le=9000, description=_MTU_DESC)
+    packages: list[PackageName] = Field(title="Extra packages", default_factory=list,
+                                        max_length=MAX_PACKAGES, description=_PACKAGES_DESC)
+    mounts: list[MountText] = Field(title="Host folders", default_factory=list,
+                                    max_length=MAX_MOUNTS, description=_MOUNTS_DESC)
 
 
 class Addressing(_Strict):
@@ -147,6 +185,11 @@ class NodeSpec(_Strict):
     image: str | None = Field(
         title="Image", default=None, pattern=IMAGE_RE, description=_IMAGE_DESC
     )
+    packages: list[PackageName] | None = Field(title="Extra packages", default=None,
+                                               max_length=MAX_PACKAGES,
+                                               description=_PACKAGES_DESC)
+    mounts: list[MountText] | None = Field(title="Host folders", default=None,
+                                           max_length=MAX_MOUNTS, description=_MOUNTS_DESC)
 
 
 class LinkSpec(_Strict):
@@ -201,7 +244,8 @@ class Topology(_Strict):
     defaults: Defaults = Field(
         title="Defaults",
         default_factory=lambda: Defaults(),
-        description="Values for every node (rdma, memory, cpus, image) and link (mtu) "
+        description="Values for every node (rdma, memory, cpus, image, packages, mounts) "
+        "and link (mtu) "
         "that does not set its own.",
     )
     addressing: Addressing = Field(

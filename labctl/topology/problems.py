@@ -164,6 +164,11 @@ def problem_from_pydantic(err: ErrorDetails) -> Problem:
     ctx = err.get("ctx") or {}
     key = next((str(p) for p in reversed(loc) if isinstance(p, str) and p != "[key]"), "")
 
+    if kind == "labctl_value":  # packages, mounts: the check's own words
+        return Problem(loc, str(ctx.get("message")), str(ctx.get("hint") or DEFAULT_HINT))
+    if kind == "too_long":
+        return Problem(loc, f"too many items (at most {ctx.get('max_length')})",
+                       "split the list, or use fewer items")
     if kind == "missing":
         example = _EXAMPLES.get(key)
         return Problem(
@@ -236,6 +241,11 @@ def problem_from_pydantic(err: ErrorDetails) -> Problem:
                 f"must be a list like [node1:eth1, node2:eth1] (got {show(value)})",
                 "separate endpoints with commas inside [ ], or write one `- node:ethN` per line",
             )
+        if key in ("packages", "mounts"):
+            example = ("packages: [gdb, strace]" if key == "packages"
+                       else "mounts: [./src:/work]")
+            return Problem(loc, f"must be a list (got {show(value)})",
+                           f"write {key} as a list, e.g. `{example}`")
         return Problem(
             loc,
             f"must be a list (got {show(value)})",

@@ -27,6 +27,19 @@ class Interface:
 
 
 @dataclass(frozen=True)
+class Mount:
+    """A host folder in a node."""
+
+    source: str  # absolute path on the host
+    target: str  # absolute path in the node
+    readonly: bool = False
+
+    @property
+    def text(self) -> str:
+        return f"{self.source}:{self.target}" + (":ro" if self.readonly else "")
+
+
+@dataclass(frozen=True)
 class Node:
     name: str
     index: int  # 1-based, stable order of the topology file
@@ -35,6 +48,8 @@ class Node:
     cpus: int
     image: str
     interfaces: tuple[Interface, ...]
+    packages: tuple[str, ...] = ()  # added to the node's image (sorted, unique)
+    mounts: tuple[Mount, ...] = ()
 
     @property
     def rdma_interface(self) -> Interface | None:
@@ -68,13 +83,20 @@ class Lab:
         raise KeyError(name)
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+        data = dataclasses.asdict(self)
+        for node in data["nodes"]:  # the workbench keys only where used: lab.json files
+            for key in ("packages", "mounts"):  # of labs without them stay as they were
+                if not node[key]:
+                    del node[key]
+        return json.dumps(data, indent=2, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Lab:
         raw = json.loads(text)
         nodes = tuple(
-            Node(**{**n, "interfaces": tuple(Interface(**i) for i in n["interfaces"])})
+            Node(**{**n, "interfaces": tuple(Interface(**i) for i in n["interfaces"]),
+                    "packages": tuple(n.get("packages", ())),
+                    "mounts": tuple(Mount(**m) for m in n.get("mounts", ()))})
             for n in raw["nodes"]
         )
         segments = tuple(

@@ -1,0 +1,34 @@
+"""`labctl cp SRC NODE:DST`, `labctl cp NODE:SRC DST`: files and directories between the
+host and a node (a tar stream over the node's exec channel: ssh, or `docker exec`)."""
+
+from __future__ import annotations
+
+import typer
+
+from labctl.cli.common import LabOption, console, seconds
+from labctl.lab.handle import open_lab
+from labctl.lab.transfer import copy_from_node, copy_to_node, parse_copy
+
+
+def cp(
+    src: str = typer.Argument(..., metavar="SRC", help="Host path, or NODE:/path in the node."),
+    dst: str = typer.Argument(..., metavar="DST", help="Host path, or NODE:/path in the node."),
+    timeout: float = typer.Option(600, "--timeout", help="Seconds the copy may take.",
+                                  metavar="SECONDS", callback=seconds("timeout")),
+    lab: str = LabOption,
+) -> None:
+    """Copy a file or directory (recursively) between the host and a node; exactly one of
+    SRC and DST is NODE:/absolute/path. A DST that is a directory receives SRC by its
+    name; otherwise SRC is written as DST."""
+    request = parse_copy(src, dst)  # bad arguments exit 2 before the lab is opened
+    handle = open_lab(lab)
+    handle.argv(request.node, [])  # an unknown node: exit 2, nothing copied
+    if request.to_node:
+        where = copy_to_node(handle, request, timeout)
+    else:
+        where = copy_from_node(handle, request, timeout)
+    console.print(f"copied {src} -> {where}", markup=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(cp)
