@@ -180,6 +180,11 @@ class LabInterface(Shape):
     mtu: int
 
 
+class LabRoute(Shape):
+    to: str  # destination network, 10.77.2.0/24
+    via: str  # gateway on one of the node's segments, 10.77.1.1
+
+
 class LabNode(Shape):
     name: str
     index: int
@@ -188,6 +193,8 @@ class LabNode(Shape):
     cpus: int
     image: str
     interfaces: list[LabInterface]
+    router: bool  # forwards IPv4 between its segments
+    routes: list[LabRoute]  # explicit and computed routes (docs/topology.md, "Routes")
 
 
 class LabSegment(Shape):

@@ -50,6 +50,13 @@ def summary(lab: Lab) -> str:
                 f"  {seg.name:<{width}}  {seg.kind:<6}  {subnet}  mtu {seg.mtu:<4}  "
                 + " ".join(members)
             )
+    routed = [n for n in lab.nodes if n.router or n.routes]
+    if routed:
+        lines.append("routing:")
+        width = max(len(n.name) for n in routed)
+        for node in routed:
+            routes = ", ".join(f"{r.to} via {r.via}" for r in node.routes) or "no routes"
+            lines.append(f"  {node.name:<{width}}  {'router, ' if node.router else ''}{routes}")
     return "\n".join(lines)
 
 

@@ -5,7 +5,8 @@
 #   vagrant    Vagrant VM: labctl-node.service at every boot (`start`; `stop` removes
 #              the device), installed by the Vagrantfile
 # Reads /etc/labctl/node.env (written by labctl for this node), names and addresses the
-# NICs by the MACs labctl gave them, creates the RDMA device and reports:
+# NICs by the MACs labctl gave them, turns on forwarding (routers) and adds routes,
+# creates the RDMA device and reports:
 #   "labctl: stage NAME"   progress
 #   "labctl: ready ..."    every step done and the RDMA port ACTIVE (dev=, gid=, mtu=, state=)
 #   "labctl: fail STEP"    a step failed (labctl shows it with the console tail)
@@ -151,6 +152,24 @@ EOF_SPEC
     must "ip link set $name up" ip link set "$name" up
     if [ "$KIND" = vagrant ]; then say "$name $mac $addr mtu $mtu"; fi
 done
+
+# Routed labs: a router forwards between its segments; nodes reach the segments they are
+# not on through the gateways labctl worked out (LABCTL_ROUTES: "to,via to,via ...").
+if [ "${LABCTL_ROUTER:-0}" = 1 ]; then
+    step forwarding
+    forward=/proc/sys/net/ipv4/ip_forward
+    # A container's /proc/sys is read-only: docker set it at creation.
+    if [ "$(cat "$forward")" != 1 ]; then
+        echo 1 > "$forward" || fail "IPv4 forwarding (net.ipv4.ip_forward)"
+    fi
+fi
+if [ -n "${LABCTL_ROUTES:-}" ]; then
+    step routes
+    for route in $LABCTL_ROUTES; do
+        to=${route%,*}; via=${route#*,}
+        must "ip route add $to via $via" ip route replace "$to" via "$via"
+    done
+fi
 
 if [ "$KIND" = vm ]; then
     step sshd

@@ -28,7 +28,7 @@ def mgmt_mac(lab: str, node: Node) -> str:
 
 def node_env(lab: Lab, node: Node) -> dict[str, str]:
     iface = node.rdma_interface
-    return {
+    env = {
         "LABCTL_LAB": lab.name,
         "LABCTL_NODE": node.name,
         "LABCTL_RDMA": node.rdma,
@@ -37,6 +37,12 @@ def node_env(lab: Lab, node: Node) -> dict[str, str]:
         "LABCTL_MGMT_MAC": mgmt_mac(lab.name, node),
         "LABCTL_IFACES": " ".join(f"{i.name},{i.mac},{i.ipv4},{i.mtu}" for i in node.interfaces),
     }
+    # Only in routed labs, so that every other node's settings stay as they were.
+    if node.router:
+        env["LABCTL_ROUTER"] = "1"
+    if node.routes:
+        env["LABCTL_ROUTES"] = " ".join(f"{r.to},{r.via}" for r in node.routes)
+    return env
 
 
 def env_file(env: dict[str, str]) -> bytes:

@@ -108,6 +108,7 @@ _MAPPING_HINTS = {
     "nodes": "write nodes as a mapping: `nodes: {node1: {}, node2: {rdma: siw}}`",
     "node": "a node is a mapping of " + ", ".join(MODEL_KEYS["node"]) + " (all optional), or empty",
     "link": "a link is a mapping like `- endpoints: [node1:eth1, node2:eth1]`",
+    "route": "a route is a mapping like `{to: 10.77.2.0/24, via: 10.77.1.1}`",
 }
 
 
@@ -121,6 +122,8 @@ def _context(loc: Loc) -> str:
         return "node"
     if loc[0] == "links" and len(loc) == 2:
         return "link"
+    if loc[0] == "nodes" and len(loc) == 4 and loc[2] == "routes":
+        return "route"
     return "?"
 
 
@@ -236,6 +239,10 @@ def problem_from_pydantic(err: ErrorDetails) -> Problem:
                 f"must be a list like [node1:eth1, node2:eth1] (got {show(value)})",
                 "separate endpoints with commas inside [ ], or write one `- node:ethN` per line",
             )
+        if key == "routes":
+            return Problem(loc, f"must be a list (got {show(value)})",
+                           "write routes as a list: `routes: [{to: 10.77.2.0/24, via: "
+                           "10.77.1.1}]`")
         return Problem(
             loc,
             f"must be a list (got {show(value)})",
@@ -250,6 +257,11 @@ def problem_from_pydantic(err: ErrorDetails) -> Problem:
             f"a link needs at least 2 endpoints (got {got})",
             "list both ends of the link, e.g. `endpoints: [node1:eth1, node2:eth1]`",
         )
+    if kind in ("bool_type", "bool_parsing"):
+        return Problem(loc, f"must be true or false (got {show(value)})",
+                       f"write `{key}: true` or leave it out")
+    if kind == "ipv4_address":
+        return Problem(loc, err["msg"], "write the gateway as an IPv4 address, e.g. 10.77.1.1")
     if kind in ("ipv4_network", "ipv4_private", "ipv4_prefix"):
         return Problem(
             loc,

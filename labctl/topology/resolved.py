@@ -27,6 +27,12 @@ class Interface:
 
 
 @dataclass(frozen=True)
+class Route:
+    to: str  # "10.77.2.0/24"
+    via: str  # the gateway, on one of the node's segments: "10.77.1.1"
+
+
+@dataclass(frozen=True)
 class Node:
     name: str
     index: int  # 1-based, stable order of the topology file
@@ -35,6 +41,8 @@ class Node:
     cpus: int
     image: str
     interfaces: tuple[Interface, ...]
+    router: bool = False  # forwards IPv4 between its segments
+    routes: tuple[Route, ...] = ()  # explicit and computed, by destination
 
     @property
     def rdma_interface(self) -> Interface | None:
@@ -74,7 +82,8 @@ class Lab:
     def from_json(cls, text: str) -> Lab:
         raw = json.loads(text)
         nodes = tuple(
-            Node(**{**n, "interfaces": tuple(Interface(**i) for i in n["interfaces"])})
+            Node(**{**n, "interfaces": tuple(Interface(**i) for i in n["interfaces"]),
+                    "routes": tuple(Route(**r) for r in n.get("routes", ()))})
             for n in raw["nodes"]
         )
         segments = tuple(

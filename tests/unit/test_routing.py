@@ -1,0 +1,88 @@
+"""Routes through router nodes: computed from the topology, merged with explicit ones, and
+the path a packet takes through the resolved lab (which routers it passes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from labctl.topology.load import load_lab
+from labctl.topology.resolved import Lab
+from labctl.topology.routing import route_path
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).parent / "topology"
+
+
+def _lab(tmp_path: Path, text: str) -> Lab:
+    path = tmp_path / "lab.yaml"
+    path.write_text(text)
+    return load_lab(path)
+
+
+def test_shipped_routed_lab_crosses_one_router() -> None:
+    lab = load_lab(ROOT / "topologies" / "routed.yaml")
+    assert route_path(lab, "node1", "10.77.2.2") == ["router"]
+    assert route_path(lab, "node2", "10.77.1.2") == ["router"]
+    assert route_path(lab, "node1", "10.77.1.1") == []  # the router's near address
+    assert route_path(lab, "node1", "10.77.2.1") == ["router"]  # its far one: forwarded
+
+
+def test_chain_of_two_routers_and_a_summary_route() -> None:
+    lab = load_lab(DATA / "input" / "routed-chain.yaml")
+    # a's explicit 10.77.0.0/16 replaced the computed routes it covers
+    assert [(r.to, r.via) for r in lab.node("a").routes] == [("10.77.0.0/16", "10.77.1.1")]
+    assert route_path(lab, "a", "10.77.3.2") == ["r1", "r2"]
+    assert route_path(lab, "b", "10.77.1.2") == ["r2", "r1"]
+    assert route_path(lab, "b", "10.77.3.3") == []
+
+
+def test_no_routers_no_routes_no_path(tmp_path: Path) -> None:
+    lab = _lab(tmp_path, """
+name: split
+nodes: {a: {}, b: {}, c: {}, d: {}}
+links:
+  - endpoints: [a:eth1, b:eth1]
+  - endpoints: [c:eth1, d:eth1]
+""")
+    assert all(n.routes == () and not n.router for n in lab.nodes)
+    assert route_path(lab, "a", "10.77.1.2") == []
+    assert route_path(lab, "a", "10.77.2.1") is None
+    assert route_path(lab, "a", "10.77.1.9") is None  # on the segment, but nobody has it
+
+
+def test_nearest_router_wins_and_ties_go_to_the_first(tmp_path: Path) -> None:
+    # a's segment has two routers; r1 (first in the file) reaches x directly, r2 too.
+    lab = _lab(tmp_path, """
+name: ties
+nodes:
+  a: {}
+  r1: {rdma: none, router: true}
+  r2: {rdma: none, router: true}
+  x: {}
+links:
+  - endpoints: [a:eth1, r1:eth1, r2:eth1]
+  - endpoints: [r1:eth2, r2:eth2, x:eth1]
+""")
+    assert [(r.to, r.via) for r in lab.node("a").routes] == [("10.77.2.0/24", "10.77.1.2")]
+    assert route_path(lab, "a", "10.77.2.3") == ["r1"]
+    assert [(r.to, r.via) for r in lab.node("x").routes] == [("10.77.1.0/24", "10.77.2.1")]
+
+
+def test_an_unreachable_island_gets_no_route(tmp_path: Path) -> None:
+    lab = _lab(tmp_path, """
+name: island
+nodes:
+  a: {}
+  r: {rdma: none, router: true}
+  b: {}
+  c: {}
+  d: {}
+links:
+  - endpoints: [a:eth1, r:eth1]
+  - endpoints: [r:eth2, b:eth1]
+  - endpoints: [c:eth1, d:eth1]
+""")
+    assert [r.to for r in lab.node("a").routes] == ["10.77.2.0/24"]
+    assert lab.node("c").routes == ()
+    assert route_path(lab, "a", "10.77.3.1") is None
+    assert route_path(lab, "c", "10.77.1.1") is None
