@@ -24,8 +24,10 @@ def run_pcap_path(handle: LabHandle, label: str, directory: Path | None) -> Path
 
 @contextmanager
 def capturing_run(handle: LabHandle, server: str, label: str, enabled: bool,
-                  directory: Path | None) -> Iterator[RunCapture | None]:
-    """Capture on the server's RDMA interface around the block (nothing if not enabled)."""
+                  directory: Path | None,
+                  client: str | None = None) -> Iterator[RunCapture | None]:
+    """Capture on the server's RDMA interface around the block (nothing if not enabled);
+    with `client`, the capture also says how many routers the client's packets passed."""
     if not enabled and directory is None:
         yield None
         return
@@ -35,3 +37,8 @@ def capturing_run(handle: LabHandle, server: str, label: str, enabled: bool,
     target = resolve(handle, server, iface.name)
     with capturing(target, run_pcap_path(handle, label, directory)) as cap:
         yield cap
+    peer = handle.lab.node(client).rdma_interface if client else None
+    if peer is not None:
+        from labctl.capture.summary import measured_hops  # scapy: only when capturing
+
+        cap.hops = measured_hops(cap.ttl, iface.address, peer.address)

@@ -177,7 +177,8 @@ def _run_one(name: str, variant: str, lab: str | None, server: str | None,
     handle = open_lab(lab)
     server, client = pick_nodes(handle, server, client)
     spec = EXAMPLES[(name, variant)]
-    with capturing_run(handle, server, f"{name} {variant}", capture, capture_dir) as cap:
+    with capturing_run(handle, server, f"{name} {variant}", capture, capture_dir,
+                       client) as cap:
         result = run_example(handle, spec, server, client, options)
     result.capture = cap.record() if cap else None
     print_results([result], as_json)

@@ -116,6 +116,13 @@ class DoctorOutput(Shape):
 
 
 # --- labctl run ... --json ---------------------------------------------------------------
+class TtlFlow(Shape):
+    src: str  # IPv4 source (a RoCE v2 GID is its IPv4-mapped form)
+    dst: str
+    ttl: int  # IP TTL as captured: 64 leaving a node, one less per router passed
+    packets: int
+
+
 class RunCapture(Shape):
     """`labctl run ... --capture`: where the run's pcap is and what it holds."""
 
@@ -124,6 +131,17 @@ class RunCapture(Shape):
     interface: str
     packets: int
     opcodes: dict[str, int]  # packets per decoded opcode name (SEND_ONLY, ACKNOWLEDGE, ...)
+    ttl: list[TtlFlow]  # RoCE v2 packets by source, destination and IP TTL
+    hops: int | None  # routers between client and server, measured from the TTLs
+
+
+class RunPath(Shape):
+    """How the client reaches the server: through which routers, with which GIDs."""
+
+    routers: list[str]  # router nodes the client's packets pass, in order; [] on one segment
+    hops: int  # len(routers)
+    server_gid: str | None  # RoCE v2: ::ffff:<server address>; null on iWARP
+    client_gid: str | None
 
 
 class RunRecord(Shape):
@@ -145,6 +163,7 @@ class RunRecord(Shape):
     key_figure: str  # the name of the figure a summary shows, e.g. usec_per_iter
     capture: RunCapture | None  # with `--capture`; null otherwise
     attempts: int  # 1; more when a rejected connection setup was tried again (perftest -R)
+    path: RunPath | None  # null when skipped before the path was known (no IP path)
 
 
 # --- labctl bench --json -----------------------------------------------------------------

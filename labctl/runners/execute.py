@@ -9,6 +9,7 @@ from typing import Any
 
 from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import LabHandle
+from labctl.runners.pairs import ip_path, no_path_reason
 from labctl.runners.server import ServerProcess
 from labctl.runners.spec import Endpoint, ExampleSpec, RunContext, check_options
 
@@ -36,6 +37,9 @@ class RunResult:
     key_figure: str = ""  # the name of the figure a summary shows
     capture: dict[str, Any] | None = None  # `run --capture`: the pcap and opcode counts
     attempts: int = 1  # > 1: connection setup was rejected and tried again with a fresh pair
+    # The IP path between the nodes: the routers the client's packets pass to reach the
+    # server (hops: how many) and, on RoCE, the GIDs of both ends; None when there is none.
+    path: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -70,6 +74,12 @@ def endpoint(handle: LabHandle, node: str) -> Endpoint:
         devices = handle.node_status(node)["devices"]
         gid_index = devices[0]["gid_index"] if devices else None
     return Endpoint(node, handle.rdma_device(node), lab_node.rdma, gid_index, iface.address)
+
+
+def _gid(ep: Endpoint) -> str | None:
+    """The RoCE v2 GID the run uses: the IPv4-mapped form of the node's data address (the
+    GID at the index labctl passes with -g/-x); iWARP has none."""
+    return f"::ffff:{ep.address}" if ep.gid_index is not None else None
 
 
 def _bounded(argv: list[str], seconds: float) -> list[str]:
@@ -131,6 +141,13 @@ def run_example(
     result = RunResult(spec.name, spec.variant, server_node, client_node, "failed",
                        key_figure=spec.key_figure)
     server_ep, client_ep = endpoint(handle, server_node), endpoint(handle, client_node)
+    routers = ip_path(handle.lab, server_node, client_node)
+    if routers is None:
+        result.status, result.reason = "skipped", no_path_reason(handle.lab, server_node,
+                                                                 client_node)
+        return result
+    result.path = {"routers": routers, "hops": len(routers), "server_gid": _gid(server_ep),
+                   "client_gid": _gid(client_ep)}
     if server_ep.device_type != client_ep.device_type:
         result.status = "skipped"
         result.reason = (

@@ -1,4 +1,5 @@
-"""Which (server, client) node pairs `labctl run all --pairs` runs the catalogue between."""
+"""Which (server, client) node pairs `labctl run ... --pairs` runs between, and whether a
+pair has an IP path (one segment, or routes through routers both ways)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import itertools
 
 from labctl.errors import UsageError, short_repr
 from labctl.topology.resolved import Lab
+from labctl.topology.routing import route_path
 
 PAIR_MODES = ("first", "adjacent", "all")
 PAIRS_HINT = "use first, adjacent, all or NODE:NODE[,NODE:NODE...], e.g. node1:node2"
@@ -16,10 +18,29 @@ def rdma_nodes(lab: Lab) -> list[str]:
 
 
 def shared_segment(lab: Lab, a: str, b: str) -> bool:
-    """True when the two nodes' RDMA interfaces are on one segment: the examples address
-    the server by its RDMA interface's IP, and the lab has no routes between segments."""
+    """True when the two nodes' RDMA interfaces are on one segment."""
     ia, ib = lab.node(a).rdma_interface, lab.node(b).rdma_interface
     return ia is not None and ib is not None and ia.segment == ib.segment
+
+
+def ip_path(lab: Lab, server: str, client: str) -> list[str] | None:
+    """The routers between the client and the server's RDMA address ([] on one segment),
+    or None when packets cannot make the round trip. The examples address the server by
+    its RDMA interface's IP and the server answers the client's."""
+    si, ci = lab.node(server).rdma_interface, lab.node(client).rdma_interface
+    if si is None or ci is None:
+        return None
+    there = route_path(lab, client, si.address)
+    back = route_path(lab, server, ci.address)
+    return there if there is not None and back is not None else None
+
+
+def no_path_reason(lab: Lab, server: str, client: str) -> str:
+    si, ci = lab.node(server).rdma_interface, lab.node(client).rdma_interface
+    where = (f"{server} ({si.address}) and {client} ({ci.address})" if si and ci
+             else f"{server} and {client}")
+    return (f"no IP path: {where} have their RDMA devices on different segments and no "
+            "routes join them")
 
 
 def resolve_pairs(lab: Lab, spec: str) -> list[tuple[str, str]]:
