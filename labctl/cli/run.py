@@ -370,7 +370,8 @@ def mckey(
     client: str = typer.Option(None, "--client", help="Sender node (default: the second).",
                                metavar="NODE", autocompletion=complete.node_names),
     count: int = typer.Option(4, "--count", "-C", help="Messages expected by the receiver."),
-    group: str = typer.Option(MCKEY_GROUP, "--group", "-m", help="Multicast address."),
+    group: str = typer.Option(None, "--group", "-m", help=f"Multicast address (default "
+                              f"{MCKEY_GROUP}; with --pairs, pair N uses 239.1.N.1)."),
     wait: int = typer.Option(20, "--wait", help="Seconds the receiver waits at most."),
     one_qp: bool = typer.Option(False, "--one-qp", help="Send all messages from one QP "
                                 "(mckey -C N): on rxe only the first arrives."),
@@ -640,7 +641,7 @@ def _print_example_matrix(results: list[RunResult], pairs: list[tuple[str, str]]
 
 
 def _progress(result: RunResult) -> None:
-    err_console.print(f"{result.label}: {result.status}"
+    err_console.print(f"{result.label} {result.server} -> {result.client}: {result.status}"
                       + (f" ({result.reason})" if result.reason else "")
                       + (f" in {result.seconds} s" if result.seconds else ""))
 
