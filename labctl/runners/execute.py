@@ -148,6 +148,9 @@ def run_example(
         return result
     result.path = {"routers": routers, "hops": len(routers), "server_gid": _gid(server_ep),
                    "client_gid": _gid(client_ep)}
+    if routers and spec.one_segment:
+        result.status, result.reason = "skipped", spec.one_segment
+        return result
     if server_ep.device_type != client_ep.device_type:
         result.status = "skipped"
         result.reason = (

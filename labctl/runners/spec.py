@@ -55,6 +55,9 @@ class ExampleSpec:
     # connects that the peer rejected as "no listener" (reason 8) although it listened, seen
     # under a loaded TCG host (docs/reliability.md). Empty: never tried again.
     setup_rejected: str = ""
+    # Why the example cannot cross a router ("": it can); a run whose client reaches the
+    # server only through routers is skipped with this reason.
+    one_segment: str = ""
 
     @property
     def label(self) -> str:

@@ -180,3 +180,12 @@ def test_every_example_command_takes_pairs_and_jobs() -> None:
             continue
         options = {o for p in command.params for o in p.opts}
         assert {"--pairs", "--jobs"} <= options, name
+
+
+@pytest.mark.parametrize("variant", ["ud", "ud-1qp"])
+def test_mckey_is_not_run_across_a_router(tmp_path: Path, variant: str) -> None:
+    handle: Any = UntouchedHandle(shipped("routed"), tmp_path)
+    result = run_example(handle, EXAMPLES[("mckey", variant)], "node1", "node2", {})
+    assert result.status == "skipped"
+    assert result.reason.startswith("multicast does not cross the lab's routers")
+    assert result.path is not None and result.path["routers"] == ["router"]
