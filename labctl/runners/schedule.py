@@ -26,6 +26,8 @@ def run_pairs(pairs: Sequence[Pair], jobs: int, work: Callable[[int, str, str], 
     already going have ended (each is bounded by its own timeout)."""
     if jobs < 1:
         raise ValueError(jobs)
+    if jobs == 1:  # in this thread: Ctrl-C stops the run at once, as it always did
+        return [work(index, server, client) for index, (server, client) in enumerate(pairs)]
     results: dict[int, T] = {}
     pending = list(enumerate(pairs))
     busy: set[str] = set()

@@ -86,3 +86,16 @@ links:
     assert lab.node("c").routes == ()
     assert route_path(lab, "a", "10.77.3.1") is None
     assert route_path(lab, "c", "10.77.1.1") is None
+
+
+def test_validate_summary_shows_routers_and_routes() -> None:
+    from labctl.cli.validate import summary
+
+    text = summary(load_lab(ROOT / "topologies" / "routed.yaml"))
+    assert text.splitlines()[-4:] == [
+        "routing:",
+        "  node1   10.77.2.0/24 via 10.77.1.1",
+        "  node2   10.77.1.0/24 via 10.77.2.1",
+        "  router  router, no routes",
+    ]
+    assert "routing:" not in summary(load_lab(ROOT / "topologies" / "two-node.yaml"))

@@ -99,7 +99,8 @@ def test_jobs_bound_the_runs_at_once() -> None:
     assert at_once[1] == 3
 
 
-def test_the_first_error_stops_new_starts_and_is_raised() -> None:
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_the_first_error_stops_new_starts_and_is_raised(jobs: int) -> None:
     ran: list[int] = []
 
     def work(index: int, server: str, client: str) -> int:
@@ -109,7 +110,7 @@ def test_the_first_error_stops_new_starts_and_is_raised() -> None:
         return index
 
     with pytest.raises(RuntimeError, match="boom"):
-        run_pairs([("a", "b"), ("a", "c"), ("a", "d")], 1, work)
+        run_pairs([("a", "b"), ("a", "c"), ("a", "d")], jobs, work)  # all share a
     assert ran == [0, 1]
 
 
