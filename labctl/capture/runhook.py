@@ -34,10 +34,16 @@ def capturing_run(handle: LabHandle, server: str, label: str, enabled: bool,
     iface = handle.lab.node(server).rdma_interface
     if iface is None:
         raise UsageError(f"node {server} has no RDMA interface to capture on")
+    peer = handle.lab.node(client).rdma_interface if client else None
+    if client:  # the interfaces the run uses (a node may have a device per link)
+        from labctl.runners.pairs import pair_interfaces
+
+        pair = pair_interfaces(handle.lab, server, client)
+        if pair is not None:
+            iface, peer = pair
     target = resolve(handle, server, iface.name)
     with capturing(target, run_pcap_path(handle, label, directory)) as cap:
         yield cap
-    peer = handle.lab.node(client).rdma_interface if client else None
     if peer is not None:
         from labctl.capture.summary import measured_hops  # scapy: only when capturing
 

@@ -214,6 +214,7 @@ class LabNode(Shape):
     interfaces: list[LabInterface]
     router: bool  # forwards IPv4 between its segments
     routes: list[LabRoute]  # explicit and computed routes (docs/topology.md, "Routes")
+    rdma_ifnames: list[str]  # rdma_interfaces as written; [] = the first interface only
 
 
 class LabSegment(Shape):

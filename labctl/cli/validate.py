@@ -29,7 +29,7 @@ def summary(lab: Lab) -> str:
     for node in lab.nodes:
         rdma = node.rdma
         if node.rdma_interface is not None:
-            rdma = f"{node.rdma} on {node.rdma_interface.name}"
+            rdma = f"{node.rdma} on {', '.join(i.name for i in node.rdma_interfaces)}"
         ifaces = ", ".join(f"{i.name} {i.ipv4}" for i in node.interfaces) or "no data links"
         lines.append(
             f"  {node.name:<{width}}  rdma {rdma:<11}  {node.memory_mib} MiB, "

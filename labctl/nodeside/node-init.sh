@@ -194,13 +194,21 @@ if [ "$LABCTL_RDMA" != none ] && [ -n "$LABCTL_RDMA_DEV" ]; then
         must "rdma link add $LABCTL_RDMA_DEV type $LABCTL_RDMA netdev $LABCTL_RDMA_NETDEV" \
             rdma link add "$LABCTL_RDMA_DEV" type "$LABCTL_RDMA" netdev "$LABCTL_RDMA_NETDEV"
     fi
-    ports=/sys/class/infiniband/$LABCTL_RDMA_DEV/ports/1
-    tries=0
-    until grep -qs ACTIVE "$ports/state"; do
-        tries=$((tries + 1))
-        if [ "$tries" -gt 1000 ]; then fail "$LABCTL_RDMA_DEV port not ACTIVE"; fi
-        sleep 0.02
+    # Several devices (qemu nodes): one more per listed interface, "rxe1,eth2 ...".
+    for extra in ${LABCTL_RDMA_EXTRA:-}; do
+        dev=${extra%,*}; netdev=${extra#*,}
+        must "rdma link add $dev type $LABCTL_RDMA netdev $netdev" \
+            rdma link add "$dev" type "$LABCTL_RDMA" netdev "$netdev"
     done
+    for dev in "$LABCTL_RDMA_DEV" $(for e in ${LABCTL_RDMA_EXTRA:-}; do echo "${e%,*}"; done); do
+        tries=0
+        until grep -qs ACTIVE "/sys/class/infiniband/$dev/ports/1/state"; do
+            tries=$((tries + 1))
+            if [ "$tries" -gt 1000 ]; then fail "$dev port not ACTIVE"; fi
+            sleep 0.02
+        done
+    done
+    ports=/sys/class/infiniband/$LABCTL_RDMA_DEV/ports/1
     # The ready line carries what `labctl up` shows, so it needs no extra round trip.
     for gid in "$ports"/gids/*; do
         index=${gid##*/}

@@ -127,6 +127,7 @@ def cross_check(topo: Topology, source: str | None = None) -> Checked:
         _check_segment_names,
         _check_endpoints,
         _check_rdma_has_link,
+        _check_rdma_interfaces,
         _check_explicit_subnets,
         _assign_pool_subnets,
         _check_segment_sizes,
@@ -241,6 +242,36 @@ def _check_rdma_has_link(c: Checked) -> None:
                 f"node {name} has rdma: {rdma} but no data link; add a link or set rdma: none",
                 "an RDMA device is bound to the node's first data interface",
             )
+
+
+def _check_rdma_interfaces(c: Checked) -> None:
+    """rdma_interfaces names data interfaces of the node, once each, on a node with a
+    device type; qemu nodes only (docker and vagrant name one device per node)."""
+    if c.bad_endpoint:
+        return
+    for name, spec in c.specs.items():
+        if spec.rdma_interfaces is None:
+            continue
+        loc: Loc = ("nodes", name, "rdma_interfaces")
+        rdma = spec.rdma or c.topo.defaults.rdma
+        if rdma == "none":
+            c.problem(loc, f"node {name} has rdma: none, so no RDMA interfaces",
+                      "remove rdma_interfaces, or give the node rdma: rxe or siw")
+            continue
+        if c.topo.provider != "qemu":
+            c.problem(loc, f"several RDMA devices per node need provider qemu (this lab "
+                      f"is {c.topo.provider})", "remove rdma_interfaces")
+            continue
+        have = sorted((ifname for ifname, _, _ in c.node_ifaces[name]), key=_ifnum)
+        seen: set[str] = set()
+        for k, ifname in enumerate(spec.rdma_interfaces):
+            if ifname in seen:
+                c.problem((*loc, k), f"{ifname} is listed twice", "one device per interface")
+            elif ifname not in have:
+                c.problem((*loc, k), f"{ifname} is not a data interface of {name} (its "
+                          f"interfaces: {', '.join(have) or 'none'})",
+                          "list interfaces the node's links use")
+            seen.add(ifname)
 
 
 def _check_explicit_subnets(c: Checked) -> None:
@@ -438,6 +469,7 @@ def build_lab(c: Checked, source: str | None) -> Lab:
                     for ifname, seg, _ in ifaces
                 ),
                 router=bool(spec.router),
+                rdma_ifnames=tuple(spec.rdma_interfaces or ()),
                 routes=tuple(Route(str(to), str(via)) for to, via in c.routes.get(name, ())),
             )
         )

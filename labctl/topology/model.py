@@ -198,6 +198,14 @@ class NodeSpec(_Strict):
         description="Routes of this node, each {to: NETWORK, via: GATEWAY}; they replace "
         "the computed routes to the segments they cover.",
     )
+    rdma_interfaces: list[Annotated[str, Field(pattern=f"^{IFNAME_RE}$")]] | None = Field(
+        title="RDMA interfaces",
+        default=None,
+        min_length=1,
+        description="Data interfaces that get an RDMA device each (default: the first one "
+        "only), e.g. [eth1, eth2]: rxe0 on eth1, rxe1 on eth2. qemu nodes only.",
+        examples=[["eth1", "eth2"]],
+    )
 
 
 class LinkSpec(_Strict):

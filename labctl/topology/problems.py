@@ -17,6 +17,7 @@ from labctl.topology.errors import DEFAULT_HINT, TopologyError
 from labctl.topology.locate import MAX_SHOWN, LineIndex, Loc, field_path
 from labctl.topology.model import (
     ENDPOINT_RE,
+    IFNAME_RE,
     IMAGE_RE,
     LAB_NAME_RE,
     MAX_PREFIX,
@@ -157,6 +158,9 @@ def _explain_pattern(pattern: str, value: str) -> tuple[str, str]:
                 "number data interfaces from eth1",
             )
         return f"the interface must be eth1..eth99 {got}", hint
+    if pattern == f"^{IFNAME_RE}$":
+        return (f"must be a data interface eth1..eth99 {got}",
+                "eth0 is the management interface; list data interfaces, e.g. [eth1, eth2]")
     return f"must match {pattern} {got}", DEFAULT_HINT
 
 

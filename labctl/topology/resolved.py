@@ -43,11 +43,29 @@ class Node:
     interfaces: tuple[Interface, ...]
     router: bool = False  # forwards IPv4 between its segments
     routes: tuple[Route, ...] = ()  # explicit and computed, by destination
+    # Interfaces with an RDMA device each, the first device's first ("eth1", "eth2"); empty:
+    # the first data interface only (as every lab written before this key).
+    rdma_ifnames: tuple[str, ...] = ()
+
+    @property
+    def rdma_interfaces(self) -> tuple[Interface, ...]:
+        """The data interfaces with an RDMA device, in device order (rxe0, rxe1, ...)."""
+        if self.rdma == "none" or not self.interfaces:
+            return ()
+        if not self.rdma_ifnames:
+            return self.interfaces[:1]
+        by_name = {i.name: i for i in self.interfaces}
+        return tuple(by_name[name] for name in self.rdma_ifnames)
 
     @property
     def rdma_interface(self) -> Interface | None:
-        """The data interface the RDMA device is bound to (the first one)."""
-        return self.interfaces[0] if self.interfaces and self.rdma != "none" else None
+        """The data interface of the node's first RDMA device."""
+        found = self.rdma_interfaces
+        return found[0] if found else None
+
+    def device_index(self, iface: Interface) -> int:
+        """k for the k-th RDMA device (rxe0, rxe1...): the one on `iface`."""
+        return [i.name for i in self.rdma_interfaces].index(iface.name)
 
 
 @dataclass(frozen=True)
@@ -83,7 +101,8 @@ class Lab:
         raw = json.loads(text)
         nodes = tuple(
             Node(**{**n, "interfaces": tuple(Interface(**i) for i in n["interfaces"]),
-                    "routes": tuple(Route(**r) for r in n.get("routes", ()))})
+                    "routes": tuple(Route(**r) for r in n.get("routes", ())),
+                    "rdma_ifnames": tuple(n.get("rdma_ifnames", ()))})
             for n in raw["nodes"]
         )
         segments = tuple(

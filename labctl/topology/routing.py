@@ -12,7 +12,7 @@ import ipaddress
 from collections import deque
 from collections.abc import Mapping, Sequence
 
-from labctl.topology.resolved import Lab, Node
+from labctl.topology.resolved import Interface, Lab, Node
 
 Net = ipaddress.IPv4Network
 Addr = ipaddress.IPv4Address
@@ -50,7 +50,7 @@ def computed_routes(attachments: Attachments, routers: Sequence[str],
     return routes
 
 
-def _next_hop(node: Node, lab: Lab, dst: Addr) -> Addr | None:
+def next_hop(node: Node, lab: Lab, dst: Addr) -> Addr | None:
     """Where `node` sends a packet for `dst`: dst itself when it is on one of the node's
     segments (connected routes win: they are the most specific here), else the gateway of
     the longest matching route, else None (no route)."""
@@ -63,6 +63,15 @@ def _next_hop(node: Node, lab: Lab, dst: Addr) -> Addr | None:
         if dst in net and (best is None or net.prefixlen > best[0]):
             best = (net.prefixlen, Addr(route.via))
     return best[1] if best else None
+
+
+def egress(lab: Lab, node: Node, dst: str) -> Interface | None:
+    """The interface `node`'s packets for address `dst` leave by (None: no route)."""
+    hop = next_hop(node, lab, Addr(dst))
+    if hop is None:
+        return None
+    return next((i for i in node.interfaces
+                 if hop in Net(lab.segments[i.segment].subnet)), None)
 
 
 def owner(lab: Lab, address: Addr) -> Node | None:
@@ -81,7 +90,7 @@ def route_path(lab: Lab, src: str, dst: str) -> list[str] | None:
     node = lab.node(src)
     passed: list[str] = []
     while True:
-        hop = _next_hop(node, lab, target)
+        hop = next_hop(node, lab, target)
         if hop is None:
             return None
         nxt = owner(lab, hop)

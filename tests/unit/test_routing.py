@@ -99,3 +99,44 @@ def test_validate_summary_shows_routers_and_routes() -> None:
         "  router  router, no routes",
     ]
     assert "routing:" not in summary(load_lab(ROOT / "topologies" / "two-node.yaml"))
+
+
+def test_a_device_per_link_is_chosen_by_the_segment_used() -> None:
+    from labctl.providers.node import node_env
+    from labctl.runners.pairs import ip_path, pair_interfaces, resolve_pairs
+
+    lab = load_lab(DATA / "input" / "two-devices.yaml")
+    hub = lab.node("hub")
+    assert [i.name for i in hub.rdma_interfaces] == ["eth1", "eth2"]
+    assert node_env(lab, hub)["LABCTL_RDMA_EXTRA"] == "rxe1,eth2"
+    assert "LABCTL_RDMA_EXTRA" not in node_env(lab, lab.node("left"))
+    # hub serves left on eth1 (rxe0) and right on eth2 (rxe1); left and right: no path
+    assert resolve_pairs(lab, "adjacent") == [("hub", "left"), ("hub", "right")]
+    left, right = pair_interfaces(lab, "hub", "left"), pair_interfaces(lab, "hub", "right")
+    assert left is not None and right is not None
+    assert [(i.name, i.address) for i in left] == [("eth1", "10.77.1.1"), ("eth1", "10.77.1.2")]
+    assert [(i.name, i.address) for i in right] == [("eth2", "10.77.2.1"),
+                                                     ("eth1", "10.77.2.2")]
+    assert hub.device_index(right[0]) == 1
+    assert ip_path(lab, "left", "right") is None
+    assert ip_path(lab, "right", "hub") == []
+
+
+def test_a_device_per_link_behind_a_router(tmp_path: Path) -> None:
+    from labctl.runners.pairs import pair_interfaces
+
+    # b has devices on both links; a reaches b's eth2 device only through r, but b's eth1
+    # device is on a's own segment: that one is used.
+    lab = _lab(tmp_path, """
+name: both
+nodes:
+  a: {}
+  r: {rdma: none, router: true}
+  b: {rdma_interfaces: [eth2, eth1]}
+links:
+  - endpoints: [a:eth1, r:eth1, b:eth1]
+  - endpoints: [r:eth2, b:eth2]
+""")
+    pair = pair_interfaces(lab, "b", "a")
+    assert pair is not None and [i.name for i in pair] == ["eth1", "eth1"]
+    assert lab.node("b").device_index(pair[0]) == 1  # listed second: rxe1

@@ -39,8 +39,10 @@ REPO = Path(__file__).resolve().parents[2]
 VAGRANTFILE = REPO / "Vagrantfile"
 SHIPPED = sorted((REPO / "topologies").glob("*.yaml"))
 TOPOLOGIES = SHIPPED + sorted((Path(__file__).parent / "topology" / "input").glob("*.yaml"))
-# Routers and routes: the Vagrantfile refuses them (test below), labctl too for vagrant.
-ROUTED = [t for t in TOPOLOGIES if "router: true" in t.read_text()]
+# Routers, routes, several devices per node: the Vagrantfile refuses them (test below),
+# labctl too for vagrant.
+ROUTED = [t for t in TOPOLOGIES if "router: true" in t.read_text()
+          or "rdma_interfaces" in t.read_text()]
 TOPOLOGIES = [t for t in TOPOLOGIES if t not in ROUTED]
 
 needs_ruby = pytest.mark.skipif(
@@ -130,7 +132,7 @@ def test_ruby_resolution_equals_labctls(
 @needs_ruby
 @pytest.mark.parametrize("topology", ROUTED, ids=lambda p: p.name)
 def test_vagrantfile_refuses_routers_and_routes(topology: Path) -> None:
-    with pytest.raises(AssertionError, match="routers and routes are not supported"):
+    with pytest.raises(AssertionError, match="are not supported by the Vagrantfile"):
         _ruby("LabctlVagrant.resolve_topology(ARGV[0])", str(topology))
 
 
