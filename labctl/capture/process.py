@@ -112,10 +112,13 @@ class RunCapture:
     ifname: str
     packets: int = 0
     counts: dict[str, int] = field(default_factory=dict)
+    ttl: list[dict[str, Any]] = field(default_factory=list)  # RoCE v2 packets by IP TTL
+    hops: int | None = None  # routers between the run's client and server, as measured
 
     def record(self) -> dict[str, Any]:
         return {"pcap": str(self.path), "node": self.node, "interface": self.ifname,
-                "packets": self.packets, "opcodes": self.counts}
+                "packets": self.packets, "opcodes": self.counts, "ttl": self.ttl,
+                "hops": self.hops}
 
 
 @contextmanager
@@ -125,7 +128,7 @@ def capturing(target: CaptureTarget, path: Path) -> Iterator[RunCapture]:
     One tap is enough for a run between two nodes on a point-to-point link or a switch:
     the server's tap carries both directions of its traffic.
     """
-    from labctl.capture.summary import opcode_counts
+    from labctl.capture.summary import opcode_counts, ttl_flows
 
     path.parent.mkdir(parents=True, exist_ok=True)
     result = RunCapture(path, target.node, target.ifname)
@@ -138,3 +141,4 @@ def capturing(target: CaptureTarget, path: Path) -> Iterator[RunCapture]:
             cap.stop()
     result.packets = cap.packets or 0
     result.counts = opcode_counts(path)
+    result.ttl = ttl_flows(path)

@@ -63,3 +63,30 @@ def counts(frames: list[Frame]) -> dict[str, int]:
 
 def opcode_counts(path: Path) -> dict[str, int]:
     return counts(decode_file(path))
+
+
+def ttl_flows(path: Path) -> list[dict[str, Any]]:
+    """RoCE v2 packets (UDP 4791) by source, destination and IP TTL: the routers a packet
+    passed lowered its TTL by one each (Linux sends with 64)."""
+    from scapy.layers.inet import IP, UDP
+
+    from labctl.capture.roce import ROCE_V2_PORT
+
+    seen: Counter[tuple[str, str, int]] = Counter()
+    for packet in read_packets(path):
+        if IP in packet and UDP in packet and packet[UDP].dport == ROCE_V2_PORT:
+            ip = packet[IP]
+            seen[str(ip.src), str(ip.dst), int(ip.ttl)] += 1
+    return [{"src": src, "dst": dst, "ttl": ttl, "packets": n}
+            for (src, dst, ttl), n in sorted(seen.items())]
+
+
+def measured_hops(flows: list[dict[str, Any]], here: str, peer: str) -> int | None:
+    """Routers between `peer` and `here`, as a capture at `here`'s link shows them: the TTL
+    `here` sends with minus the TTL `peer`'s packets arrive with (both send with the same
+    initial TTL, the kernel's default). None when either direction is missing."""
+    sent = [f["ttl"] for f in flows if f["src"] == here and f["dst"] == peer]
+    came = [f["ttl"] for f in flows if f["src"] == peer and f["dst"] == here]
+    if not sent or not came:
+        return None
+    return max(sent) - min(came)

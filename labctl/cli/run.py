@@ -28,7 +28,8 @@ from labctl.runners.examples import (
 from labctl.runners.execute import RunResult, failure_details, run_example
 from labctl.runners.matrix import run_matrix
 from labctl.runners.pairs import resolve_pairs
-from labctl.runners.spec import check_options
+from labctl.runners.schedule import MAX_JOBS, pair_group, run_pairs
+from labctl.runners.spec import ExampleSpec, check_options
 
 run_app = typer.Typer(help="Run rdma-core example programs across the lab's nodes.",
                       invoke_without_command=True)
@@ -85,6 +86,37 @@ def pick_nodes(handle: LabHandle, server: str | None, client: str | None) -> tup
     return server, client
 
 
+PairsOption = typer.Option("first", "--pairs", metavar="first|adjacent|all|A:B,C:D",
+                           help="Node pairs: first (the two nodes picked as without "
+                           "--pairs), adjacent (every pair sharing a segment), all (every "
+                           "pair; those without an IP path are skipped) or A:B,C:D "
+                           "(server:client).")
+JobsOption = typer.Option(1, "--jobs", "-j", help="With --pairs: runs at once at most "
+                          "(runs that share a node never overlap).")
+
+
+def check_pair_flags(pairs: str, jobs: int, server: str | None, client: str | None) -> None:
+    """--pairs and --jobs against --server/--client: before the lab is opened."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= MAX_JOBS:
+        raise UsageError(f"--jobs must be a whole number from 1 to {MAX_JOBS} (got "
+                         f"{short_repr(jobs)})", hint="e.g. --jobs 2")
+    if pairs != "first" and (server or client):
+        raise UsageError("--server/--client choose the first pair only",
+                         hint="name the pairs in --pairs instead, e.g. --pairs node1:node2")
+
+
+def choose_pairs(handle: LabHandle, pairs: str, server: str | None,
+                 client: str | None) -> list[tuple[str, str]]:
+    if pairs == "first":
+        return [pick_nodes(handle, server, client)]
+    chosen = resolve_pairs(handle.lab, pairs)
+    if not chosen:
+        raise UsageError(f"--pairs {pairs}: lab {handle.lab.name} has no such pair",
+                         hint="adjacent needs two RDMA nodes on one segment; all, two "
+                         "nodes with RDMA devices")
+    return chosen
+
+
 def key_figure_text(result: RunResult) -> str:
     """The one figure a summary row shows, with its unit."""
     f = {**result.server_figures, **result.figures}
@@ -139,11 +171,12 @@ def _outcome(r: RunResult) -> str:
     return f"[{color}]{r.status}[/]" + (f" ({'; '.join(notes)})" if notes else "")
 
 
-def print_results(results: list[RunResult], as_json: bool, *, summary: bool = False) -> None:
+def print_results(results: list[RunResult], as_json: bool, *, summary: bool = False,
+                  as_list: bool = False) -> None:
     if as_json:
         records = [r.to_dict() for r in results]
-        print(json.dumps(records[0] if len(records) == 1 and not summary else records,
-                         indent=2))
+        one = len(records) == 1 and not summary and not as_list
+        print(json.dumps(records[0] if one else records, indent=2))
     elif summary:
         table = Table(title="summary")
         for column in ("example", "transport/test", "server", "client", "result",
@@ -173,12 +206,26 @@ def print_results(results: list[RunResult], as_json: bool, *, summary: bool = Fa
 
 def _run_one(name: str, variant: str, lab: str | None, server: str | None,
              client: str | None, options: dict[str, Any], as_json: bool,
-             capture: bool = False, capture_dir: Path | None = None) -> None:
+             capture: bool = False, capture_dir: Path | None = None, *,
+             pairs: str = "first", jobs: int = 1) -> None:
     options = check_options(options)  # bad values exit 2 before the lab is even opened
-    handle = open_lab(lab)
-    server, client = pick_nodes(handle, server, client)
-    spec = EXAMPLES[(name, variant)]
-    with capturing_run(handle, server, f"{name} {variant}", capture, capture_dir) as cap:
+    check_pair_flags(pairs, jobs, server, client)
+    _run_spec(open_lab(lab), EXAMPLES[(name, variant)], server, client, options, as_json,
+              capture, capture_dir, pairs=pairs, jobs=jobs)
+
+
+def _run_spec(handle: LabHandle, spec: ExampleSpec, server: str | None, client: str | None,
+              options: dict[str, Any], as_json: bool, capture: bool,
+              capture_dir: Path | None, *, pairs: str, jobs: int) -> None:
+    """Run `spec` between the chosen pair, or each of several pairs (--pairs)."""
+    name, variant = spec.name, spec.variant
+    chosen = choose_pairs(handle, pairs, server, client)
+    if pairs != "first":
+        _run_pairs(handle, spec, chosen, options, as_json, capture, capture_dir, jobs)
+        return
+    server, client = chosen[0]
+    with capturing_run(handle, server, f"{name} {variant}", capture, capture_dir,
+                       client) as cap:
         result = run_example(handle, spec, server, client, options)
     result.capture = cap.record() if cap else None
     print_results([result], as_json)
@@ -187,6 +234,39 @@ def _run_one(name: str, variant: str, lab: str | None, server: str | None,
         err_console.print(f"[bold red]refused:[/] {result.label} between {server} and "
                           f"{client}: {result.reason}")
         raise typer.Exit(2)
+
+
+def _run_pairs(handle: LabHandle, spec: ExampleSpec, chosen: list[tuple[str, str]],
+               options: dict[str, Any], as_json: bool, capture: bool,
+               capture_dir: Path | None, jobs: int) -> None:
+    """One example between several pairs (--pairs): a record per pair, the server x client
+    table, exit 1 if a run failed and 2 if none could run at all."""
+    if options.get("group") is not None and jobs > 1 and len(chosen) > 1:
+        raise UsageError("--group with --jobs above 1: runs in parallel need a multicast "
+                         "group each", hint="leave --group out (pair N then uses 239.1.N.1) "
+                         "or use --jobs 1")
+
+    def one(index: int, server: str, client: str) -> RunResult:
+        opts = dict(options)
+        if spec.name == "mckey" and opts.get("group") is None:
+            opts["group"] = pair_group(index)
+        label = f"{spec.name} {spec.variant} {server}-{client}"
+        with capturing_run(handle, server, label, capture, capture_dir, client) as cap:
+            result = run_example(handle, spec, server, client, opts)
+        result.capture = cap.record() if cap else None
+        if not as_json:
+            _progress(result)
+        return result
+
+    results = run_pairs(chosen, jobs, one)
+    if not as_json:
+        _print_example_matrix(results, chosen)
+    if all(r.status == "skipped" for r in results):
+        print_results(results, as_json, as_list=True)
+        err_console.print(f"[bold red]refused:[/] {spec.label}: no pair can run it: "
+                          + "; ".join(dict.fromkeys(r.reason for r in results)))
+        raise typer.Exit(2)
+    print_results(results, as_json, as_list=True)  # exits 1 on a failure
 
 
 ImplOption = typer.Option("c", "--impl", help="Server implementation (and the client's "
@@ -214,6 +294,8 @@ def pingpong(
     as_json: bool = JsonOption,
     capture: bool = CaptureOption,
     capture_dir: Path = CaptureDirOption,
+    pairs: str = PairsOption,
+    jobs: int = JobsOption,
     lab: str = LabOption,
 ) -> None:
     """ibv_{rc,uc,ud,srq}_pingpong between two nodes (GID index chosen automatically);
@@ -232,7 +314,7 @@ def pingpong(
     options = {"size": size, "iters": iters, "mtu": mtu, "rx_depth": rx_depth, "port": port,
                "timeout": timeout}
     _run_one("pingpong", variant, lab, server, client, options, as_json, capture,
-             capture_dir)
+             capture_dir, pairs=pairs, jobs=jobs)
 
 
 @run_app.command()
@@ -248,13 +330,15 @@ def rping(
     as_json: bool = JsonOption,
     capture: bool = CaptureOption,
     capture_dir: Path = CaptureDirOption,
+    pairs: str = PairsOption,
+    jobs: int = JobsOption,
     lab: str = LabOption,
 ) -> None:
     """rping (RDMA CM, RC, RDMA READ/WRITE) between two nodes; rxe and siw."""
     options = {"count": count, "size": size, "port": port, "verbose": verbose,
                "timeout": timeout}
     _run_one("rping", "rc", lab, server, client, options, as_json, capture,
-             capture_dir)
+             capture_dir, pairs=pairs, jobs=jobs)
 
 
 @run_app.command()
@@ -272,6 +356,8 @@ def perftest(
     as_json: bool = JsonOption,
     capture: bool = CaptureOption,
     capture_dir: Path = CaptureDirOption,
+    pairs: str = PairsOption,
+    jobs: int = JobsOption,
     lab: str = LabOption,
 ) -> None:
     """A perftest benchmark (-d and -x chosen automatically; -R on siw); the atomic tests
@@ -282,7 +368,7 @@ def perftest(
     options = {"iters": iters, "size": size, "rdma_cm": rdma_cm, "port": port,
                "timeout": timeout}
     _run_one("perftest", test, lab, server, client, options, as_json, capture,
-             capture_dir)
+             capture_dir, pairs=pairs, jobs=jobs)
 
 
 @run_app.command()
@@ -292,7 +378,8 @@ def mckey(
     client: str = typer.Option(None, "--client", help="Sender node (default: the second).",
                                metavar="NODE", autocompletion=complete.node_names),
     count: int = typer.Option(4, "--count", "-C", help="Messages expected by the receiver."),
-    group: str = typer.Option(MCKEY_GROUP, "--group", "-m", help="Multicast address."),
+    group: str = typer.Option(None, "--group", "-m", help=f"Multicast address (default "
+                              f"{MCKEY_GROUP}; with --pairs, pair N uses 239.1.N.1)."),
     wait: int = typer.Option(20, "--wait", help="Seconds the receiver waits at most."),
     one_qp: bool = typer.Option(False, "--one-qp", help="Send all messages from one QP "
                                 "(mckey -C N): on rxe only the first arrives."),
@@ -300,12 +387,14 @@ def mckey(
     as_json: bool = JsonOption,
     capture: bool = CaptureOption,
     capture_dir: Path = CaptureDirOption,
+    pairs: str = PairsOption,
+    jobs: int = JobsOption,
     lab: str = LabOption,
 ) -> None:
     """mckey (RDMA CM multicast over UD) with a bounded wait; reports delivered/expected."""
     options = {"count": count, "group": group, "wait": wait, "timeout": timeout}
     _run_one("mckey", "ud-1qp" if one_qp else "ud", lab, server, client, options, as_json, capture,
-             capture_dir)
+             capture_dir, pairs=pairs, jobs=jobs)
 
 
 PortOption = typer.Option(None, "--port", "-p", help="Port the server listens on.")
@@ -320,11 +409,13 @@ def rdma_server(
     as_json: bool = JsonOption,
     capture: bool = CaptureOption,
     capture_dir: Path = CaptureDirOption,
+    pairs: str = PairsOption,
+    jobs: int = JobsOption,
     lab: str = LabOption,
 ) -> None:
     """librdmacm's rdma_server/rdma_client: connect, one send and receive; rxe and siw."""
     _run_one("rdma-server", "rc", lab, server, client, {"port": port, "timeout": timeout},
-             as_json, capture, capture_dir)
+             as_json, capture, capture_dir, pairs=pairs, jobs=jobs)
 
 
 CountOption = typer.Option(10, "--count", "-C", help="Messages each way (-C).")
@@ -341,11 +432,14 @@ def udaddy(
     as_json: bool = JsonOption,
     capture: bool = CaptureOption,
     capture_dir: Path = CaptureDirOption,
+    pairs: str = PairsOption,
+    jobs: int = JobsOption,
     lab: str = LabOption,
 ) -> None:
     """udaddy: UD datagrams through RDMA CM (address resolution, no connection); rxe only."""
     _run_one("udaddy", "ud", lab, server, client,
-             {"count": count, "size": size, "timeout": timeout}, as_json, capture, capture_dir)
+             {"count": count, "size": size, "timeout": timeout}, as_json, capture, capture_dir,
+             pairs=pairs, jobs=jobs)
 
 
 @run_app.command()
@@ -360,12 +454,14 @@ def ucmatose(
     as_json: bool = JsonOption,
     capture: bool = CaptureOption,
     capture_dir: Path = CaptureDirOption,
+    pairs: str = PairsOption,
+    jobs: int = JobsOption,
     lab: str = LabOption,
 ) -> None:
     """ucmatose: several RC connections through RDMA CM, sends both ways; rxe and siw."""
     _run_one("ucmatose", "rc", lab, server, client,
              {"connections": connections, "count": count, "size": size, "port": port,
-              "timeout": timeout}, as_json, capture, capture_dir)
+              "timeout": timeout}, as_json, capture, capture_dir, pairs=pairs, jobs=jobs)
 
 
 @run_app.command()
@@ -378,18 +474,21 @@ def cmtime(
     as_json: bool = JsonOption,
     capture: bool = CaptureOption,
     capture_dir: Path = CaptureDirOption,
+    pairs: str = PairsOption,
+    jobs: int = JobsOption,
     lab: str = LabOption,
 ) -> None:
     """cmtime: the time each step of RDMA CM connection setup takes; rxe only."""
     _run_one("cmtime", "rc", lab, server, client,
              {"connections": connections, "port": port, "timeout": timeout}, as_json,
-             capture, capture_dir)
+             capture, capture_dir, pairs=pairs, jobs=jobs)
 
 
 def _stream(program: str, lab: str | None, server: str | None, client: str | None,
             options: dict[str, Any], as_json: bool, capture: bool,
-            capture_dir: Path | None) -> None:
-    _run_one(program, "rsocket", lab, server, client, options, as_json, capture, capture_dir)
+            capture_dir: Path | None, pairs: str = "first", jobs: int = 1) -> None:
+    _run_one(program, "rsocket", lab, server, client, options, as_json, capture, capture_dir,
+             pairs=pairs, jobs=jobs)
 
 
 def _stream_command(name: str, doc: str) -> None:
@@ -405,11 +504,13 @@ def _stream_command(name: str, doc: str) -> None:
         as_json: bool = JsonOption,
         capture: bool = CaptureOption,
         capture_dir: Path = CaptureDirOption,
+        pairs: str = PairsOption,
+        jobs: int = JobsOption,
         lab: str = LabOption,
     ) -> None:
         _stream(name, lab, server, client,
                 {"count": count, "size": size, "port": port, "timeout": timeout}, as_json,
-                capture, capture_dir)
+                capture, capture_dir, pairs, jobs)
 
     command.__doc__ = doc
     run_app.command(name)(command)
@@ -430,11 +531,13 @@ def rcopy(
     as_json: bool = JsonOption,
     capture: bool = CaptureOption,
     capture_dir: Path = CaptureDirOption,
+    pairs: str = PairsOption,
+    jobs: int = JobsOption,
     lab: str = LabOption,
 ) -> None:
     """rcopy: a file made in the client node copied over rsockets, compared on arrival."""
     _stream("rcopy", lab, server, client, {"size": size, "port": port, "timeout": timeout},
-            as_json, capture, capture_dir)
+            as_json, capture, capture_dir, pairs, jobs)
 
 
 @run_app.command()
@@ -463,6 +566,8 @@ def custom(
     as_json: bool = JsonOption,
     capture: bool = CaptureOption,
     capture_dir: Path = CaptureDirOption,
+    pairs: str = PairsOption,
+    jobs: int = JobsOption,
     lab: str = LabOption,
 ) -> None:
     """Your own server and client commands between two nodes, run like the built-in
@@ -471,6 +576,7 @@ def custom(
     itself once the client is done."""
     options = check_options({"port": port, "timeout": timeout})
     spec = custom_spec(server_cmd, client_cmd, ready=ready, ready_port=ready_port)
+    check_pair_flags(pairs, jobs, server, client)
     handle = open_lab(lab)
     rdma_nodes = [n.name for n in handle.lab.nodes if n.rdma != "none"]
     for flag, value in (("--server-node", server), ("--client-node", client)):
@@ -478,15 +584,8 @@ def custom(
             raise UsageError(f"{flag}: lab {handle.lab.name} has no node {short_repr(value)} "
                              "with an RDMA device",
                              hint="nodes with RDMA devices: " + (", ".join(rdma_nodes) or "none"))
-    server, client = pick_nodes(handle, server, client)
-    with capturing_run(handle, server, "custom", capture, capture_dir) as cap:
-        result = run_example(handle, spec, server, client, options)
-    result.capture = cap.record() if cap else None
-    print_results([result], as_json)
-    if result.status == "skipped":
-        err_console.print(f"[bold red]refused:[/] custom run between {server} and "
-                          f"{client}: {result.reason}")
-        raise typer.Exit(2)
+    _run_spec(handle, spec, server, client, options, as_json, capture, capture_dir,
+              pairs=pairs, jobs=jobs)
 
 
 def example_list() -> list[dict[str, Any]]:
@@ -535,32 +634,24 @@ def run_all(
     client: str = ClientOption,
     iters: int = typer.Option(100, "--iters", "-n", help="Iterations of each pingpong and "
                               "perftest (small: TCG is slow)."),
-    pairs: str = typer.Option("first", "--pairs", metavar="first|adjacent|all|A:B,C:D",
-                              help="Node pairs: first (the two nodes picked as for one "
-                              "example), adjacent (every pair sharing a segment), all (every "
-                              "pair; those without an IP path are skipped) or A:B,C:D "
-                              "(server:client)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
+    pairs: str = PairsOption,
+    jobs: int = JobsOption,
     lab: str = LabOption,
 ) -> None:
     """Every example the two nodes' devices support, one summary; exit 1 on a failure."""
     options = check_options({"iters": iters, "timeout": timeout})
-    if pairs != "first" and (server or client):
-        raise UsageError("--server/--client choose the first pair only",
-                         hint="name the pairs in --pairs instead, e.g. --pairs node1:node2")
+    check_pair_flags(pairs, jobs, server, client)
     handle = open_lab(lab)
-    if pairs == "first":
-        chosen = [pick_nodes(handle, server, client)]
-    else:
-        chosen = resolve_pairs(handle.lab, pairs)
-        if not chosen:
-            raise UsageError(f"--pairs {pairs}: lab {handle.lab.name} has no such pair",
-                             hint="adjacent needs two RDMA nodes on one segment")
-    results: list[RunResult] = []
-    for pair_server, pair_client in chosen:
-        results += run_matrix(handle, pair_server, pair_client, options,
-                              progress=None if as_json else _progress)
+    chosen = choose_pairs(handle, pairs, server, client)
+
+    def pair(index: int, pair_server: str, pair_client: str) -> list[RunResult]:
+        return run_matrix(handle, pair_server, pair_client,
+                          {**options, "group": pair_group(index)},
+                          progress=None if as_json else _progress)
+
+    results = [r for rs in run_pairs(chosen, jobs, pair) for r in rs]
     if len(chosen) > 1 and not as_json:
         _print_pair_matrix(results, chosen)
     print_results(results, as_json, summary=True)  # exits 1 on a failure
@@ -585,8 +676,28 @@ def _print_pair_matrix(results: list[RunResult], pairs: list[tuple[str, str]]) -
     console.print(table)
 
 
+def _print_example_matrix(results: list[RunResult], pairs: list[tuple[str, str]]) -> None:
+    """Server x client, one cell per pair: the run's result and key figure."""
+    servers = list(dict.fromkeys(s for s, _ in pairs))
+    clients = list(dict.fromkeys(c for _, c in pairs))
+    label = results[0].label if results else ""
+    table = Table(title=f"{label}: server x client")
+    table.add_column("server \\ client")
+    for client in clients:
+        table.add_column(client)
+    by_pair = {(r.server, r.client): r for r in results}
+    for server in servers:
+        cells = []
+        for client in clients:
+            r = by_pair.get((server, client))
+            figure = key_figure_text(r) if r and r.status == "passed" else ""
+            cells.append("" if r is None else f"{r.status} {figure}".strip())
+        table.add_row(server, *cells)
+    console.print(table)
+
+
 def _progress(result: RunResult) -> None:
-    err_console.print(f"{result.label}: {result.status}"
+    err_console.print(f"{result.label} {result.server} -> {result.client}: {result.status}"
                       + (f" ({result.reason})" if result.reason else "")
                       + (f" in {result.seconds} s" if result.seconds else ""))
 

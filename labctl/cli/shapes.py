@@ -116,6 +116,13 @@ class DoctorOutput(Shape):
 
 
 # --- labctl run ... --json ---------------------------------------------------------------
+class TtlFlow(Shape):
+    src: str  # IPv4 source (a RoCE v2 GID is its IPv4-mapped form)
+    dst: str
+    ttl: int  # IP TTL as captured: 64 leaving a node, one less per router passed
+    packets: int
+
+
 class RunCapture(Shape):
     """`labctl run ... --capture`: where the run's pcap is and what it holds."""
 
@@ -124,6 +131,17 @@ class RunCapture(Shape):
     interface: str
     packets: int
     opcodes: dict[str, int]  # packets per decoded opcode name (SEND_ONLY, ACKNOWLEDGE, ...)
+    ttl: list[TtlFlow]  # RoCE v2 packets by source, destination and IP TTL
+    hops: int | None  # routers between client and server, measured from the TTLs
+
+
+class RunPath(Shape):
+    """How the client reaches the server: through which routers, with which GIDs."""
+
+    routers: list[str]  # router nodes the client's packets pass, in order; [] on one segment
+    hops: int  # len(routers)
+    server_gid: str | None  # RoCE v2: ::ffff:<server address>; null on iWARP
+    client_gid: str | None
 
 
 class RunRecord(Shape):
@@ -147,6 +165,7 @@ class RunRecord(Shape):
     attempts: int  # 1; more when a known race ended an attempt (docs/reliability.md)
     retried: list[str]  # "attempt N: why it failed (the race)" for each earlier attempt
     diagnostics: dict[str, str]  # failed runs: node -> its RDMA state at the failure; else {}
+    path: RunPath | None  # null when skipped before the path was known (no IP path)
 
 
 # --- labctl bench --json -----------------------------------------------------------------
@@ -182,6 +201,11 @@ class LabInterface(Shape):
     mtu: int
 
 
+class LabRoute(Shape):
+    to: str  # destination network, 10.77.2.0/24
+    via: str  # gateway on one of the node's segments, 10.77.1.1
+
+
 class LabNode(Shape):
     name: str
     index: int
@@ -190,6 +214,9 @@ class LabNode(Shape):
     cpus: int
     image: str
     interfaces: list[LabInterface]
+    router: bool  # forwards IPv4 between its segments
+    routes: list[LabRoute]  # explicit and computed routes (docs/topology.md, "Routes")
+    rdma_ifnames: list[str]  # rdma_interfaces as written; [] = the first interface only
     packages: list[str] = []  # only when the node has extra packages (sorted)
     mounts: list[LabMount] = []  # only when the node has host folders
 

@@ -29,7 +29,7 @@ def summary(lab: Lab) -> str:
     for node in lab.nodes:
         rdma = node.rdma
         if node.rdma_interface is not None:
-            rdma = f"{node.rdma} on {node.rdma_interface.name}"
+            rdma = f"{node.rdma} on {', '.join(i.name for i in node.rdma_interfaces)}"
         ifaces = ", ".join(f"{i.name} {i.ipv4}" for i in node.interfaces) or "no data links"
         lines.append(
             f"  {node.name:<{width}}  rdma {rdma:<11}  {node.memory_mib} MiB, "
@@ -50,6 +50,13 @@ def summary(lab: Lab) -> str:
                 f"  {seg.name:<{width}}  {seg.kind:<6}  {subnet}  mtu {seg.mtu:<4}  "
                 + " ".join(members)
             )
+    routed = [n for n in lab.nodes if n.router or n.routes]
+    if routed:
+        lines.append("routing:")
+        width = max(len(n.name) for n in routed)
+        for node in routed:
+            routes = ", ".join(f"{r.to} via {r.via}" for r in node.routes) or "no routes"
+            lines.append(f"  {node.name:<{width}}  {'router, ' if node.router else ''}{routes}")
     return "\n".join(lines)
 
 

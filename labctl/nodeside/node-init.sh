@@ -5,7 +5,8 @@
 #   vagrant    Vagrant VM: labctl-node.service at every boot (`start`; `stop` removes
 #              the device), installed by the Vagrantfile
 # Reads /etc/labctl/node.env (written by labctl for this node), names and addresses the
-# NICs by the MACs labctl gave them, creates the RDMA device and reports:
+# NICs by the MACs labctl gave them, turns on forwarding (routers) and adds routes,
+# creates the RDMA device and reports:
 #   "labctl: stage NAME"   progress
 #   "labctl: ready ..."    every step done and the RDMA port ACTIVE (dev=, gid=, mtu=, state=)
 #   "labctl: fail STEP"    a step failed (labctl shows it with the console tail)
@@ -168,6 +169,24 @@ EOF_SPEC
     if [ "$KIND" = vagrant ]; then say "$name $mac $addr mtu $mtu"; fi
 done
 
+# Routed labs: a router forwards between its segments; nodes reach the segments they are
+# not on through the gateways labctl worked out (LABCTL_ROUTES: "to,via to,via ...").
+if [ "${LABCTL_ROUTER:-0}" = 1 ]; then
+    step forwarding
+    forward=/proc/sys/net/ipv4/ip_forward
+    # A container's /proc/sys is read-only: docker set it at creation.
+    if [ "$(cat "$forward")" != 1 ]; then
+        echo 1 > "$forward" || fail "IPv4 forwarding (net.ipv4.ip_forward)"
+    fi
+fi
+if [ -n "${LABCTL_ROUTES:-}" ]; then
+    step routes
+    for route in $LABCTL_ROUTES; do
+        to=${route%,*}; via=${route#*,}
+        must "ip route add $to via $via" ip route replace "$to" via "$via"
+    done
+fi
+
 if [ "$KIND" = vm ]; then
     step sshd
     must "mkdir /root/.ssh" mkdir -p /root/.ssh /run/sshd /etc/ssh/sshd_config.d
@@ -191,13 +210,21 @@ if [ "$LABCTL_RDMA" != none ] && [ -n "$LABCTL_RDMA_DEV" ]; then
         must "rdma link add $LABCTL_RDMA_DEV type $LABCTL_RDMA netdev $LABCTL_RDMA_NETDEV" \
             rdma link add "$LABCTL_RDMA_DEV" type "$LABCTL_RDMA" netdev "$LABCTL_RDMA_NETDEV"
     fi
-    ports=/sys/class/infiniband/$LABCTL_RDMA_DEV/ports/1
-    tries=0
-    until grep -qs ACTIVE "$ports/state"; do
-        tries=$((tries + 1))
-        if [ "$tries" -gt 1000 ]; then fail "$LABCTL_RDMA_DEV port not ACTIVE"; fi
-        sleep 0.02
+    # Several devices (qemu nodes): one more per listed interface, "rxe1,eth2 ...".
+    for extra in ${LABCTL_RDMA_EXTRA:-}; do
+        dev=${extra%,*}; netdev=${extra#*,}
+        must "rdma link add $dev type $LABCTL_RDMA netdev $netdev" \
+            rdma link add "$dev" type "$LABCTL_RDMA" netdev "$netdev"
     done
+    for dev in "$LABCTL_RDMA_DEV" $(for e in ${LABCTL_RDMA_EXTRA:-}; do echo "${e%,*}"; done); do
+        tries=0
+        until grep -qs ACTIVE "/sys/class/infiniband/$dev/ports/1/state"; do
+            tries=$((tries + 1))
+            if [ "$tries" -gt 1000 ]; then fail "$dev port not ACTIVE"; fi
+            sleep 0.02
+        done
+    done
+    ports=/sys/class/infiniband/$LABCTL_RDMA_DEV/ports/1
     # The ready line carries what `labctl up` shows, so it needs no extra round trip.
     for gid in "$ports"/gids/*; do
         index=${gid##*/}

@@ -152,6 +152,8 @@ def plan_lab(lab: Lab, tags: dict[str, str], rdma_cm: str) -> DockerLabPlan:
             "labels": labels,
             "mem_limit": f"{node.memory_mib}m",
             "detach": True,
+            # A router forwards: set at creation (a container's /proc/sys is read-only).
+            **({"sysctls": {"net.ipv4.ip_forward": "1"}} if node.router else {}),
         }))
     veths = [
         {"host": veth_name(node, iface.name), "bridge": labnet.bridge_name(iface.segment),

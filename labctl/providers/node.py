@@ -17,8 +17,9 @@ NODE_CODE = "/opt/labctl"
 NODE_INIT = f"{NODE_CODE}/labctl/nodeside/node-init.sh"
 
 
-def rdma_device_name(node: Node) -> str:
-    return f"{node.rdma}0"
+def rdma_device_name(node: Node, index: int = 0) -> str:
+    """The node's index-th RDMA device (rxe0 on its first RDMA interface, rxe1...)."""
+    return f"{node.rdma}{index}"
 
 
 def mgmt_mac(lab: str, node: Node) -> str:
@@ -28,7 +29,7 @@ def mgmt_mac(lab: str, node: Node) -> str:
 
 def node_env(lab: Lab, node: Node) -> dict[str, str]:
     iface = node.rdma_interface
-    return {
+    env = {
         "LABCTL_LAB": lab.name,
         "LABCTL_NODE": node.name,
         "LABCTL_RDMA": node.rdma,
@@ -37,6 +38,16 @@ def node_env(lab: Lab, node: Node) -> dict[str, str]:
         "LABCTL_MGMT_MAC": mgmt_mac(lab.name, node),
         "LABCTL_IFACES": " ".join(f"{i.name},{i.mac},{i.ipv4},{i.mtu}" for i in node.interfaces),
     }
+    # Only in routed labs, so that every other node's settings stay as they were.
+    if node.router:
+        env["LABCTL_ROUTER"] = "1"
+    if node.routes:
+        env["LABCTL_ROUTES"] = " ".join(f"{r.to},{r.via}" for r in node.routes)
+    extra = node.rdma_interfaces[1:]
+    if extra:  # several devices (qemu nodes): "rxe1,eth2 rxe2,eth3"
+        env["LABCTL_RDMA_EXTRA"] = " ".join(
+            f"{rdma_device_name(node, k)},{i.name}" for k, i in enumerate(extra, start=1))
+    return env
 
 
 def env_file(env: dict[str, str]) -> bytes:

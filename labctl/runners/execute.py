@@ -10,9 +10,12 @@ from typing import Any
 
 from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import LabHandle
+from labctl.providers.node import rdma_device_name
 from labctl.runners.diagnose import snapshot
+from labctl.runners.pairs import ip_path, no_path_reason, pair_interfaces
 from labctl.runners.server import ServerProcess
 from labctl.runners.spec import Endpoint, ExampleSpec, RunContext, check_options
+from labctl.topology.resolved import Interface, Node
 
 READY_WAIT_SECONDS = 30.0
 READY_SLICE_SECONDS = 2.0
@@ -43,6 +46,9 @@ class RunResult:
     retried: list[str] = field(default_factory=list)  # why each earlier attempt failed
     # A failed run: each live node's RDMA state as it failed (runners/diagnose.py).
     diagnostics: dict[str, str] = field(default_factory=dict)
+    # The IP path between the nodes: the routers the client's packets pass to reach the
+    # server (hops: how many) and, on RoCE, the GIDs of both ends; None when there is none.
+    path: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -58,19 +64,32 @@ class RunResult:
         return asdict(self)
 
 
-def endpoint(handle: LabHandle, node: str) -> Endpoint:
-    """The node's RDMA device, GID index and data address (GID index cached at `up`)."""
+def _rdma_node(handle: LabHandle, node: str) -> Node:
     names = [n.name for n in handle.lab.nodes]
     if node not in names:
         raise UsageError(f"lab {handle.lab.name} has no node {short_repr(node)}",
                          hint=f"nodes: {', '.join(names)}")
     lab_node = handle.lab.node(node)
-    iface = lab_node.rdma_interface
-    if iface is None:
+    if lab_node.rdma_interface is None:
         raise UsageError(
             f"node {node} has no RDMA device (rdma: {lab_node.rdma})",
             hint="choose other nodes with --server/--client",
         )
+    return lab_node
+
+
+def endpoint(handle: LabHandle, node: str, iface: Interface | None = None) -> Endpoint:
+    """The node's RDMA device on `iface` (default: its first device), GID index and data
+    address (the first device's GID index is cached at `up`; another's is read live)."""
+    lab_node = _rdma_node(handle, node)
+    iface = iface or lab_node.rdma_interface
+    assert iface is not None
+    index = lab_node.device_index(iface)
+    if index > 0:  # several devices (qemu nodes): rxe1 on the second interface, ...
+        device = rdma_device_name(lab_node, index)
+        found = [d for d in handle.node_status(node)["devices"] if d.get("name") == device]
+        return Endpoint(node, device, lab_node.rdma,
+                        found[0].get("gid_index") if found else None, iface.address)
     info = handle.labdir.load_state().nodes.get(node)
     gid_index = info.gid_index if info else None
     if gid_index is None and lab_node.rdma == "rxe":
@@ -78,6 +97,12 @@ def endpoint(handle: LabHandle, node: str) -> Endpoint:
         gid_index = devices[0]["gid_index"] if devices else None
     return Endpoint(node, handle.rdma_device(node), lab_node.rdma, gid_index, iface.address,
                     iface.name)
+
+
+def _gid(ep: Endpoint) -> str | None:
+    """The RoCE v2 GID the run uses: the IPv4-mapped form of the node's data address (the
+    GID at the index labctl passes with -g/-x); iWARP has none."""
+    return f"::ffff:{ep.address}" if ep.gid_index is not None else None
 
 
 def _bounded(argv: list[str], seconds: float) -> list[str]:
@@ -156,7 +181,20 @@ def run_example(
     options = check_options(options)  # values reach argv and shell snippets in the nodes
     result = RunResult(spec.name, spec.variant, server_node, client_node, "failed",
                        key_figure=spec.key_figure)
-    server_ep, client_ep = endpoint(handle, server_node), endpoint(handle, client_node)
+    _rdma_node(handle, server_node), _rdma_node(handle, client_node)
+    ifaces = pair_interfaces(handle.lab, server_node, client_node)
+    routers = ip_path(handle.lab, server_node, client_node)
+    if ifaces is None or routers is None:
+        result.status, result.reason = "skipped", no_path_reason(handle.lab, server_node,
+                                                                 client_node)
+        return result
+    server_ep = endpoint(handle, server_node, ifaces[0])
+    client_ep = endpoint(handle, client_node, ifaces[1])
+    result.path = {"routers": routers, "hops": len(routers), "server_gid": _gid(server_ep),
+                   "client_gid": _gid(client_ep)}
+    if routers and spec.one_segment:
+        result.status, result.reason = "skipped", spec.one_segment
+        return result
     if server_ep.device_type != client_ep.device_type:
         result.status = "skipped"
         result.reason = (

@@ -8,7 +8,7 @@ from typing import Any
 from labctl.lab.handle import LabHandle
 from labctl.runners.examples import EXAMPLES, KNOWN_LIMITATIONS
 from labctl.runners.execute import RunResult, run_example
-from labctl.runners.pairs import shared_segment
+from labctl.runners.pairs import ip_path, no_path_reason
 
 
 def run_matrix(handle: LabHandle, server: str, client: str, options: dict[str, Any],
@@ -16,8 +16,8 @@ def run_matrix(handle: LabHandle, server: str, client: str, options: dict[str, A
     """Run the catalogue in order; unsupported and known-limited cases come back skipped
     with their reason and are never started."""
     results: list[RunResult] = []
-    no_path = "" if shared_segment(handle.lab, server, client) else (
-        f"no IP path: {server} and {client} have their RDMA devices on different segments")
+    no_path = "" if ip_path(handle.lab, server, client) is not None else no_path_reason(
+        handle.lab, server, client)
     for (name, variant), spec in EXAMPLES.items():
         limitation = no_path or KNOWN_LIMITATIONS.get((name, variant))
         if limitation:

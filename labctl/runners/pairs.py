@@ -1,11 +1,13 @@
-"""Which (server, client) node pairs `labctl run all --pairs` runs the catalogue between."""
+"""Which (server, client) node pairs `labctl run ... --pairs` runs between, and whether a
+pair has an IP path (one segment, or routes through routers both ways)."""
 
 from __future__ import annotations
 
 import itertools
 
 from labctl.errors import UsageError, short_repr
-from labctl.topology.resolved import Lab
+from labctl.topology.resolved import Interface, Lab
+from labctl.topology.routing import egress, route_path
 
 PAIR_MODES = ("first", "adjacent", "all")
 PAIRS_HINT = "use first, adjacent, all or NODE:NODE[,NODE:NODE...], e.g. node1:node2"
@@ -16,10 +18,48 @@ def rdma_nodes(lab: Lab) -> list[str]:
 
 
 def shared_segment(lab: Lab, a: str, b: str) -> bool:
-    """True when the two nodes' RDMA interfaces are on one segment: the examples address
-    the server by its RDMA interface's IP, and the lab has no routes between segments."""
-    ia, ib = lab.node(a).rdma_interface, lab.node(b).rdma_interface
-    return ia is not None and ib is not None and ia.segment == ib.segment
+    """True when the two nodes have RDMA devices on one segment."""
+    return any(ia.segment == ib.segment for ia in lab.node(a).rdma_interfaces
+               for ib in lab.node(b).rdma_interfaces)
+
+
+def pair_interfaces(lab: Lab, server: str, client: str) -> tuple[Interface, Interface] | None:
+    """The interfaces (hence the RDMA devices) a run between the two nodes uses: on a
+    segment both have a device on, the first such; else, through routers, a server device
+    the client's packets reach by its device on the segment they leave by, and back the
+    same way. None: no IP path between any of their devices."""
+    sis, cis = lab.node(server).rdma_interfaces, lab.node(client).rdma_interfaces
+    for si in sis:
+        for ci in cis:
+            if si.segment == ci.segment:
+                return si, ci
+    for si in sis:
+        out = egress(lab, lab.node(client), si.address)
+        mine = next((c for c in cis if out is not None and c.name == out.name), None)
+        if mine is None:
+            continue
+        back = egress(lab, lab.node(server), mine.address)
+        if (back is not None and back.name == si.name
+                and route_path(lab, client, si.address) is not None
+                and route_path(lab, server, mine.address) is not None):
+            return si, mine
+    return None
+
+
+def ip_path(lab: Lab, server: str, client: str) -> list[str] | None:
+    """The routers between the client and the server's RDMA address ([] on one segment),
+    or None when packets cannot make the round trip. The examples address the server by
+    the IP of the interface its device is on and the server answers the client's."""
+    found = pair_interfaces(lab, server, client)
+    return None if found is None else route_path(lab, client, found[0].address)
+
+
+def no_path_reason(lab: Lab, server: str, client: str) -> str:
+    si, ci = lab.node(server).rdma_interface, lab.node(client).rdma_interface
+    where = (f"{server} ({si.address}) and {client} ({ci.address})" if si and ci
+             else f"{server} and {client}")
+    return (f"no IP path: {where} have their RDMA devices on different segments and no "
+            "routes join them")
 
 
 def resolve_pairs(lab: Lab, spec: str) -> list[tuple[str, str]]:

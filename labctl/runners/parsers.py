@@ -7,11 +7,15 @@ from typing import Any
 
 _BYTES = re.compile(r"^(\d+) bytes in ([\d.]+) seconds = ([\d.]+) Mbit/sec$", re.M)
 _ITERS = re.compile(r"^(\d+) iters in ([\d.]+) seconds = ([\d.]+) usec/iter$", re.M)
+_ADDRESS = re.compile(r"^\s*(local|remote) address: .*, GID (\S+)$", re.M)
 
 
 def parse_pingpong(output: str) -> dict[str, Any]:
-    """ibv_{rc,uc,ud,srq}_pingpong (and labctl's Python one): the closing two lines."""
+    """ibv_{rc,uc,ud,srq}_pingpong (and labctl's Python one): the closing two lines, and
+    the GIDs both ends used (`local_gid`, `remote_gid`), as the program printed them."""
     figures: dict[str, Any] = {}
+    for side, gid in _ADDRESS.findall(output):
+        figures.setdefault(f"{side}_gid", gid)
     bytes_match = _BYTES.search(output)
     iters_match = _ITERS.search(output)
     if bytes_match:

@@ -59,6 +59,9 @@ class ExampleSpec:
     # Why a client that ran into its bound may pass with a fresh pair (a race of the program
     # with rxe, measured and documented in docs/reliability.md). Empty: a timeout is final.
     timeout_race: str = ""
+    # Why the example cannot cross a router ("": it can); a run whose client reaches the
+    # server only through routers is skipped with this reason.
+    one_segment: str = ""
 
     @property
     def label(self) -> str:

@@ -22,7 +22,8 @@ from labctl.topology.model import (
     Topology,
 )
 from labctl.topology.problems import Problem, did_you_mean, first_problem, show
-from labctl.topology.resolved import Interface, Lab, Mount, Node, Segment
+from labctl.topology.resolved import Interface, Lab, Mount, Node, Route, Segment
+from labctl.topology.routing import computed_routes
 from labctl.topology.workbench import WorkbenchValueError, parse_mount, resolve_source
 
 
@@ -106,6 +107,9 @@ class Checked:
     bad_endpoint: bool = False
     subnets: list[ipaddress.IPv4Network | None] = field(default_factory=list)
     mounts: dict[str, list[Mount]] = field(default_factory=dict)  # node -> its host folders
+    # node -> its routes (explicit, then computed to the segments those do not cover)
+    routes: dict[str, list[tuple[ipaddress.IPv4Network, ipaddress.IPv4Address]]] = field(
+        default_factory=dict)
 
     def problem(self, loc: Loc, message: str, hint: str = DEFAULT_HINT) -> None:
         self.problems.append(Problem(loc, message, hint))
@@ -127,9 +131,11 @@ def cross_check(topo: Topology, source: str | None = None) -> Checked:
         _check_segment_names,
         _check_endpoints,
         _check_rdma_has_link,
+        _check_rdma_interfaces,
         _check_explicit_subnets,
         _assign_pool_subnets,
         _check_segment_sizes,
+        _check_routes,
     ):
         step(checked)
     if checked.problems:
@@ -275,6 +281,36 @@ def _check_rdma_has_link(c: Checked) -> None:
             )
 
 
+def _check_rdma_interfaces(c: Checked) -> None:
+    """rdma_interfaces names data interfaces of the node, once each, on a node with a
+    device type; qemu nodes only (docker and vagrant name one device per node)."""
+    if c.bad_endpoint:
+        return
+    for name, spec in c.specs.items():
+        if spec.rdma_interfaces is None:
+            continue
+        loc: Loc = ("nodes", name, "rdma_interfaces")
+        rdma = spec.rdma or c.topo.defaults.rdma
+        if rdma == "none":
+            c.problem(loc, f"node {name} has rdma: none, so no RDMA interfaces",
+                      "remove rdma_interfaces, or give the node rdma: rxe or siw")
+            continue
+        if c.topo.provider != "qemu":
+            c.problem(loc, f"several RDMA devices per node need provider qemu (this lab "
+                      f"is {c.topo.provider})", "remove rdma_interfaces")
+            continue
+        have = sorted((ifname for ifname, _, _ in c.node_ifaces[name]), key=_ifnum)
+        seen: set[str] = set()
+        for k, ifname in enumerate(spec.rdma_interfaces):
+            if ifname in seen:
+                c.problem((*loc, k), f"{ifname} is listed twice", "one device per interface")
+            elif ifname not in have:
+                c.problem((*loc, k), f"{ifname} is not a data interface of {name} (its "
+                          f"interfaces: {', '.join(have) or 'none'})",
+                          "list interfaces the node's links use")
+            seen.add(ifname)
+
+
 def _check_explicit_subnets(c: Checked) -> None:
     """Explicit subnets overlap neither each other nor the nodes' management network."""
     c.subnets = [None] * len(c.topo.links)
@@ -340,6 +376,93 @@ def _check_segment_sizes(c: Checked) -> None:
             )
 
 
+def _router(c: Checked, name: str) -> bool:
+    return bool(c.specs[name].router)
+
+
+def _check_routes(c: Checked) -> None:
+    """Explicit routes lead to a network of the lab the node is not on, through a router
+    on one of the node's own segments; then the computed routes fill in the rest."""
+    has_routing = any(spec.router or spec.routes for spec in c.specs.values())
+    if not has_routing:
+        return
+    if c.topo.provider == "vagrant":
+        name = next(n for n, spec in c.specs.items() if spec.router or spec.routes)
+        key = "router" if c.specs[name].router else "routes"
+        c.problem(("nodes", name, key), "routers and routes are not supported with provider "
+                  "vagrant (its nodes are set up by the Vagrantfile)",
+                  "use provider qemu or docker for a routed lab")
+        return
+    if c.bad_endpoint or c.problems or any(net is None for net in c.subnets):
+        return  # addresses are not known: the earlier problem comes first
+    subnets = [net for net in c.subnets if net is not None]
+    attachments = {
+        node: [(link, subnets[link].network_address + j + 1) for _, link, j in ifaces]
+        for node, ifaces in c.node_ifaces.items()
+    }
+    owners = {address: node for node, ifs in attachments.items() for _, address in ifs}
+    computed = computed_routes(attachments, [n for n in c.specs if _router(c, n)], subnets)
+    for node, spec in c.specs.items():
+        explicit: list[tuple[ipaddress.IPv4Network, ipaddress.IPv4Address]] = []
+        for k, route in enumerate(spec.routes or ()):
+            checked = _check_route(c, node, k, route.to, route.via, attachments, owners,
+                                   subnets, [to for to, _ in explicit])
+            if checked:
+                explicit.append(checked)
+        covered = [to for to, _ in explicit]
+        c.routes[node] = explicit + [(to, via) for to, via in computed[node]
+                                     if not any(to.subnet_of(e) for e in covered)]
+
+
+def _check_route(
+    c: Checked, node: str, k: int, to_text: str, via_text: str,
+    attachments: dict[str, list[tuple[int, ipaddress.IPv4Address]]],
+    owners: dict[ipaddress.IPv4Address, str], subnets: list[ipaddress.IPv4Network],
+    earlier: list[ipaddress.IPv4Network],
+) -> tuple[ipaddress.IPv4Network, ipaddress.IPv4Address] | None:
+    to, via = ipaddress.IPv4Network(to_text), ipaddress.IPv4Address(via_text)
+    loc: Loc = ("nodes", node, "routes", k)
+    own = [(link, subnets[link]) for link, _ in attachments[node]]
+    if not any(to.overlaps(net) for net in subnets):
+        c.problem((*loc, "to"), f"{to} is not a network of this lab: no segment is in it",
+                  "segments: " + ", ".join(f"{c.seg_names[i]} {net}"
+                                           for i, net in enumerate(subnets)))
+        return None
+    for link, net in own:
+        if to.subnet_of(net):
+            c.problem((*loc, "to"), f"{to} is on {node}'s own segment {c.seg_names[link]} "
+                      f"({net}): reached without a gateway", "remove this route")
+            return None
+    if to in earlier:
+        c.problem((*loc, "to"), f"{node} already has a route to {to}",
+                  "give each destination one route")
+        return None
+    gateway_net = next(((link, net) for link, net in own if via in net), None)
+    if gateway_net is None:
+        where = ", ".join(f"{c.seg_names[i]} {net}" for i, net in own) or "none"
+        c.problem((*loc, "via"), f"gateway {via} is not on a segment of {node} "
+                  f"(its segments: {where})",
+                  f"a gateway is a router's address on one of {node}'s own segments")
+        return None
+    holder = owners.get(via)
+    link, net = gateway_net
+    if holder == node:
+        c.problem((*loc, "via"), f"gateway {via} is {node}'s own address",
+                  "use the address of a router on the same segment")
+    elif holder is None:
+        there = ", ".join(f"{a} {n}" for n, ifs in attachments.items() for seg, a in ifs
+                          if seg == link)
+        c.problem((*loc, "via"), f"no node has {via} on {c.seg_names[link]} ({net})",
+                  f"addresses there: {there}")
+    elif not _router(c, holder):
+        c.problem((*loc, "via"), f"gateway {via} is {holder}'s address, but {holder} is "
+                  "not a router", f"set `router: true` on {holder} (it then forwards "
+                  "between its segments)")
+    else:
+        return to, via
+    return None
+
+
 def build_lab(c: Checked, source: str | None) -> Lab:
     """The Lab of a checked topology: defaults applied, addresses and MACs assigned."""
     topo, d = c.topo, c.topo.defaults
@@ -384,6 +507,9 @@ def build_lab(c: Checked, source: str | None) -> Lab:
                     )
                     for ifname, seg, _ in ifaces
                 ),
+                router=bool(spec.router),
+                rdma_ifnames=tuple(spec.rdma_interfaces or ()),
+                routes=tuple(Route(str(to), str(via)) for to, via in c.routes.get(name, ())),
             )
         )
     return Lab(

@@ -82,6 +82,26 @@ def _check_ipv4_network(value: str) -> str:
     return value
 
 
+def _check_ipv4_address(value: str) -> str:
+    """Accept a dotted-quad IPv4 address (a gateway)."""
+    try:
+        address = ipaddress.IPv4Address(value)
+    except ValueError:
+        raise PydanticCustomError(
+            "ipv4_address", f"must be an IPv4 address like 10.77.1.1 (got {short_repr(value)})"
+        ) from None
+    if str(address) != value:
+        raise PydanticCustomError("ipv4_address", f"{value!r} is not in canonical form; "
+                                  f"did you mean {address}?")
+    return value
+
+
+Ipv4Address = Annotated[
+    str,
+    Field(json_schema_extra={"pattern": r"^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$"},
+          examples=["10.77.1.1"]),
+    AfterValidator(_check_ipv4_address),
+]
 Ipv4Network = Annotated[
     str,
     Field(
@@ -172,6 +192,24 @@ class Addressing(_Strict):
     )
 
 
+class RouteSpec(_Strict):
+    """A static route in a node: packets for `to` go through the gateway `via`."""
+
+    model_config = ConfigDict(title="Route")
+
+    to: Ipv4Network = Field(
+        title="Destination",
+        description="A network of this lab the node is not on (a segment's subnet, or a "
+        "network holding some).",
+        examples=["10.77.2.0/24"],
+    )
+    via: Ipv4Address = Field(
+        title="Gateway",
+        description="Address of a router (router: true) on one of the node's own segments.",
+        examples=["10.77.1.1"],
+    )
+
+
 class NodeSpec(_Strict):
     """One node (a VM or container). Every key is optional and overrides `defaults`."""
 
@@ -190,6 +228,27 @@ class NodeSpec(_Strict):
                                                description=_PACKAGES_DESC)
     mounts: list[MountText] | None = Field(title="Host folders", default=None,
                                            max_length=MAX_MOUNTS, description=_MOUNTS_DESC)
+    router: bool | None = Field(
+        title="Router",
+        default=None,
+        description="Forward IPv4 between the node's segments (net.ipv4.ip_forward=1). "
+        "When a lab has routers, every node gets a route to each segment it is not on, "
+        "through the nearest router (see routes).",
+    )
+    routes: list[RouteSpec] | None = Field(
+        title="Static routes",
+        default=None,
+        description="Routes of this node, each {to: NETWORK, via: GATEWAY}; they replace "
+        "the computed routes to the segments they cover.",
+    )
+    rdma_interfaces: list[Annotated[str, Field(pattern=f"^{IFNAME_RE}$")]] | None = Field(
+        title="RDMA interfaces",
+        default=None,
+        min_length=1,
+        description="Data interfaces that get an RDMA device each (default: the first one "
+        "only), e.g. [eth1, eth2]: rxe0 on eth1, rxe1 on eth2. qemu nodes only.",
+        examples=[["eth1", "eth2"]],
+    )
 
 
 class LinkSpec(_Strict):
@@ -279,4 +338,5 @@ MODEL_KEYS: dict[str, tuple[str, ...]] = {
     "addressing": tuple(Addressing.model_fields),
     "node": tuple(NodeSpec.model_fields),
     "link": tuple(LinkSpec.model_fields),
+    "route": tuple(RouteSpec.model_fields),
 }

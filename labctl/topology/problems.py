@@ -17,6 +17,7 @@ from labctl.topology.errors import DEFAULT_HINT, TopologyError
 from labctl.topology.locate import MAX_SHOWN, LineIndex, Loc, field_path
 from labctl.topology.model import (
     ENDPOINT_RE,
+    IFNAME_RE,
     IMAGE_RE,
     LAB_NAME_RE,
     MAX_PREFIX,
@@ -108,6 +109,7 @@ _MAPPING_HINTS = {
     "nodes": "write nodes as a mapping: `nodes: {node1: {}, node2: {rdma: siw}}`",
     "node": "a node is a mapping of " + ", ".join(MODEL_KEYS["node"]) + " (all optional), or empty",
     "link": "a link is a mapping like `- endpoints: [node1:eth1, node2:eth1]`",
+    "route": "a route is a mapping like `{to: 10.77.2.0/24, via: 10.77.1.1}`",
 }
 
 
@@ -121,6 +123,8 @@ def _context(loc: Loc) -> str:
         return "node"
     if loc[0] == "links" and len(loc) == 2:
         return "link"
+    if loc[0] == "nodes" and len(loc) == 4 and loc[2] == "routes":
+        return "route"
     return "?"
 
 
@@ -154,6 +158,9 @@ def _explain_pattern(pattern: str, value: str) -> tuple[str, str]:
                 "number data interfaces from eth1",
             )
         return f"the interface must be eth1..eth99 {got}", hint
+    if pattern == f"^{IFNAME_RE}$":
+        return (f"must be a data interface eth1..eth99 {got}",
+                "eth0 is the management interface; list data interfaces, e.g. [eth1, eth2]")
     return f"must match {pattern} {got}", DEFAULT_HINT
 
 
@@ -246,6 +253,10 @@ def problem_from_pydantic(err: ErrorDetails) -> Problem:
                        else "mounts: [./src:/work]")
             return Problem(loc, f"must be a list (got {show(value)})",
                            f"write {key} as a list, e.g. `{example}`")
+        if key == "routes":
+            return Problem(loc, f"must be a list (got {show(value)})",
+                           "write routes as a list: `routes: [{to: 10.77.2.0/24, via: "
+                           "10.77.1.1}]`")
         return Problem(
             loc,
             f"must be a list (got {show(value)})",
@@ -260,6 +271,11 @@ def problem_from_pydantic(err: ErrorDetails) -> Problem:
             f"a link needs at least 2 endpoints (got {got})",
             "list both ends of the link, e.g. `endpoints: [node1:eth1, node2:eth1]`",
         )
+    if kind in ("bool_type", "bool_parsing"):
+        return Problem(loc, f"must be true or false (got {show(value)})",
+                       f"write `{key}: true` or leave it out")
+    if kind == "ipv4_address":
+        return Problem(loc, err["msg"], "write the gateway as an IPv4 address, e.g. 10.77.1.1")
     if kind in ("ipv4_network", "ipv4_private", "ipv4_prefix"):
         return Problem(
             loc,

@@ -40,6 +40,12 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class Route:
+    to: str  # "10.77.2.0/24"
+    via: str  # the gateway, on one of the node's segments: "10.77.1.1"
+
+
+@dataclass(frozen=True)
 class Node:
     name: str
     index: int  # 1-based, stable order of the topology file
@@ -50,11 +56,31 @@ class Node:
     interfaces: tuple[Interface, ...]
     packages: tuple[str, ...] = ()  # added to the node's image (sorted, unique)
     mounts: tuple[Mount, ...] = ()
+    router: bool = False  # forwards IPv4 between its segments
+    routes: tuple[Route, ...] = ()  # explicit and computed, by destination
+    # Interfaces with an RDMA device each, the first device's first ("eth1", "eth2"); empty:
+    # the first data interface only (as every lab written before this key).
+    rdma_ifnames: tuple[str, ...] = ()
+
+    @property
+    def rdma_interfaces(self) -> tuple[Interface, ...]:
+        """The data interfaces with an RDMA device, in device order (rxe0, rxe1, ...)."""
+        if self.rdma == "none" or not self.interfaces:
+            return ()
+        if not self.rdma_ifnames:
+            return self.interfaces[:1]
+        by_name = {i.name: i for i in self.interfaces}
+        return tuple(by_name[name] for name in self.rdma_ifnames)
 
     @property
     def rdma_interface(self) -> Interface | None:
-        """The data interface the RDMA device is bound to (the first one)."""
-        return self.interfaces[0] if self.interfaces and self.rdma != "none" else None
+        """The data interface of the node's first RDMA device."""
+        found = self.rdma_interfaces
+        return found[0] if found else None
+
+    def device_index(self, iface: Interface) -> int:
+        """k for the k-th RDMA device (rxe0, rxe1...): the one on `iface`."""
+        return [i.name for i in self.rdma_interfaces].index(iface.name)
 
 
 @dataclass(frozen=True)
@@ -96,7 +122,9 @@ class Lab:
         nodes = tuple(
             Node(**{**n, "interfaces": tuple(Interface(**i) for i in n["interfaces"]),
                     "packages": tuple(n.get("packages", ())),
-                    "mounts": tuple(Mount(**m) for m in n.get("mounts", ()))})
+                    "mounts": tuple(Mount(**m) for m in n.get("mounts", ())),
+                    "routes": tuple(Route(**r) for r in n.get("routes", ())),
+                    "rdma_ifnames": tuple(n.get("rdma_ifnames", ()))})
             for n in raw["nodes"]
         )
         segments = tuple(

@@ -131,3 +131,19 @@ def test_siw_rping_decodes_mpa_ddp_rdmap() -> None:
     assert all(m["tagged"] for m in responses) and not any(m["tagged"] for m in reads)
     sends = [m for m in messages if m["op"] == "SEND"]
     assert all(m["qn"] == 0 for m in sends) and all(m["qn"] == 1 for m in reads)
+
+
+def test_ttl_flows_and_hops_of_an_rping_across_a_router() -> None:
+    """A capture at node1's link of `labctl run rping --lab routed --capture` (node2 on the
+    other segment): node1 sends with TTL 64, node2's packets arrive with 63."""
+    from labctl.capture.summary import measured_hops, ttl_flows
+
+    flows = ttl_flows(CAPTURES / "rxe-rping-routed.pcap")
+    assert [(f["src"], f["dst"], f["ttl"]) for f in flows] == [
+        ("10.77.1.2", "10.77.2.2", 64), ("10.77.2.2", "10.77.1.2", 63)]
+    assert sum(f["packets"] for f in flows) == 41
+    assert measured_hops(flows, "10.77.1.2", "10.77.2.2") == 1
+    assert measured_hops(flows, "10.77.1.2", "10.77.9.9") is None
+    # one segment: nothing lowers the TTL
+    same = ttl_flows(CAPTURES / "rxe-rping.pcap")
+    assert measured_hops(same, "10.77.1.1", "10.77.1.2") == 0

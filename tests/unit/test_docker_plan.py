@@ -138,3 +138,19 @@ def test_plan_is_accepted_by_the_sdk_host_config(plan: DockerLabPlan) -> None:
     fake = FakeContainers()
     fake.create(**plan.containers[0].create)
     assert fake.created[0]["labels"]["labctl.lab"] == "docker-two-node"
+
+
+def test_a_router_container_forwards_and_nodes_get_their_routes() -> None:
+    """A container's /proc/sys is read-only: forwarding is set at creation (sysctls), the
+    routes come with the node's settings like every other node-init step."""
+    routed = load_lab(REPO / "topologies/routed.yaml")
+    plan = plan_lab(routed, {"trixie": TAG}, "")
+    create = {c.node: c.create for c in plan.containers}
+    assert create["router"]["sysctls"] == {"net.ipv4.ip_forward": "1"}
+    assert "sysctls" not in create["node1"] and "sysctls" not in create["node2"]
+    assert create["router"]["environment"]["LABCTL_ROUTER"] == "1"
+    assert create["node1"]["environment"]["LABCTL_ROUTES"] == "10.77.2.0/24,10.77.1.1"
+    assert "privileged" not in create["router"]
+    containers = pytest.importorskip("docker.models.containers")
+    args = containers._create_container_args({**create["router"], "version": "1.45"})
+    assert args["host_config"]["Sysctls"] == {"net.ipv4.ip_forward": "1"}

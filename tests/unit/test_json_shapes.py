@@ -252,6 +252,16 @@ def test_run_one_example_prints_one_record(capsys: pytest.CaptureFixture[str]) -
     assert (record.status, record.key_figure) == ("passed", "usec_per_iter")
 
 
+def test_run_across_a_router_has_its_path_and_ttls(capsys: pytest.CaptureFixture[str]) -> None:
+    """The record of a real `labctl run rping --lab routed --capture --json`."""
+    run = RunResult(**json.loads((OUTPUTS / "run-rping-routed.json").read_text()))
+    print_results([run], as_json=True)
+    record = shapes.RunRecord.model_validate_json(capsys.readouterr().out)
+    assert record.path is not None and record.path.routers == ["router"]
+    assert record.capture is not None and record.capture.hops == 1
+    assert {f.ttl for f in record.capture.ttl} == {63, 64}
+
+
 def test_run_all_prints_a_list_of_records(capsys: pytest.CaptureFixture[str]) -> None:
     skipped = dataclasses.replace(_captured_run(), variant="ud-1qp", example="mckey",
                                   status="skipped", reason="rxe delivers only the first")

@@ -70,3 +70,11 @@ def test_run_commands_are_extracted() -> None:
     assert ["run", "rdma-server"] in runs
     assert ["run", "rping", "--count", "5"] in runs
     assert len(runs) >= 15
+
+
+def test_routed_step_runs_pingpong_and_rping_on_the_routed_lab() -> None:
+    """tests/integration/test_routed.py runs these lines on a live routed lab."""
+    routed = [w for w in run_commands() if w[-2:] == ["--lab", "routed"]]
+    assert {w[1] for w in routed} == {"pingpong", "rping"}
+    assert all("--capture" in w and "--json" in w for w in routed)
+    assert "labctl up routed" in commands()

@@ -91,3 +91,41 @@ def test_an_unchecked_failure_still_ends_in_a_fail_line(netns: str, tmp_path: Pa
     result = _run(netns, tmp_path, f"eth1,{MAC},192.0.2.1/24,1400", extra=env_extra)
     assert result.returncode != 0
     assert "labctl: fail step network" in result.stdout, result.stdout + result.stderr
+
+
+@needs_netns
+def test_a_router_forwards_and_a_node_gets_its_routes(netns: str, tmp_path: Path) -> None:
+    extra = ("LABCTL_ROUTER=1\n"
+             "LABCTL_ROUTES='198.51.100.0/24,192.0.2.254 203.0.113.0/24,192.0.2.7'\n")
+    result = _run(netns, tmp_path, f"eth1,{MAC},192.0.2.1/24,1400", extra=extra)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "labctl: stage forwarding" in result.stdout
+    assert "labctl: stage routes" in result.stdout
+    forward = subprocess.run(["ip", "netns", "exec", netns, "cat",
+                              "/proc/sys/net/ipv4/ip_forward"],
+                             capture_output=True, text=True, check=True).stdout
+    assert forward.strip() == "1"
+    routes = subprocess.run(["ip", "-n", netns, "-4", "route", "show"],
+                            capture_output=True, text=True, check=True).stdout
+    assert "198.51.100.0/24 via 192.0.2.254 dev eth1" in routes
+    assert "203.0.113.0/24 via 192.0.2.7 dev eth1" in routes
+
+
+@needs_netns
+def test_a_route_the_kernel_refuses_is_reported(netns: str, tmp_path: Path) -> None:
+    extra = "LABCTL_ROUTES='198.51.100.0/24,203.0.113.9'\n"  # gateway on no segment
+    result = _run(netns, tmp_path, f"eth1,{MAC},192.0.2.1/24,1400", extra=extra)
+    assert result.returncode == 1
+    assert "labctl: fail ip route add 198.51.100.0/24 via 203.0.113.9" in result.stdout
+    assert "labctl: ready" not in result.stdout
+
+
+@needs_netns
+def test_a_plain_node_does_not_forward(netns: str, tmp_path: Path) -> None:
+    result = _run(netns, tmp_path, f"eth1,{MAC},192.0.2.1/24,1400")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "stage forwarding" not in result.stdout and "stage routes" not in result.stdout
+    forward = subprocess.run(["ip", "netns", "exec", netns, "cat",
+                              "/proc/sys/net/ipv4/ip_forward"],
+                             capture_output=True, text=True, check=True).stdout
+    assert forward.strip() == "0"

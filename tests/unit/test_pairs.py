@@ -1,15 +1,22 @@
-"""`labctl run all --pairs`: which node pairs each mode picks, and the refusals."""
+"""`labctl run ... --pairs`: which node pairs each mode picks, which have an IP path, and
+the refusals."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from labctl.errors import UsageError
-from labctl.runners.pairs import resolve_pairs, shared_segment
+from labctl.lab.labdir import LabDir
+from labctl.lab.state import LabState, NodeState
+from labctl.runners.examples import EXAMPLES
+from labctl.runners.execute import run_example
+from labctl.runners.matrix import run_matrix
+from labctl.runners.pairs import ip_path, no_path_reason, resolve_pairs, shared_segment
 from labctl.topology.load import load_lab
 from labctl.topology.resolved import Lab
 
@@ -85,3 +92,100 @@ def test_pairs_with_server_is_refused_before_the_lab_opens() -> None:
     assert result.returncode == 2
     assert "--server/--client choose the first pair only" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# --- routed labs: IP paths through routers ----------------------------------------------------
+def test_routed_lab_pairs_cross_the_router() -> None:
+    lab = shipped("routed")
+    assert resolve_pairs(lab, "all") == [("node1", "node2")]  # the router has no RDMA
+    assert resolve_pairs(lab, "adjacent") == []  # different segments
+    assert ip_path(lab, "node1", "node2") == ["router"]
+    assert ip_path(lab, "node2", "node1") == ["router"]
+    with pytest.raises(UsageError, match="no RDMA device"):
+        resolve_pairs(lab, "node1:router")
+
+
+def test_split_pairs_without_a_path_have_a_reason(split: Lab) -> None:
+    assert ip_path(split, "node1", "node2") == []
+    assert ip_path(split, "node1", "node3") is None
+    assert no_path_reason(split, "node1", "node3") == (
+        "no IP path: node1 (10.77.1.1) and node3 (10.77.2.1) have their RDMA devices on "
+        "different segments and no routes join them")
+
+
+class UntouchedHandle:
+    """A LabHandle of a lab directory made as `up` makes it, whose nodes must never be
+    contacted: a run without an IP path is skipped before anything starts."""
+
+    def __init__(self, lab: Lab, tmp_path: Path) -> None:
+        self.lab = lab
+        self.labdir = LabDir(lab.name, root=tmp_path)
+        self.labdir.create(lab)
+        self.labdir.save_state(LabState(provider="qemu", nodes={
+            n.name: NodeState(rdma_dev="rxe0", gid_index=1) for n in lab.nodes
+            if n.rdma != "none"}))
+
+    def rdma_device(self, node: str) -> str:
+        return self.labdir.load_state().nodes[node].rdma_dev
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the skipped run touched a node ({name})")
+
+
+@pytest.mark.parametrize("key", sorted(EXAMPLES))
+def test_a_pair_without_an_ip_path_is_skipped_for_every_example(
+        split: Lab, tmp_path: Path, key: tuple[str, str]) -> None:
+    handle: Any = UntouchedHandle(split, tmp_path)
+    result = run_example(handle, EXAMPLES[key], "node1", "node3", {})
+    assert (result.status, result.path) == ("skipped", None)
+    assert result.reason.startswith("no IP path: node1 (10.77.1.1) and node3 (10.77.2.1)")
+
+
+def test_run_all_lists_every_example_of_a_pathless_pair_as_skipped(
+        split: Lab, tmp_path: Path) -> None:
+    handle: Any = UntouchedHandle(split, tmp_path)
+    results = run_matrix(handle, "node2", "node3", {})
+    assert len(results) == len(EXAMPLES)
+    assert {r.status for r in results} == {"skipped"}
+    assert all(r.reason.startswith("no IP path") for r in results)
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "pingpong", "--pairs", "all", "--server", "node1"],
+    ["run", "rping", "--pairs", "node1:node2", "--client", "node2"],
+    ["run", "mckey", "--pairs", "all", "--jobs", "0"],
+    ["run", "rcopy", "--jobs", "65"],
+    ["run", "all", "--pairs", "adjacent", "--jobs", "-1"],
+])
+def test_pair_flags_are_checked_before_the_lab_opens(args: list[str]) -> None:
+    result = subprocess.run([sys.executable, "-m", "labctl", *args, "--lab", "nosuchlab"],
+                            capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+    assert result.returncode == 2, result.stderr
+    assert ("--server/--client choose the first pair only" in result.stderr
+            or "--jobs must be a whole number from 1 to 64" in result.stderr), result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_every_example_command_takes_pairs_and_jobs() -> None:
+    from typer.main import get_command
+
+    from labctl.cli.run import run_app
+
+    group = get_command(run_app)
+    commands = group.commands  # type: ignore[attr-defined]
+    assert {"pingpong", "rping", "perftest", "mckey", "rdma-server", "udaddy", "ucmatose",
+            "cmtime", "rstream", "riostream", "rcopy", "all"} <= set(commands)
+    for name, command in commands.items():
+        if name == "list":
+            continue
+        options = {o for p in command.params for o in p.opts}
+        assert {"--pairs", "--jobs"} <= options, name
+
+
+@pytest.mark.parametrize("variant", ["ud", "ud-1qp"])
+def test_mckey_is_not_run_across_a_router(tmp_path: Path, variant: str) -> None:
+    handle: Any = UntouchedHandle(shipped("routed"), tmp_path)
+    result = run_example(handle, EXAMPLES[("mckey", variant)], "node1", "node2", {})
+    assert result.status == "skipped"
+    assert result.reason.startswith("multicast does not cross the lab's routers")
+    assert result.path is not None and result.path["routers"] == ["router"]

@@ -39,7 +39,8 @@ def test_pingpong_closing_lines(name: str) -> None:
 def test_pingpong_exact_values() -> None:
     figures = parse_pingpong(output("pingpong-rc-py.client.txt"))
     assert figures == {"bytes": 1638400, "seconds": 5.9, "mbit_per_sec": 2.22, "iters": 200,
-                       "usec_per_iter": 29502.07}
+                       "usec_per_iter": 29502.07, "local_gid": "::ffff:10.77.1.2",
+                       "remote_gid": "::ffff:10.77.1.1"}
 
 
 def test_python_and_c_pingpong_print_the_same_lines() -> None:

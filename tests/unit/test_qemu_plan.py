@@ -29,7 +29,8 @@ def _plan_json(topology: str, accel: str) -> str:
 
 @pytest.mark.parametrize(
     ("topology", "accel"),
-    [("two-node.yaml", "tcg"), ("three-node-switch.yaml", "tcg"), ("two-node.yaml", "kvm")],
+    [("two-node.yaml", "tcg"), ("three-node-switch.yaml", "tcg"), ("two-node.yaml", "kvm"),
+     ("routed.yaml", "tcg")],
 )
 def test_plan_matches_golden(topology: str, accel: str) -> None:
     golden = GOLDEN / f"qemu-plan-{Path(topology).stem}-{accel}.json"
@@ -59,3 +60,15 @@ def test_switch_segment_has_one_bridge_and_a_tap_per_member() -> None:
     assert {t["bridge"] for t in taps} <= bridges
     assert len({t["name"] for t in taps}) == len(taps)
     assert all(len(t["name"]) <= 15 for t in taps)
+
+
+def test_routed_plan_carries_forwarding_and_routes() -> None:
+    plan = json.loads(_plan_json("routed.yaml", "tcg"))
+    env = {n["node"]: n["env"] for n in plan["nodes"]}
+    assert env["router"]["LABCTL_ROUTER"] == "1"
+    assert "LABCTL_ROUTES" not in env["router"]  # on both segments: connected routes only
+    assert env["node1"]["LABCTL_ROUTES"] == "10.77.2.0/24,10.77.1.1"
+    assert env["node2"]["LABCTL_ROUTES"] == "10.77.1.0/24,10.77.2.1"
+    assert "LABCTL_ROUTER" not in env["node1"]
+    assert env["router"]["LABCTL_RDMA_DEV"] == ""  # rdma: none
+    assert [len(n["taps"]) for n in plan["nodes"]] == [1, 1, 2]

@@ -80,7 +80,8 @@ def test_shipped_topology_is_valid_and_commented(path: Path) -> None:
     lab = load_lab(path)
     assert lab.name == path.stem
     assert lab.source == str(path)
-    assert all(n.rdma_interface is not None for n in lab.nodes)
+    # every node has an RDMA device, or is a router (which needs none)
+    assert all(n.rdma_interface is not None or n.router for n in lab.nodes)
 
 
 def test_shipped_topology_shapes() -> None:
@@ -89,6 +90,13 @@ def test_shipped_topology_shapes() -> None:
     assert len(four.segments[0].endpoints) == 4
     three = load_lab(TOPOLOGIES / "three-node-switch.yaml")
     assert [s.kind for s in three.segments] == ["switch"]
+    routed = load_lab(TOPOLOGIES / "routed.yaml")
+    assert [(n.name, n.rdma, n.router) for n in routed.nodes] == [
+        ("node1", "rxe", False), ("node2", "rxe", False), ("router", "none", True)]
+    assert [(r.to, r.via) for r in routed.node("node1").routes] == [("10.77.2.0/24",
+                                                                     "10.77.1.1")]
+    assert [(r.to, r.via) for r in routed.node("node2").routes] == [("10.77.1.0/24",
+                                                                     "10.77.2.1")]
     siw = load_lab(TOPOLOGIES / "siw-pair.yaml")
     assert {n.rdma for n in siw.nodes} == {"siw"}
     two = load_lab(TOPOLOGIES / "two-node.yaml")

@@ -39,6 +39,11 @@ REPO = Path(__file__).resolve().parents[2]
 VAGRANTFILE = REPO / "Vagrantfile"
 SHIPPED = sorted((REPO / "topologies").glob("*.yaml"))
 TOPOLOGIES = SHIPPED + sorted((Path(__file__).parent / "topology" / "input").glob("*.yaml"))
+# Routers, routes, several devices per node: the Vagrantfile refuses them (test below),
+# labctl too for vagrant.
+ROUTED = [t for t in TOPOLOGIES if "router: true" in t.read_text()
+          or "rdma_interfaces" in t.read_text()]
+TOPOLOGIES = [t for t in TOPOLOGIES if t not in ROUTED]
 
 needs_ruby = pytest.mark.skipif(
     shutil.which("ruby") is None, reason="ruby not installed (it comes with Debian's vagrant)"
@@ -125,6 +130,13 @@ def test_ruby_resolution_equals_labctls(
 
 
 @needs_ruby
+@pytest.mark.parametrize("topology", ROUTED, ids=lambda p: p.name)
+def test_vagrantfile_refuses_routers_and_routes(topology: Path) -> None:
+    with pytest.raises(AssertionError, match="are not supported by the Vagrantfile"):
+        _ruby("LabctlVagrant.resolve_topology(ARGV[0])", str(topology))
+
+
+@needs_ruby
 def test_lab_json_wins_over_the_topology(tmp_path: Path) -> None:
     lab = load_lab(REPO / "topologies" / "three-node-switch.yaml")
     lab_json = tmp_path / "lab.json"
@@ -140,7 +152,8 @@ def test_lab_json_wins_over_the_topology(tmp_path: Path) -> None:
 
 
 @needs_ruby
-@pytest.mark.parametrize("topology", SHIPPED, ids=lambda p: p.name)
+@pytest.mark.parametrize("topology", [t for t in SHIPPED if t not in ROUTED],
+                         ids=lambda p: p.name)
 def test_node_env_matches_the_qemu_nodes(topology: Path) -> None:
     lab = load_lab(topology)
     out = _ruby(

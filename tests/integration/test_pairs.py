@@ -1,0 +1,52 @@
+"""`--pairs all --jobs 2` live, on topologies/three-node-switch.yaml (three rxe nodes on
+one switch): every pair runs, none two at once on a node, records in the pairs' order."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from labctl.lab import lifecycle
+from tests.integration.conftest import labctl, live_lab, make_topology
+
+pytestmark = pytest.mark.integration
+PAIRS_LAB = os.environ.get("LABCTL_TEST_PAIRS_LAB", "itest-pairs")
+
+
+@pytest.fixture(scope="module")
+def switch_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    topology = make_topology(tmp_path_factory.mktemp("pairs"), "three-node-switch.yaml",
+                             PAIRS_LAB)
+    up: Iterator[lifecycle.UpResult] = live_lab(topology, PAIRS_LAB)
+    next(up)
+    try:
+        yield PAIRS_LAB
+    finally:
+        next(up, None)  # down, and the check that nothing is left
+
+
+def test_pingpong_between_every_pair(switch_lab: str) -> None:
+    result = labctl("run", "pingpong", "--pairs", "all", "--jobs", "2", "--iters", "5",
+                    "--json", "--lab", switch_lab, timeout=600)
+    assert result.returncode == 0, result.stderr
+    records = json.loads(result.stdout)
+    assert [(r["server"], r["client"]) for r in records] == [
+        ("node1", "node2"), ("node1", "node3"), ("node2", "node3")]
+    for record in records:
+        assert record["status"] == "passed", record
+        assert record["figures"]["iters"] == 5
+        assert record["path"]["hops"] == 0  # one switch: no router
+
+
+def test_explicit_pairs_print_the_matrix(switch_lab: str) -> None:
+    result = labctl("run", "rping", "--pairs", "node3:node1,node2:node1", "--jobs", "2",
+                    "--count", "2", "--lab", switch_lab, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert any("rping rc: server x client" in line for line in lines)
+    (row3,) = [line for line in lines if line.startswith("│ node3")]
+    assert "passed 2 pings" in row3
+    assert "rping rc node3 -> node1: passed" in result.stderr
