@@ -15,6 +15,7 @@ from labctl.capture.decode import Frame
 from labctl.capture.ladder import draw
 from labctl.errors import UsageError
 from labctl.lab.labdir import LabDir
+from labctl.lab.state import EngineState, LabState, Phase
 from labctl.topology.load import load_lab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,3 +102,54 @@ def test_bad_endpoints(offline_lab: dict[str, str], endpoint: str, code: int,
     assert result.returncode == code, result.stderr
     assert message in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
     assert f"labctl-{OFFLINE_LAB}" not in netns.listnetns()
+
+
+def _lab_dir(tmp_path: Path, topology: str, provider: str,
+             state: LabState | None) -> dict[str, str]:
+    """A lab directory of OFFLINE_LAB made from `topology` under `provider`, with `state`."""
+    env = {"LABCTL_STATE_DIR": str(tmp_path / "labs")}
+    os.environ.update(env)
+    try:
+        lab = dataclasses.replace(load_lab(REPO / "topologies" / topology), name=OFFLINE_LAB,
+                                  provider=provider)
+        labdir = LabDir(lab.name)
+        labdir.create(lab)
+        if state is not None:
+            labdir.save_state(state)
+    finally:
+        del os.environ["LABCTL_STATE_DIR"]
+    return env
+
+
+@pytest.mark.parametrize(("engine", "message"), [
+    # A local engine: the lab netns is on this host, as a qemu lab's (and it is not up).
+    ("local", f"no network namespace labctl-{OFFLINE_LAB}"),
+    # The Docker host VM (none runs under this state directory).
+    ("vm", "the Docker host VM is not running"),
+])
+def test_docker_lab_not_up(tmp_path: Path, engine: str, message: str) -> None:
+    state = LabState(provider="docker", phase=Phase.UP, netns=f"labctl-{OFFLINE_LAB}",
+                     engine=EngineState(engine, "unix:///nonexistent.sock"))
+    env = _lab_dir(tmp_path, "docker-two-node.yaml", "docker", state)
+    result = labctl("node1:eth1", "--count", "1", env=env)
+    assert result.returncode == 1, result.stderr
+    assert message in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
+    assert f"labctl-{OFFLINE_LAB}" not in netns.listnetns()
+
+
+def test_vagrant_lab_is_refused_with_the_reason(tmp_path: Path) -> None:
+    env = _lab_dir(tmp_path, "two-node.yaml", "vagrant", None)
+    result = labctl("node1:eth1", "--count", "1", env=env)
+    assert result.returncode == 2, result.stderr
+    text = " ".join(result.stderr.split())
+    assert "not supported for vagrant labs" in text and "VirtualBox or libvirt" in text
+    assert "tcpdump" in text and "Traceback" not in result.stderr
+
+
+def test_run_capture_on_a_vagrant_lab_is_refused(tmp_path: Path) -> None:
+    env = _lab_dir(tmp_path, "two-node.yaml", "vagrant", None)
+    result = subprocess.run([sys.executable, "-m", "labctl", "run", "pingpong", "--capture"],
+                            capture_output=True, text=True, timeout=120, cwd=REPO,
+                            env={**os.environ, **env}, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2, result.stderr
+    assert "not supported for vagrant labs" in " ".join(result.stderr.split())
