@@ -9,7 +9,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from labctl.capture.runhook import capturing_run
+from labctl.capture.runhook import capture_line, captured_runner
 from labctl.cli import complete
 from labctl.cli.capture import CaptureDirOption, CaptureOption
 from labctl.cli.common import LabOption, console, err_console, seconds
@@ -24,7 +24,7 @@ from labctl.runners.examples import (
     TEACHES,
     pingpong_variant,
 )
-from labctl.runners.execute import RunResult, command_line, run_example
+from labctl.runners.execute import RunResult, command_line
 from labctl.runners.matrix import run_matrix
 from labctl.runners.pairs import resolve_pairs
 from labctl.runners.spec import check_options
@@ -159,6 +159,9 @@ def print_results(results: list[RunResult], as_json: bool, *, summary: bool = Fa
         for r in results:
             table.add_row(r.label, r.server, r.client, _outcome(r), figures_text(r))
         console.print(table)
+    for r in results if not as_json else []:
+        if r.capture:
+            console.print(capture_line(r), markup=False, soft_wrap=True)
     for r in results:
         if r.status == "failed":
             err_console.print(f"[bold red]{r.example} {r.variant} failed[/]: {r.reason}")
@@ -177,9 +180,7 @@ def _run_one(name: str, variant: str, lab: str | None, server: str | None,
     handle = open_lab(lab)
     server, client = pick_nodes(handle, server, client)
     spec = EXAMPLES[(name, variant)]
-    with capturing_run(handle, server, f"{name} {variant}", capture, capture_dir) as cap:
-        result = run_example(handle, spec, server, client, options)
-    result.capture = cap.record() if cap else None
+    result = captured_runner(capture, capture_dir)(handle, spec, server, client, options)
     print_results([result], as_json)
     if result.status == "skipped":
         # Asked for by name, an unsupported run is refused: say why, exit as for bad input.
@@ -489,6 +490,8 @@ def run_all(
                               "(server:client)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
     lab: str = LabOption,
 ) -> None:
     """Every example the two nodes' devices support, one summary; exit 1 on a failure."""
@@ -507,7 +510,8 @@ def run_all(
     results: list[RunResult] = []
     for pair_server, pair_client in chosen:
         results += run_matrix(handle, pair_server, pair_client, options,
-                              progress=None if as_json else _progress)
+                              progress=None if as_json else _progress,
+                              run=captured_runner(capture, capture_dir))
     if len(chosen) > 1 and not as_json:
         _print_pair_matrix(results, chosen)
     print_results(results, as_json, summary=True)  # exits 1 on a failure

@@ -9,12 +9,16 @@ from labctl.lab.handle import LabHandle
 from labctl.runners.examples import EXAMPLES, KNOWN_LIMITATIONS
 from labctl.runners.execute import RunResult, run_example
 from labctl.runners.pairs import shared_segment
+from labctl.runners.spec import ExampleSpec
 
 
 def run_matrix(handle: LabHandle, server: str, client: str, options: dict[str, Any],
-               progress: Callable[[RunResult], None] | None = None) -> list[RunResult]:
+               progress: Callable[[RunResult], None] | None = None,
+               run: Callable[[LabHandle, ExampleSpec, str, str, dict[str, Any]], RunResult]
+               = run_example) -> list[RunResult]:
     """Run the catalogue in order; unsupported and known-limited cases come back skipped
-    with their reason and are never started."""
+    with their reason and are never started. `run` runs one (`run all --capture` wraps
+    run_example in a capture)."""
     results: list[RunResult] = []
     no_path = "" if shared_segment(handle.lab, server, client) else (
         f"no IP path: {server} and {client} have their RDMA devices on different segments")
@@ -24,7 +28,7 @@ def run_matrix(handle: LabHandle, server: str, client: str, options: dict[str, A
             result = RunResult(name, variant, server, client, "skipped", reason=limitation,
                                key_figure=spec.key_figure)
         else:
-            result = run_example(handle, spec, server, client, dict(options))
+            result = run(handle, spec, server, client, dict(options))
         results.append(result)
         if progress:
             progress(result)
