@@ -21,7 +21,9 @@ from labctl.capture.worker import COUNT, READY
 from labctl.dockerhost import vmcapture
 from labctl.errors import LabctlError
 
-READY_TIMEOUT = 30.0  # importing scapy takes a few seconds on a loaded machine
+# Importing scapy takes seconds on a loaded machine; an ssh and python3 in the Docker host VM
+# (one vCPU under TCG) took over 30 s while a busy container shared that vCPU.
+READY_TIMEOUT = 120.0
 STOP_GRACE = 5.0
 
 
@@ -110,11 +112,14 @@ class Capture:
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
         while not self._ready.wait(0.1):
-            if self._proc.poll() is not None or time.monotonic() > deadline:
+            ended = self._proc.poll() is not None
+            if ended or time.monotonic() > deadline:
                 self.stop()
+                why = "" if ended else f" within {timeout:g} s"
                 raise LabctlError(
-                    f"capture on {self.target.node}:{self.target.ifname} did not start",
-                    hint="\n".join(self._errors[-5:]) or "is the lab up?")
+                    f"capture on {self.target.node}:{self.target.ifname} ({self.target.where}) "
+                    f"did not start{why}",
+                    hint="\n".join(self._errors[-5:]) or "is the lab up? see `labctl status`")
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait for the child to end by itself (count or duration reached)."""

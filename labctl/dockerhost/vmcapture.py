@@ -138,18 +138,27 @@ def capture(options: Options, out: BinaryIO, lifeline: int) -> int:
         print(READY, file=sys.stderr, flush=True)
         watch = [sock.fileno(), lifeline]
         space = socket.CMSG_SPACE(16)
+
+        def take(flags: int = 0) -> None:
+            nonlocal seen
+            frame, ancillary, _flags, _addr = sock.recvmsg(SNAPLEN, space, flags)
+            out.write(pcap_record(frame, *stamp(ancillary)))
+            out.flush()
+            seen += 1
+
         while not options.count or seen < options.count:
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
                 break
             ready, _, _ = select.select(watch, [], [], wait)
             if lifeline in ready and not os.read(lifeline, 4096):
-                break  # labctl's end closed: stop
+                # labctl's end closed: keep what the kernel queued until now, then stop.
+                with contextlib.suppress(BlockingIOError):
+                    while not options.count or seen < options.count:
+                        take(socket.MSG_DONTWAIT)
+                break
             if sock.fileno() in ready:
-                frame, ancillary, _flags, _addr = sock.recvmsg(SNAPLEN, space)
-                out.write(pcap_record(frame, *stamp(ancillary)))
-                out.flush()
-                seen += 1
+                take()
     except (Stop, BrokenPipeError):
         pass  # a signal, or the reader went away: the pcap so far is complete
     finally:
