@@ -13,9 +13,10 @@ the command that started it.
 --filter takes a BPF program already compiled (by libpcap on the host, for Ethernet; the
 format of `tcpdump -ddd` on one line), attached to the socket before it is bound, so the
 kernel drops what does not match. Output: a standard pcap (microsecond timestamps from the
-kernel, link type Ethernet, what scapy's PcapWriter writes for qemu labs), flushed after
-each packet. On stderr: READY once the socket is bound, COUNT n when it ends, or one line
-"capture failed: ..." on an error (exit 1).
+kernel, link type Ethernet: the format scapy's PcapWriter writes for qemu labs), flushed
+after each whole packet (a signal never cuts a record: it only wakes the loop). On stderr:
+READY once the socket is bound, COUNT n when it ends, or one line "capture failed: ..." on
+an error (exit 1).
 """
 
 from __future__ import annotations
@@ -36,17 +37,13 @@ COUNT = "COUNT"
 ETH_P_ALL = 0x0003
 SO_ATTACH_FILTER = 26  # linux/asm-generic/socket.h
 SO_TIMESTAMP = 29  # also SCM_TIMESTAMP: a struct timeval per packet
-SNAPLEN = 262144  # libpcap's default: never cut a frame (GSO frames on a veth exceed 64 KiB)
+SNAPLEN = 262144  # libpcap's default (tcpdump -s 0): no frame is ever cut
 LINKTYPE_ETHERNET = 1
 PCAP_MAGIC = 0xA1B2C3D4  # microsecond timestamps, written in this machine's byte order
 
 
-class Stop(Exception):
-    """A signal asked the capture to end."""
-
-
-def _stop(signum: int, frame: object) -> None:
-    raise Stop
+def _noted(signum: int, frame: object) -> None:
+    """A stop signal: the wakeup fd (see capture) already woke the loop; nothing to do here."""
 
 
 @dataclass
@@ -127,8 +124,9 @@ def stamp(ancillary: list[tuple[int, int, bytes]]) -> tuple[int, int]:
     return int(now), int((now % 1) * 1e6)
 
 
-def capture(options: Options, out: BinaryIO, lifeline: int) -> int:
-    """Write packets to `out` until a limit, EOF on `lifeline` or a signal; the count."""
+def capture(options: Options, out: BinaryIO, lifeline: int, woken: int) -> int:
+    """Write packets to `out` until a limit, EOF on `lifeline` or a signal (a byte on
+    `woken`, signal.set_wakeup_fd's pipe); the count."""
     sock = open_socket(options.device, options.bpf)
     deadline = None if options.duration is None else time.monotonic() + options.duration
     seen = 0
@@ -136,7 +134,7 @@ def capture(options: Options, out: BinaryIO, lifeline: int) -> int:
         out.write(pcap_header())
         out.flush()
         print(READY, file=sys.stderr, flush=True)
-        watch = [sock.fileno(), lifeline]
+        watch = [sock.fileno(), lifeline, woken]
         space = socket.CMSG_SPACE(16)
 
         def take(flags: int = 0) -> None:
@@ -151,6 +149,8 @@ def capture(options: Options, out: BinaryIO, lifeline: int) -> int:
             if wait is not None and wait <= 0:
                 break
             ready, _, _ = select.select(watch, [], [], wait)
+            if woken in ready:
+                break  # SIGTERM, SIGINT or SIGHUP
             if lifeline in ready and not os.read(lifeline, 4096):
                 # labctl's end closed: keep what the kernel queued until now, then stop.
                 with contextlib.suppress(BlockingIOError):
@@ -159,20 +159,21 @@ def capture(options: Options, out: BinaryIO, lifeline: int) -> int:
                 break
             if sock.fileno() in ready:
                 take()
-    except (Stop, BrokenPipeError):
-        pass  # a signal, or the reader went away: the pcap so far is complete
+    except BrokenPipeError:
+        pass  # the reader went away: nothing more to write to
     finally:
         sock.close()
     return seen
 
 
 def main(argv: list[str]) -> int:
+    woken, wake = os.pipe()
+    os.set_blocking(wake, False)
+    signal.set_wakeup_fd(wake)  # a signal writes a byte here, even before the loop runs
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, _stop)
+        signal.signal(signum, _noted)
     try:
-        seen = capture(parse_args(argv), sys.stdout.buffer, sys.stdin.fileno())
-    except Stop:
-        seen = 0  # stopped before the socket was open
+        seen = capture(parse_args(argv), sys.stdout.buffer, sys.stdin.fileno(), woken)
     except (OSError, ValueError) as exc:
         print(f"capture failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1
