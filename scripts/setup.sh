@@ -10,8 +10,9 @@ fi
 packages=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs zstd cpio openssh-client iproute2
           debian-archive-keyring ca-certificates python3 python3-venv python3-pip
           libpcap0.8)  # scapy compiles `labctl capture --filter` expressions with libpcap
-# Optional: Debian's vagrant lets the tests run `vagrant validate` (not every release has it).
-optional=(vagrant)
+# Optional: Debian's vagrant lets the tests run `vagrant validate` (not every release has it);
+# tshark checks labctl's RDMA decoder against Wireshark's (bookworm: 21 MB, 121 MiB, ~50 s).
+optional=(vagrant tshark)
 missing=()
 # Each check captures the command's output first, then tests it: `cmd | grep -q` under
 # pipefail fails when grep exits at its first match and cmd then dies of SIGPIPE (that

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,45 +12,92 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from labctl.capture.target import CaptureTarget
+from labctl.capture.target import VM, CaptureTarget
 from labctl.capture.worker import COUNT, READY
+from labctl.dockerhost import vmcapture
 from labctl.errors import LabctlError
 
-READY_TIMEOUT = 30.0  # importing scapy takes a few seconds on a loaded machine
+# Importing scapy takes seconds on a loaded machine; an ssh and python3 in the Docker host VM
+# (one vCPU under TCG) took over 30 s while a busy container shared that vCPU.
+READY_TIMEOUT = 120.0
 STOP_GRACE = 5.0
 
 
 class Capture:
-    """One running capture child. Always `stop()` it (or use it as a context manager)."""
+    """One running capture child. Always `stop()` it (or use it as a context manager).
+
+    The child is the worker (labctl/capture/worker.py) when the lab's namespace is on this
+    host, or an ssh into the Docker host VM running vmcapture.py there, whose pcap stream
+    comes back on the ssh's stdout: into the file, or through a decoder that prints lines.
+    Either way the child's stdin is a pipe from us, its lifeline: closing it stops the
+    capture cleanly, and so does our death (the pipe closes with us).
+    """
 
     def __init__(self, target: CaptureTarget, write: Path | None, *, count: int = 0,
                  duration: float | None = None, bpf: str | None = None) -> None:
-        argv = [sys.executable, "-m", "labctl.capture.worker", target.netns, target.device]
-        if write is not None:
-            argv += ["--write", str(write)]
-        if count:
-            argv += ["--count", str(count)]
-        if duration is not None:
-            argv += ["--duration", str(duration)]
-        if bpf:
-            argv += ["--filter", bpf]
         self.target = target
         self.packets: int | None = None
         self._ready = threading.Event()
         self._errors: list[str] = []
-        # Its own session: a terminal's Ctrl-C reaches us, and we stop the child in order.
-        self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                      text=True, start_new_session=True)
+        self._printer: threading.Thread | None = None
+        limits: list[str] = []
+        if count:
+            limits += ["--count", str(count)]
+        if duration is not None:
+            limits += ["--duration", str(duration)]
+        if target.engine == VM:
+            self._proc = self._start_in_vm(write, limits, bpf)
+        else:
+            argv = [sys.executable, "-m", "labctl.capture.worker", target.netns, target.device,
+                    *limits]
+            if write is not None:
+                argv += ["--write", str(write)]
+            if bpf:
+                argv += ["--filter", bpf]
+            self._proc = self._popen(argv, None)
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()
+
+    @staticmethod
+    def _popen(argv: list[str], stdout: Any) -> subprocess.Popen[bytes]:
+        # Its own session: a terminal's Ctrl-C reaches us, and we stop the child in order.
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=stdout,
+                                stderr=subprocess.PIPE, start_new_session=True)
+
+    def _start_in_vm(self, write: Path | None, limits: list[str],
+                     bpf: str | None) -> subprocess.Popen[bytes]:
+        from labctl.capture.target import compiled_filter
+        from labctl.dockerhost.vm import DockerHostVM
+
+        source = resources.files("labctl.dockerhost").joinpath("vmcapture.py").read_text()
+        program = ["--filter", compiled_filter(bpf)] if bpf else []
+        command = ["ip", "netns", "exec", self.target.netns, "python3", "-c",
+                   vmcapture.bootstrap(source), self.target.device, *limits, *program]
+        argv = DockerHostVM().ssh_argv(command)
+        if write is None:
+            proc = self._popen(argv, subprocess.PIPE)
+            self._printer = threading.Thread(target=_print_stream, args=(proc.stdout,),
+                                             daemon=True)
+            self._printer.start()
+        else:
+            with open(write, "wb") as out:  # the child holds it open; we need not
+                proc = self._popen(argv, out)
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(source.encode())
+            proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the ssh died at once: its stderr says why (wait_ready reports it)
+        return proc
 
     def _read_stderr(self) -> None:
         assert self._proc.stderr is not None
         for raw in self._proc.stderr:
-            text = raw.rstrip("\n")
+            text = raw.decode(errors="replace").rstrip("\n")
             if text == READY:
                 self._ready.set()
             elif text.startswith(COUNT + " "):
@@ -64,11 +112,14 @@ class Capture:
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
         while not self._ready.wait(0.1):
-            if self._proc.poll() is not None or time.monotonic() > deadline:
+            ended = self._proc.poll() is not None
+            if ended or time.monotonic() > deadline:
                 self.stop()
+                why = "" if ended else f" within {timeout:g} s"
                 raise LabctlError(
-                    f"capture on {self.target.node}:{self.target.ifname} did not start",
-                    hint="\n".join(self._errors[-5:]) or "is the lab up?")
+                    f"capture on {self.target.node}:{self.target.ifname} ({self.target.where}) "
+                    f"did not start{why}",
+                    hint="\n".join(self._errors[-5:]) or "is the lab up? see `labctl status`")
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait for the child to end by itself (count or duration reached)."""
@@ -76,21 +127,36 @@ class Capture:
             code = self._proc.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
-        self._reader.join(2)
+        self._join()
         return code
 
     def stop(self) -> None:
-        """TERM, then KILL after a grace period: no child outlives this call."""
+        """Close the lifeline, then TERM, then KILL, each after a grace period: no child
+        outlives this call (nor, in the VM, its capture: it ends at its stdin's EOF)."""
         if self._proc.poll() is None:
+            with contextlib.suppress(OSError):  # a child that is gone closed it already
+                assert self._proc.stdin is not None
+                self._proc.stdin.close()
             try:
-                os.kill(self._proc.pid, signal.SIGTERM)
                 self._proc.wait(STOP_GRACE)
             except subprocess.TimeoutExpired:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-                self._proc.wait()
-            except ProcessLookupError:
-                pass
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self._proc.pid, signal.SIGTERM)
+                try:
+                    self._proc.wait(STOP_GRACE)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(self._proc.pid, signal.SIGKILL)
+                    self._proc.wait()
+        self._join()
+
+    def _join(self) -> None:
+        with contextlib.suppress(OSError):
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
         self._reader.join(2)
+        if self._printer is not None:
+            self._printer.join(5)
 
     @property
     def errors(self) -> list[str]:
@@ -101,6 +167,23 @@ class Capture:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _print_stream(stream: IO[bytes]) -> None:
+    """Decode a pcap stream as it arrives: one line per packet (as the worker prints)."""
+    from scapy.error import Scapy_Exception
+    from scapy.utils import PcapReader
+
+    from labctl.capture.decode import Decoder
+    from labctl.capture.summary import line
+
+    decoder = Decoder()
+    try:
+        with PcapReader(stream) as reader:  # type: ignore[arg-type]  # a stream works too
+            for index, packet in enumerate(reader, start=1):
+                print(line(decoder.feed(packet, index)), flush=True)
+    except (Scapy_Exception, EOFError, OSError):
+        pass  # no stream (the capture failed: its stderr says why) or a cut last record
 
 
 @dataclass

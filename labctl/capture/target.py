@@ -10,13 +10,21 @@ from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
 from labctl.net.labnet import netns_name, tap_name
 
+HOST, VM = "host", "vm"
+
 
 @dataclass(frozen=True)
 class CaptureTarget:
     node: str
     ifname: str  # inside the node, e.g. eth1
-    netns: str  # the lab's namespace on the host
-    device: str  # the tap in that namespace that carries the node's interface
+    netns: str  # the lab's namespace
+    device: str  # the lab-side end of the node's interface there: a tap or a veth
+    engine: str = HOST  # where that namespace lives: this host, or the Docker host VM
+
+    @property
+    def where(self) -> str:
+        text = f"{self.device} in {self.netns}"
+        return text + " in the Docker host VM" if self.engine == VM else text
 
 
 def parse_endpoint(handle: LabHandle, endpoint: str) -> tuple[str, str]:
@@ -36,15 +44,25 @@ def parse_endpoint(handle: LabHandle, endpoint: str) -> tuple[str, str]:
 
 
 def resolve(handle: LabHandle, node: str, ifname: str) -> CaptureTarget:
-    """The tap of NODE:IF in the lab's namespace; refuses providers without one."""
-    if handle.lab.provider != "qemu":
-        raise UsageError(
-            f"capture is not supported for {handle.lab.provider} labs yet",
-            hint="their links live inside the Docker host VM (or the Vagrant VMs); run "
-                 "`labctl exec NODE -- tcpdump` there, or use a qemu lab",
-        )
-    ns = netns_name(handle.lab.name)
-    device = tap_name(handle.lab.node(node).index, ifname)
+    """The lab-side end of NODE:IF: a qemu node's tap in the lab's namespace, or a container
+    node's veth in the lab's namespace in the engine's kernel. Refuses vagrant labs."""
+    provider = handle.lab.provider
+    if provider == "qemu":
+        return _on_this_host(handle, node, ifname, netns_name(handle.lab.name),
+                             tap_name(handle.lab.node(node).index, ifname))
+    if provider == "docker":
+        return _docker(handle, node, ifname)
+    raise UsageError(
+        f"capture is not supported for {provider} labs: their links are the hypervisor's own "
+        "networks (VirtualBox or libvirt), with no namespace of labctl's to capture in",
+        hint=f"capture inside the node (`labctl exec --lab {handle.lab.name} {node} -- "
+             f"tcpdump -i {ifname} -c 100`), or use a qemu or docker lab",
+    )
+
+
+def _on_this_host(handle: LabHandle, node: str, ifname: str, ns: str,
+                  device: str) -> CaptureTarget:
+    kind = "tap" if handle.lab.provider == "qemu" else "veth"
     # Look before opening: IPRoute(netns=...) would create a missing namespace.
     if ns not in netns.listnetns():
         raise LabctlError(f"lab {handle.lab.name} has no network namespace {ns}",
@@ -56,9 +74,39 @@ def resolve(handle: LabHandle, node: str, ifname: str) -> CaptureTarget:
         raise LabctlError(f"cannot open the lab's namespace {ns}: {exc}",
                           hint="capture needs root; is the lab up (`labctl status`)?") from exc
     if not present:
-        raise LabctlError(f"{node}:{ifname} has no tap {device} in {ns}",
+        raise LabctlError(f"{node}:{ifname} has no {kind} {device} in {ns}",
                           hint=f"is {node} running? see `labctl status`")
     return CaptureTarget(node, ifname, ns, device)
+
+
+def _docker(handle: LabHandle, node: str, ifname: str) -> CaptureTarget:
+    """The node's veth (dockernet.py made it) in the lab's netns: on this host with a local
+    engine, where the qemu path works as it is; else inside the Docker host VM."""
+    from labctl.dockerhost.engine import Engine
+    from labctl.dockerhost.vm import DockerHostVM
+    from labctl.providers.docker import veth_name
+
+    state = handle.labdir.load_state()
+    ns = state.netns or netns_name(handle.lab.name)
+    device = veth_name(handle.lab.node(node), ifname)
+    if state.engine is None:
+        raise LabctlError(f"lab {handle.lab.name} has no engine recorded",
+                          hint="is the lab up? see `labctl status`")
+    engine = Engine.from_state(state.engine)
+    if engine.kind != VM:
+        return _on_this_host(handle, node, ifname, ns, device)
+    if not DockerHostVM().running():
+        raise LabctlError("the Docker host VM is not running, so neither is the lab",
+                          hint=f"`labctl up` the lab again, or `labctl down --lab "
+                               f"{handle.lab.name}`")
+    found = engine.helper("show", ns, timeout=60)
+    if ns not in found.get("netns", []):
+        raise LabctlError(f"lab {handle.lab.name} has no network namespace {ns} in the "
+                          "Docker host VM", hint="is the lab up? see `labctl status`")
+    if device not in found.get("links", []):
+        raise LabctlError(f"{node}:{ifname} has no veth {device} in {ns} in the Docker host "
+                          "VM", hint=f"is {node} running? see `labctl status`")
+    return CaptureTarget(node, ifname, ns, device, VM)
 
 
 def check_filter(bpf: str | None) -> None:
@@ -79,3 +127,15 @@ def check_filter(bpf: str | None) -> None:
     except Scapy_Exception as exc:
         raise UsageError(f"bad --filter {bpf!r}: {exc}",
                          hint="a tcpdump-style BPF expression, e.g. 'udp port 4791'") from exc
+
+
+def compiled_filter(bpf: str) -> str:
+    """The BPF program of `bpf` for Ethernet, as vmcapture.py takes it: 'N,CODE JT JF K,...'
+    (`tcpdump -ddd` on one line). Compiled here, where libpcap is, for a capture in the VM."""
+    from scapy.arch.common import compile_filter
+    from scapy.data import DLT_EN10MB
+
+    program = compile_filter(bpf, linktype=DLT_EN10MB)
+    insns = [program.bf_insns[i] for i in range(program.bf_len)]
+    return ",".join([str(len(insns)), *(f"{i.code} {i.jt} {i.jf} {i.k & 0xFFFFFFFF}"
+                                          for i in insns)])

@@ -4,14 +4,18 @@ or print one decoded line per packet.
 Run as `python -m labctl.capture.worker NETNS DEVICE ...` by `labctl.capture.process`, never
 by hand. It enters the namespace before importing scapy, so scapy's interface table is the
 lab's. It says READY on stderr once its socket is open and COUNT n when it ends; SIGTERM
-(or SIGINT) stops it cleanly with the pcap flushed.
+(or SIGINT), or EOF on its stdin (its parent's pipe: the parent closed it, or died) stops it
+cleanly with the pcap flushed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import sys
+import threading
 from types import FrameType
 from typing import Any
 
@@ -21,6 +25,14 @@ COUNT = "COUNT"
 
 def _stop(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # scapy's sniff() ends its loop cleanly on this
+
+
+def _watch_lifeline() -> None:
+    """EOF on stdin: stop as on SIGTERM (delivered to the main thread, where sniff runs)."""
+    with contextlib.suppress(OSError):
+        while os.read(0, 4096):
+            pass
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    threading.Thread(target=_watch_lifeline, daemon=True).start()
 
     from pyroute2 import netns
 
@@ -73,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
+    except KeyboardInterrupt:  # stopped while still starting: nothing captured
+        print(f"{COUNT} 0", file=sys.stderr, flush=True)
+        sys.exit(0)
     except Exception as exc:  # one line for the parent's error message, not a traceback
         print(f"capture failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         sys.exit(1)

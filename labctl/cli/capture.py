@@ -60,7 +60,7 @@ def _record(endpoint: str, write: Path | None, count: int, duration: float | Non
             cap.wait_ready()
             # Printed once the socket is open: what is sent from now on is captured.
             err_console.print(
-                f"capturing on {node}:{ifname} ({target.device} in {target.netns})"
+                f"capturing on {node}:{ifname} ({target.where})"
                 f"{', up to ' + ' or '.join(b for b in bound if b) if any(bound) else ''}"
                 "; Ctrl-C stops")
             cap.wait()

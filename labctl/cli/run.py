@@ -9,7 +9,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from labctl.capture.runhook import capturing_run
+from labctl.capture.runhook import capture_line, captured_runner, capturing_run
 from labctl.cli import complete
 from labctl.cli.capture import CaptureDirOption, CaptureOption
 from labctl.cli.common import LabOption, console, err_console, int_range, seconds
@@ -196,6 +196,9 @@ def print_results(results: list[RunResult], as_json: bool, *, summary: bool = Fa
         for r in results:
             table.add_row(r.label, r.server, r.client, _outcome(r), figures_text(r))
         console.print(table)
+    for r in results if not as_json else []:
+        if r.capture:
+            console.print(capture_line(r), markup=False, soft_wrap=True)
     for r in results:
         if r.status == "failed":
             err_console.print(f"[bold red]{r.example} {r.variant} failed[/]: {r.reason}")
@@ -218,16 +221,12 @@ def _run_spec(handle: LabHandle, spec: ExampleSpec, server: str | None, client: 
               options: dict[str, Any], as_json: bool, capture: bool,
               capture_dir: Path | None, *, pairs: str, jobs: int) -> None:
     """Run `spec` between the chosen pair, or each of several pairs (--pairs)."""
-    name, variant = spec.name, spec.variant
     chosen = choose_pairs(handle, pairs, server, client)
     if pairs != "first":
         _run_pairs(handle, spec, chosen, options, as_json, capture, capture_dir, jobs)
         return
     server, client = chosen[0]
-    with capturing_run(handle, server, f"{name} {variant}", capture, capture_dir,
-                       client) as cap:
-        result = run_example(handle, spec, server, client, options)
-    result.capture = cap.record() if cap else None
+    result = captured_runner(capture, capture_dir)(handle, spec, server, client, options)
     print_results([result], as_json)
     if result.status == "skipped":
         # Asked for by name, an unsupported run is refused: say why, exit as for bad input.
@@ -636,6 +635,8 @@ def run_all(
                               "perftest (small: TCG is slow)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
+    capture: bool = CaptureOption,
+    capture_dir: Path = CaptureDirOption,
     pairs: str = PairsOption,
     jobs: int = JobsOption,
     lab: str = LabOption,
@@ -645,11 +646,13 @@ def run_all(
     check_pair_flags(pairs, jobs, server, client)
     handle = open_lab(lab)
     chosen = choose_pairs(handle, pairs, server, client)
+    runner = captured_runner(capture, capture_dir)
 
     def pair(index: int, pair_server: str, pair_client: str) -> list[RunResult]:
         return run_matrix(handle, pair_server, pair_client,
                           {**options, "group": pair_group(index)},
-                          progress=None if as_json else _progress)
+                          progress=None if as_json else _progress,
+                          run=runner)
 
     results = [r for rs in run_pairs(chosen, jobs, pair) for r in rs]
     if len(chosen) > 1 and not as_json:

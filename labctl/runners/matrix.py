@@ -9,12 +9,16 @@ from labctl.lab.handle import LabHandle
 from labctl.runners.examples import EXAMPLES, KNOWN_LIMITATIONS
 from labctl.runners.execute import RunResult, run_example
 from labctl.runners.pairs import ip_path, no_path_reason
+from labctl.runners.spec import ExampleSpec
 
 
 def run_matrix(handle: LabHandle, server: str, client: str, options: dict[str, Any],
-               progress: Callable[[RunResult], None] | None = None) -> list[RunResult]:
+               progress: Callable[[RunResult], None] | None = None,
+               run: Callable[[LabHandle, ExampleSpec, str, str, dict[str, Any]], RunResult]
+               = run_example) -> list[RunResult]:
     """Run the catalogue in order; unsupported and known-limited cases come back skipped
-    with their reason and are never started."""
+    with their reason and are never started. `run` runs one (`run all --capture` wraps
+    run_example in a capture)."""
     results: list[RunResult] = []
     no_path = "" if ip_path(handle.lab, server, client) is not None else no_path_reason(
         handle.lab, server, client)
@@ -24,7 +28,7 @@ def run_matrix(handle: LabHandle, server: str, client: str, options: dict[str, A
             result = RunResult(name, variant, server, client, "skipped", reason=limitation,
                                key_figure=spec.key_figure)
         else:
-            result = run_example(handle, spec, server, client, dict(options))
+            result = run(handle, spec, server, client, dict(options))
         results.append(result)
         if progress:
             progress(result)

@@ -15,11 +15,10 @@ import pytest
 from labctl.capture.summary import decode_file
 from labctl.lab.handle import LabHandle
 from labctl.net.labnet import netns_name
+from tests.integration.capturecheck import assert_pingpong_on_the_wire
 from tests.integration.conftest import REPO, labctl
 
 pytestmark = pytest.mark.integration
-ADDRESS = re.compile(r"local address:\s+LID 0x[0-9a-f]+, QPN 0x([0-9a-f]+), PSN 0x([0-9a-f]+), "
-                     r"GID ::ffff:([0-9.]+)")
 
 
 def workers(lab: str) -> str:
@@ -48,27 +47,9 @@ def run_captured(lab: str, tmp_path: Path, *args: str) -> dict:  # type: ignore[
 
 def test_rc_pingpong_capture_matches_the_programs(lab_handle: LabHandle,
                                                   tmp_path: Path) -> None:
-    lab = lab_handle.lab.name
-    record = run_captured(lab, tmp_path, "pingpong", "--transport", "rc", "--iters", "3",
-                          "--size", "64")
-    # 3 SENDs each way, each ACKed. A retransmission (an ACK late under TCG: seen once, 7
-    # SENDs in a full CI run) repeats a PSN, so the counts are at least 6 and the distinct
-    # PSNs below are exact.
-    assert record["capture"]["opcodes"]["RC_SEND_ONLY"] >= 6
-    assert record["capture"]["opcodes"]["RC_ACKNOWLEDGE"] >= 6
-    frames = [f for f in decode_file(Path(record["capture"]["pcap"])) if f.proto == "RoCEv2"]
-    printed = {}
-    for side in ("server_output", "client_output"):
-        qpn, psn, address = ADDRESS.search(record[side]).groups()  # type: ignore[union-attr]
-        printed[address] = (int(qpn, 16), int(psn, 16))
-    for address, (_qpn, psn) in printed.items():
-        (peer_qpn, _), = [v for a, v in printed.items() if a != address]
-        sends = [f for f in frames if f.src == address and f.ops == ["RC_SEND_ONLY"]]
-        assert list(dict.fromkeys(f.psn for f in sends)) == [psn, psn + 1, psn + 2]
-        assert {f.dest_qp for f in sends} == {peer_qpn}  # sent to the peer's QP
-        acks = [f for f in frames if f.dst == address and f.ops == ["RC_ACKNOWLEDGE"]]
-        assert list(dict.fromkeys(f.psn for f in acks)) == [psn, psn + 1, psn + 2]
-        assert {f.dest_qp for f in acks} == {printed[address][0]}
+    record = run_captured(lab_handle.lab.name, tmp_path, "pingpong", "--transport", "rc",
+                          "--iters", "3", "--size", "64")
+    assert_pingpong_on_the_wire(record, 3)
 
 
 def test_ib_write_bw_capture_shows_rdma_write_with_reth(lab_handle: LabHandle,

@@ -11,18 +11,24 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from labctl.capture.summary import decode_file
 from labctl.dockerhost.engine import Engine
 from labctl.dockerhost.vm import DockerHostVM
 from labctl.lab import lifecycle
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir
-from tests.integration.conftest import labctl, make_topology
+from tests.integration.capturecheck import assert_pingpong_on_the_wire
+from tests.integration.conftest import REPO, labctl, make_topology
 
 pytestmark = pytest.mark.integration
 
@@ -112,6 +118,53 @@ def test_rping_through_rdma_cm(handle: LabHandle) -> None:
     record = json.loads(result.stdout)
     records = record if isinstance(record, list) else [record]
     assert records[0]["status"] == "passed", result.stdout
+
+
+def vm_captures() -> str:
+    """Capture processes in the Docker host VM (vmcapture.py names itself in its argv)."""
+    found = DockerHostVM().run(["sh", "-c", "ps -eo pid,args | grep '[l]abctl-vmcapture'"],
+                               timeout=60)
+    return found.stdout.strip()
+
+
+def test_capture_in_the_vm_matches_the_programs_and_leaves_nothing(handle: LabHandle,
+                                                                    tmp_path: Path) -> None:
+    """Two captures at once on a docker lab: the run's own (`--capture`, node1's veth) and
+    an interrupted `labctl capture` of node2's veth; both are streamed from the VM."""
+    live = tmp_path / "live.pcap"
+    proc = subprocess.Popen([sys.executable, "-m", "labctl", "capture", "node2:eth1", "-w",
+                             str(live), "--filter", "udp port 4791", "--lab", LAB],
+                            cwd=REPO, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        assert proc.stderr is not None
+        started = proc.stderr.readline()
+        assert "(v2-eth1 in labctl-" in started and "Docker host VM" in started, (
+            started + proc.stderr.read())
+        assert vm_captures()
+        result = labctl("run", "pingpong", "--lab", LAB, "--transport", "rc", "--iters", "3",
+                        "--size", "64", "--capture-dir", str(tmp_path), "--json", timeout=300)
+        record = json.loads(result.stdout)
+        assert record["status"] == "passed", result.stdout + result.stderr
+        assert (record["capture"]["node"], record["capture"]["interface"]) == ("node1", "eth1")
+        assert_pingpong_on_the_wire(record, 3)
+        proc.send_signal(signal.SIGINT)
+        err = proc.stderr.read()
+        assert proc.wait(60) == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert re.search(r"\d+ packets written", err), err
+    ops = {op for f in decode_file(live) for op in f.ops}
+    assert {"RC_SEND_ONLY", "RC_ACKNOWLEDGE"} <= ops and all(
+        f.proto == "RoCEv2" for f in decode_file(live))  # the filter ran in the VM
+    deadline = time.monotonic() + 60  # labctl waited for its ssh; allow the VM a moment
+    while vm_captures() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert vm_captures() == ""
+    local = subprocess.run(["pgrep", "-af", f"labctl capture node2:eth1 .*--lab {LAB}"],
+                           capture_output=True, text=True, check=False)
+    assert local.stdout == ""
 
 
 def test_inspector_matches_ibv_devinfo_in_a_container(handle: LabHandle) -> None:

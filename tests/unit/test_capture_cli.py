@@ -6,6 +6,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,10 @@ from pyroute2 import netns
 
 from labctl.capture.decode import Frame
 from labctl.capture.ladder import draw
+from labctl.capture.summary import decode_file
 from labctl.errors import UsageError
 from labctl.lab.labdir import LabDir
+from labctl.lab.state import EngineState, LabState, Phase
 from labctl.topology.load import load_lab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,3 +104,107 @@ def test_bad_endpoints(offline_lab: dict[str, str], endpoint: str, code: int,
     assert result.returncode == code, result.stderr
     assert message in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
     assert f"labctl-{OFFLINE_LAB}" not in netns.listnetns()
+
+
+def _lab_dir(tmp_path: Path, topology: str, provider: str,
+             state: LabState | None) -> dict[str, str]:
+    """A lab directory of OFFLINE_LAB made from `topology` under `provider`, with `state`."""
+    env = {"LABCTL_STATE_DIR": str(tmp_path / "labs")}
+    os.environ.update(env)
+    try:
+        lab = dataclasses.replace(load_lab(REPO / "topologies" / topology), name=OFFLINE_LAB,
+                                  provider=provider)
+        labdir = LabDir(lab.name)
+        labdir.create(lab)
+        if state is not None:
+            labdir.save_state(state)
+    finally:
+        del os.environ["LABCTL_STATE_DIR"]
+    return env
+
+
+@pytest.mark.parametrize(("engine", "message"), [
+    # A local engine: the lab netns is on this host, as a qemu lab's (and it is not up).
+    ("local", f"no network namespace labctl-{OFFLINE_LAB}"),
+    # The Docker host VM (none runs under this state directory).
+    ("vm", "the Docker host VM is not running"),
+])
+def test_docker_lab_not_up(tmp_path: Path, engine: str, message: str) -> None:
+    state = LabState(provider="docker", phase=Phase.UP, netns=f"labctl-{OFFLINE_LAB}",
+                     engine=EngineState(engine, "unix:///nonexistent.sock"))
+    env = _lab_dir(tmp_path, "docker-two-node.yaml", "docker", state)
+    result = labctl("node1:eth1", "--count", "1", env=env)
+    assert result.returncode == 1, result.stderr
+    assert message in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
+    assert f"labctl-{OFFLINE_LAB}" not in netns.listnetns()
+
+
+def test_vagrant_lab_is_refused_with_the_reason(tmp_path: Path) -> None:
+    env = _lab_dir(tmp_path, "two-node.yaml", "vagrant", None)
+    result = labctl("node1:eth1", "--count", "1", env=env)
+    assert result.returncode == 2, result.stderr
+    text = " ".join(result.stderr.split())
+    assert "not supported for vagrant labs" in text and "VirtualBox or libvirt" in text
+    assert "tcpdump" in text and "Traceback" not in result.stderr
+
+
+def test_run_capture_on_a_vagrant_lab_is_refused(tmp_path: Path) -> None:
+    env = _lab_dir(tmp_path, "two-node.yaml", "vagrant", None)
+    result = subprocess.run([sys.executable, "-m", "labctl", "run", "pingpong", "--capture"],
+                            capture_output=True, text=True, timeout=120, cwd=REPO,
+                            env={**os.environ, **env}, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2, result.stderr
+    assert "not supported for vagrant labs" in " ".join(result.stderr.split())
+
+
+def test_docker_lab_with_a_local_engine_is_captured_like_a_qemu_lab(tmp_path: Path) -> None:
+    """A local engine's lab netns is on this host: the capture is the qemu path on the
+    container's veth (`v1-eth1`, the bridge end dockernet.py makes). The namespace and the
+    veth are made here as dockernet.py names them; its other end stays in the namespace."""
+    ns = f"labctl-{OFFLINE_LAB}"
+    state = LabState(provider="docker", phase=Phase.UP, netns=ns,
+                     engine=EngineState("local", "unix:///nonexistent.sock"))
+    env = _lab_dir(tmp_path, "docker-two-node.yaml", "docker", state)
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        for args in (["link", "add", "name", "v1-eth1", "type", "veth", "peer", "name", "c1"],
+                     ["addr", "add", "10.9.8.1/24", "dev", "c1"],
+                     ["link", "set", "c1", "up"], ["link", "set", "v1-eth1", "up"],
+                     ["neigh", "add", "10.9.8.2", "lladdr", "02:00:00:00:00:02", "dev", "c1"]):
+            subprocess.run(["ip", "-n", ns, *args], check=True)
+        pcap = tmp_path / "local.pcap"
+        proc = subprocess.Popen([sys.executable, "-m", "labctl", "capture", "node1:eth1", "-w",
+                                 str(pcap), "--count", "2", "--filter", "udp port 4791"],
+                                cwd=REPO, env={**os.environ, **env}, stderr=subprocess.PIPE,
+                                text=True, stdin=subprocess.DEVNULL)
+        assert proc.stderr is not None
+        started = proc.stderr.readline()
+        assert f"(v1-eth1 in {ns})" in started, started + proc.stderr.read()
+        code = ("import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                "for port in (9, 4791, 4791):\n    s.sendto(b'x' * 20, ('10.9.8.2', port))\n")
+        subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], check=True)
+        assert proc.wait(60) == 0
+        assert "2 packets written" in proc.stderr.read()
+        # A killed labctl (no chance to stop its child): the worker sees its pipe close.
+        killed = subprocess.Popen([sys.executable, "-m", "labctl", "capture", "node1:eth1"],
+                                  cwd=REPO, env={**os.environ, **env}, stderr=subprocess.PIPE,
+                                  stdout=subprocess.DEVNULL, text=True,
+                                  stdin=subprocess.DEVNULL)
+        assert killed.stderr is not None and "capturing on" in killed.stderr.readline()
+        assert _workers(ns)
+        killed.kill()
+        killed.wait(30)
+        deadline = time.monotonic() + 60
+        while _workers(ns) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _workers(ns) == ""
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+    frames = decode_file(pcap)
+    assert [(f.proto, f.src, f.dst) for f in frames] == [("RoCEv2", "10.9.8.1", "10.9.8.2")] * 2
+
+
+def _workers(ns: str) -> str:
+    found = subprocess.run(["pgrep", "-af", f"labctl.capture.worker {ns} "],
+                           capture_output=True, text=True, check=False)
+    return found.stdout.strip()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -10,6 +12,9 @@ from labctl.runners import execute
 from labctl.runners.examples import EXAMPLES
 from labctl.runners.execute import MAX_ATTEMPTS, RunResult, _worth_another_attempt
 from labctl.runners.spec import Endpoint
+from labctl.topology.load import load_lab
+
+TWO_NODE = Path(__file__).parents[2] / "topologies" / "two-node.yaml"
 
 RDMA_SERVER = EXAMPLES[("rdma-server", "rc")]
 PINGPONG = EXAMPLES[("pingpong", "rc")]
@@ -49,10 +54,11 @@ def test_a_passed_run_is_never_tried_again() -> None:
 
 
 def _fake_lab(monkeypatch: pytest.MonkeyPatch, outcomes: list[str]) -> list[int]:
-    """run_example against scripted attempts: each outcome is a reason ("" = passed)."""
+    """run_example on the real two-node lab model, against scripted attempts: each outcome
+    is a reason ("" = passed); nothing runs in a node."""
     calls: list[int] = []
 
-    def endpoint(handle: Any, node: str) -> Endpoint:
+    def endpoint(handle: Any, node: str, iface: Any = None) -> Endpoint:
         return Endpoint(node, "rxe0", "rxe", 1, "10.77.1.1", "eth1")
 
     def attempt(handle: Any, spec: Any, ctx: Any, result: RunResult, timeout: float) -> None:
@@ -65,16 +71,20 @@ def _fake_lab(monkeypatch: pytest.MonkeyPatch, outcomes: list[str]) -> list[int]
     return calls
 
 
+def _handle() -> SimpleNamespace:
+    return SimpleNamespace(lab=load_lab(TWO_NODE))
+
+
 def test_the_record_says_why_an_earlier_attempt_failed(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _fake_lab(monkeypatch, ["client exited with 124 (timed out)", ""])
-    result = execute.run_example(None, RDMA_SERVER, "node1", "node2", {})  # type: ignore[arg-type]
+    result = execute.run_example(_handle(), RDMA_SERVER, "node1", "node2", {})  # type: ignore[arg-type]
     assert (result.status, result.attempts, calls) == ("passed", 2, [1, 2])
     assert result.retried[0].startswith("attempt 1: client exited with 124 (timed out) (")
 
 
 def test_attempts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _fake_lab(monkeypatch, ["client exited with 124 (timed out)"] * 5)
-    result = execute.run_example(None, RDMA_SERVER, "node1", "node2", {})  # type: ignore[arg-type]
+    result = execute.run_example(_handle(), RDMA_SERVER, "node1", "node2", {})  # type: ignore[arg-type]
     assert (result.status, result.attempts, len(calls)) == ("failed", MAX_ATTEMPTS, MAX_ATTEMPTS)
     assert len(result.retried) == MAX_ATTEMPTS - 1
     assert result.reason == "client exited with 124 (timed out)"
