@@ -26,18 +26,34 @@ if ! mountpoint -q /var/lib/docker; then
     mount -t ext4 -o noatime /dev/vdb /var/lib/docker || fail "cannot mount /dev/vdb"
 fi
 mkdir -p /run/netns
-rm -f /run/docker.sock /run/docker.pid
-setsid dockerd --host unix:///run/docker.sock --pidfile /run/docker.pid \
-    --bridge=none --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false \
-    --storage-driver=overlay2 --log-driver=json-file \
-    > /var/log/dockerd.log 2>&1 < /dev/null &
-tries=0
+# Under a loaded TCG host dockerd can give up on its own containerd ("timeout waiting for
+# containerd to start") and exit: a dead dockerd is started again, at most twice, and the
+# whole wait is bounded by the clock (a count of polls is no bound when each takes seconds).
+start_dockerd() {
+    rm -f /run/docker.sock /run/docker.pid
+    setsid dockerd --host unix:///run/docker.sock --pidfile /run/docker.pid \
+        --bridge=none --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false \
+        --storage-driver=overlay2 --log-driver=json-file \
+        >> /var/log/dockerd.log 2>&1 < /dev/null &
+    dockerd_pid=$!
+}
+start_dockerd
+starts=1
+deadline=$(( $(date +%s) + 240 ))
 until docker -H unix:///run/docker.sock version >/dev/null 2>&1; do
-    tries=$((tries + 1))
-    if [ $tries -gt 600 ]; then
-        tail -n 20 /var/log/dockerd.log
-        fail "dockerd did not answer within 120 s"
+    if ! kill -0 "$dockerd_pid" 2>/dev/null; then
+        if [ $starts -ge 3 ]; then
+            tail -n 20 /var/log/dockerd.log
+            fail "dockerd exited $starts times (see the log above)"
+        fi
+        echo "labctl: dockerd exited; starting it again ($starts of 3)" >&2
+        starts=$((starts + 1))
+        start_dockerd
     fi
-    sleep 0.2
+    if [ "$(date +%s)" -gt $deadline ]; then
+        tail -n 20 /var/log/dockerd.log
+        fail "dockerd did not answer within 240 s"
+    fi
+    sleep 0.5
 done
 echo "labctl: engine ready"
