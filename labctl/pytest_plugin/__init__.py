@@ -21,21 +21,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import pytest
 
 from labctl.errors import LabctlError, UsageError
-from labctl.pytest_plugin.session import (
-    LabSpec,
-    RdmaLab,
-    RdmaLabError,
-    locate_topology,
-    start_lab,
-    stop_lab,
-)
+
+if TYPE_CHECKING:
+    from labctl.pytest_plugin.session import LabSpec, RdmaLab, RdmaLabError
 
 __all__ = ["LabSpec", "RdmaLab", "RdmaLabError", "rdma_lab", "rdma_lab_spec"]
+_LAZY = ("LabSpec", "RdmaLab", "RdmaLabError")
+
+
+def __getattr__(name: str) -> Any:
+    """LabSpec, RdmaLab, RdmaLabError from the session module, imported on first use: the
+    lab machinery (pyroute2, the providers) costs every pytest run half a second."""
+    if name in _LAZY:
+        from labctl.pytest_plugin import session
+
+        return getattr(session, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 MARKER = "rdma_lab"
 _KEPT = pytest.StashKey[list[str]]()
@@ -75,6 +81,12 @@ def fail(exc: LabctlError) -> NoReturn:
     pytest.fail(f"rdma_lab: {exc.message}{hint}", pytrace=False)
 
 
+def _locate(arg: str | Path, base: Path) -> Path:
+    from labctl.pytest_plugin.session import locate_topology
+
+    return locate_topology(arg, base)
+
+
 def _attempt(call: Callable[..., T], *args: Any) -> tuple[T | None, LabctlError | None]:
     """`call(*args)`, or the LabctlError it raised: fail() is called outside the except
     block, or pytest would show the error's traceback as the failure's context."""
@@ -96,7 +108,7 @@ def _from_markers(session: pytest.Session) -> tuple[Path, str | None] | None:
         if not isinstance(topology, str | Path):
             raise UsageError(f"{item.nodeid}: @pytest.mark.{MARKER} needs topology=PATH_OR_NAME",
                              hint=f'e.g. @pytest.mark.{MARKER}(topology="two-node")')
-        key = (locate_topology(topology, item.path.parent).resolve(), marker.kwargs.get("name"))
+        key = (_locate(topology, item.path.parent).resolve(), marker.kwargs.get("name"))
         wanted.setdefault(key, item.nodeid)
     if len(wanted) > 1:
         asked = "; ".join(f"{path} (by {nodeid})" for (path, _), nodeid in wanted.items())
@@ -112,13 +124,16 @@ def spec_from_config(config: pytest.Config, session: pytest.Session) -> LabSpec:
     keep = bool(config.getoption("rdma_lab_keep"))
     option = config.getoption("rdma_lab_topology")
     if option:
-        topology = locate_topology(option, config.invocation_params.dir)
-        return LabSpec(topology, name, keep)
+        from labctl.pytest_plugin.session import LabSpec
+
+        return LabSpec(_locate(option, config.invocation_params.dir), name, keep)
     found = _from_markers(session)
     if found is None:
         raise UsageError("no topology for the rdma_lab fixture",
                          hint="give --rdma-lab-topology PATH_OR_NAME, or mark the tests with "
                          f'@pytest.mark.{MARKER}(topology="two-node")')
+    from labctl.pytest_plugin.session import LabSpec
+
     topology, marker_name = found
     return LabSpec(topology, name or marker_name, keep)
 
@@ -136,6 +151,8 @@ def rdma_lab_spec(request: pytest.FixtureRequest) -> LabSpec:
 @pytest.fixture(scope="session")
 def rdma_lab(request: pytest.FixtureRequest, rdma_lab_spec: LabSpec) -> Iterator[RdmaLab]:
     """The session's lab, up; removed at the end unless kept."""
+    from labctl.pytest_plugin.session import start_lab, stop_lab
+
     lab, error = _attempt(start_lab, rdma_lab_spec)
     if error is not None:
         fail(error)
