@@ -23,6 +23,7 @@ from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir
 from labctl.pytest_plugin import LabSpec, RdmaLab, RdmaLabError
 from labctl.pytest_plugin.pair import custom_spec, fill, output_figures
+from labctl.pytest_plugin.session import locate_topology
 from labctl.runners.spec import Endpoint, RunContext
 from labctl.topology.load import load_lab
 
@@ -92,19 +93,15 @@ def test_a_bad_marked_topology_gives_labctls_message_and_hint(tmp_path: Path) ->
     assert not (tmp_path / "state").exists()
 
 
-def test_an_unknown_shipped_name_lists_the_shipped_ones(tmp_path: Path) -> None:
-    (tmp_path / "test_a.py").write_text(USES_THE_LAB)
-    code, out = pytest_in(tmp_path, "--rdma-lab-topology", "no-such-lab")
-    assert code == 1
-    _clean_error(out, "'no-such-lab' is neither a topology file nor a shipped topology",
-                 "hint: shipped topologies: ", "two-node")
-
-
-def test_a_bad_lab_name_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "test_a.py").write_text(USES_THE_LAB)
-    code, out = pytest_in(tmp_path, "--rdma-lab-topology", "two-node", "--rdma-lab-name", "A/B")
-    assert code == 1
-    _clean_error(out, "rdma_lab: bad lab name 'A/B'", "hint: lab names are")
+def test_a_topology_is_a_file_near_the_asker_or_a_shipped_name(tmp_path: Path) -> None:
+    (tmp_path / "mine.yaml").write_text("name: mine\n")
+    assert locate_topology("mine.yaml", tmp_path) == tmp_path / "mine.yaml"
+    assert locate_topology("two-node", tmp_path).name == "two-node.yaml"
+    with pytest.raises(UsageError) as caught:
+        locate_topology("no-such-lab", tmp_path)
+    assert caught.value.message == ("'no-such-lab' is neither a topology file nor a shipped "
+                                    "topology")
+    assert "two-node" in (caught.value.hint or "")
 
 
 def test_two_labs_in_one_session_are_refused(tmp_path: Path) -> None:
