@@ -46,6 +46,17 @@ static void die(const char *what)
 	exit(1);
 }
 
+/* A verbs call's result: 0, or an errno value (some return it, positive or negative;
+ * -1 means the library set errno itself). */
+static void check(int rc, const char *what)
+{
+	if (!rc)
+		return;
+	if (rc != -1)
+		errno = rc < 0 ? -rc : rc;
+	die(what);
+}
+
 static void fail(const char *what)
 {
 	fprintf(stderr, "rc_send: %s\n", what);
@@ -209,9 +220,8 @@ static void to_init(struct ibv_qp *qp, uint8_t port)
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_INIT, .pkey_index = 0,
 				    .port_num = port, .qp_access_flags = 0 };
 
-	if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-			  IBV_QP_ACCESS_FLAGS))
-		die("modify QP to INIT");
+	check(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			    IBV_QP_ACCESS_FLAGS), "modify QP to INIT");
 }
 
 static void to_rtr_rts(struct ibv_qp *qp, uint8_t port, int gid_index, enum ibv_mtu mtu,
@@ -232,10 +242,9 @@ static void to_rtr_rts(struct ibv_qp *qp, uint8_t port, int gid_index, enum ibv_
 		},
 	};
 
-	if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-			  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-			  IBV_QP_MIN_RNR_TIMER))
-		die("modify QP to RTR");
+	check(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+			    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+			    IBV_QP_MIN_RNR_TIMER), "modify QP to RTR");
 	memset(&attr, 0, sizeof(attr));
 	attr.qp_state = IBV_QPS_RTS;
 	attr.timeout = 14;
@@ -243,9 +252,9 @@ static void to_rtr_rts(struct ibv_qp *qp, uint8_t port, int gid_index, enum ibv_
 	attr.rnr_retry = 7;
 	attr.sq_psn = my_psn;
 	attr.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-		die("modify QP to RTS");
+	check(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+	      "modify QP to RTS");
 }
 
 static void usage(void)
@@ -280,8 +289,7 @@ int main(int argc, char **argv)
 	struct ibv_context *ctx = open_device(device);
 	struct ibv_port_attr port_attr;
 
-	if (ibv_query_port(ctx, ib_port, &port_attr))
-		die("ibv_query_port");
+	check(ibv_query_port(ctx, ib_port, &port_attr), "ibv_query_port");
 	if (port_attr.state != IBV_PORT_ACTIVE)
 		fail("the port is not ACTIVE");
 
@@ -310,16 +318,14 @@ int main(int argc, char **argv)
 	if (is_server) {  /* the receive is posted before the client can send */
 		struct ibv_recv_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 }, *bad;
 
-		if (ibv_post_recv(qp, &wr, &bad))
-			die("ibv_post_recv");
+		check(ibv_post_recv(qp, &wr, &bad), "ibv_post_recv");
 	}
 
 	struct peer me = { .qpn = qp->qp_num }, peer;
 
 	srand48(getpid() * time(NULL));
 	me.psn = (uint32_t)lrand48() & 0xffffff;
-	if (ibv_query_gid(ctx, ib_port, gid_index, &me.gid))
-		die("ibv_query_gid");
+	check(ibv_query_gid(ctx, ib_port, gid_index, &me.gid), "ibv_query_gid");
 
 	int fd = is_server ? tcp_server(port) : tcp_client(server_ip, port);
 	char line[16];
@@ -355,8 +361,7 @@ int main(int argc, char **argv)
 					  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
 		struct ibv_send_wr *bad;
 
-		if (ibv_post_send(qp, &wr, &bad))
-			die("ibv_post_send");
+		check(ibv_post_send(qp, &wr, &bad), "ibv_post_send");
 		wait_completion(cq);
 		read_line(fd, line, sizeof(line));
 		if (strcmp(line, "done"))
