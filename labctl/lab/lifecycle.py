@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labctl.errors import LabctlError, UsageError
-from labctl.lab.labdir import LabDir
+from labctl.lab.labdir import LabDir, check_lab_name
 from labctl.lab.state import CorruptStateError, NodeStatus, Phase
 from labctl.net import labnet
 from labctl.providers import provider_for
@@ -42,6 +42,7 @@ class UpOptions:
     provider: str | None = None  # overrides the topology's
     engine: str | None = None  # docker: vm or local (else LABCTL_DOCKER_ENGINE, else vm)
     mounts: tuple[str, ...] = ()  # --mount SRC:DST[:ro], for every node (SRC from the cwd)
+    name: str | None = None  # overrides the topology's (the pytest plugin's --rdma-lab-name)
 
     def check(self) -> None:
         if self.accel not in ACCELS:
@@ -76,6 +77,8 @@ def resolve(topology: Path, options: UpOptions) -> Lab:
         provider_options["engine"] = options.engine
     if options.provider is not None:
         lab = dataclasses.replace(lab, provider=options.provider)
+    if options.name is not None:
+        lab = dataclasses.replace(lab, name=check_lab_name(options.name))
     return dataclasses.replace(lab, provider_options=provider_options)
 
 

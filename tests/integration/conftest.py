@@ -1,10 +1,13 @@
 """One live two-node rxe lab shared by every integration test of the session.
 
-The lab comes from a session fixture that calls the lifecycle service (labctl/lab/
-lifecycle.py) and tears the lab down at the end of the session, checking that nothing of
-it is left (processes, netns, ssh masters, lab directory) and that a second teardown has
-nothing to do. In CI (the CI variable set, as root) a skipped integration test fails: the
-suite must not pass by not running.
+The lab is labctl's pytest plugin's session lab (labctl/pytest_plugin: the `rdma_lab`
+fixture, brought up and torn down through the lifecycle service), chosen here by
+overriding the plugin's `rdma_lab_spec`: the two-node topology under LABCTL_TEST_LAB's
+name, made afresh, and after the teardown checked that nothing of it is left (processes,
+netns, ssh masters, lab directory) and that a second teardown has nothing to do. The
+fixtures the tests use (`lab_up`, `lab_handle`, `lab_topology`) are views of it. In CI
+(the CI variable set, as root) a skipped integration test fails: the suite must not pass
+by not running.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import yaml
 
 from labctl.lab import lifecycle
 from labctl.lab.handle import LabHandle
-from labctl.lab.labdir import LabDir
+from labctl.pytest_plugin import LabSpec, RdmaLab
+from labctl.pytest_plugin.session import start_lab, stop_lab
 from tests.integration.leftovers import lab_leftovers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,10 +73,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"integration test skipped in CI (as root), which is a failure: {reason}"
 
 
-def _progress(message: str) -> None:
-    print(f"up {LAB_NAME}: {message}", file=sys.stderr, flush=True)
-
-
 def make_topology(directory: Path, source: str, name: str) -> Path:
     data = yaml.safe_load((REPO / "topologies" / source).read_text())
     data["name"] = name
@@ -81,18 +81,26 @@ def make_topology(directory: Path, source: str, name: str) -> Path:
     return path
 
 
+def nothing_left(name: str, removed: list[str]) -> None:
+    """After a lab's teardown: it removed something, nothing of the lab is left, and a
+    second destroy has nothing to do."""
+    assert removed, f"destroy of {name} found nothing to remove"
+    assert lab_leftovers(name) == {"netns": [], "qemu": [], "ssh": [], "labdir": []}
+    assert lifecycle.destroy(name) == []
+
+
 def live_lab(topology: Path, name: str, **options: object) -> Iterator[lifecycle.UpResult]:
-    """Up (after removing what an interrupted earlier run left), yield, then destroy and
-    check that nothing of the lab is left and that a second destroy has nothing to do."""
-    lifecycle.destroy(name)
-    result = lifecycle.up(topology, lifecycle.UpOptions(**options), _progress)  # type: ignore[arg-type]
+    """A lab of a test module's own, through the plugin's machinery like the session's:
+    up afresh (what an interrupted earlier run left is removed first), yield, then
+    destroy and check that nothing of it is left."""
+    spec = LabSpec(topology, name, fresh=True,
+                   options=lifecycle.UpOptions(**options))  # type: ignore[arg-type]
+    lab = start_lab(spec)
+    assert lab.up_result is not None  # fresh: made by this call
     try:
-        yield result
+        yield lab.up_result
     finally:
-        removed = lifecycle.destroy(name)
-        assert removed, f"destroy of {name} found nothing to remove"
-        assert lab_leftovers(name) == {"netns": [], "qemu": [], "ssh": [], "labdir": []}
-        assert lifecycle.destroy(name) == []
+        nothing_left(name, stop_lab(lab))
 
 
 @pytest.fixture(scope="session")
@@ -101,13 +109,21 @@ def lab_topology(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def lab_up(lab_topology: Path) -> Iterator[lifecycle.UpResult]:
-    yield from live_lab(lab_topology, LAB_NAME)
+def rdma_lab_spec(lab_topology: Path) -> LabSpec:
+    """The plugin's session lab, as this suite wants it (overrides the plugin's fixture:
+    the --rdma-lab-* options and markers do not apply to the project's own tests)."""
+    return LabSpec(lab_topology, LAB_NAME, fresh=True, after_down=nothing_left)
 
 
 @pytest.fixture(scope="session")
-def lab_handle(lab_up: lifecycle.UpResult) -> LabHandle:
-    return LabHandle(LabDir(LAB_NAME))
+def lab_up(rdma_lab: RdmaLab) -> lifecycle.UpResult:
+    assert rdma_lab.up_result is not None  # fresh: made by this session
+    return rdma_lab.up_result
+
+
+@pytest.fixture(scope="session")
+def lab_handle(rdma_lab: RdmaLab) -> LabHandle:
+    return rdma_lab.handle
 
 
 # The example programs by process name (pgrep -x: the whole name; kernel threads are named

@@ -107,7 +107,9 @@ def test_dependencies_and_extras() -> None:
     extras = project["optional-dependencies"]
     assert "testinfra" not in deps and "matplotlib" not in deps
     assert any(d.startswith("matplotlib") for d in extras["plot"])
-    assert any(d.startswith("pytest-testinfra") for d in extras["test"])
+    # testinfra: the pytest plugin's extra, which the test suite's includes
+    assert any(d.startswith("pytest-testinfra") for d in extras["pytest"])
+    assert "labctl[pytest]" in extras["test"]
     assert "labctl[test,plot]" in extras["dev"]
     assert project["license"] == "MIT"  # an SPDX expression, not the deprecated table
 
