@@ -88,9 +88,12 @@ def test_inspector_matches_c_devinfo_on_siw(siw_lab: LabHandle, args: list[str])
     assert (ours.stdout, ours.returncode) == (c_tool.stdout, c_tool.returncode)
 
 
-# rdma_server/rdma_client hung once in three siw runs: the client printed "start" and no
-# more. That stall is allowed once, by its signature; a second failure fails.
-RDMA_CLIENT_STALL = "rdma_client: start"
+# Stalls in siw runs, each allowed once by its signature (a second failure fails; the first
+# is printed): rdma_server/rdma_client hung once in three runs, the client had printed
+# "start" and no more. rcopy's client hung once in a full CI run (2026-11-23) after
+# "opening...": the failure snapshot showed the server's rsocket listening and no
+# connection on either node. Neither cause is known.
+STALLS = {"rdma-server": "rdma_client: start", "rcopy": "opening..."}
 ON_SIW = [("rdma-server", []), ("ucmatose", ["-c", "2", "-C", "4"]),
           ("riostream", ["-C", "20"]), ("rcopy", ["-s", "4096"])]
 
@@ -105,8 +108,9 @@ def test_librdmacm_example_passes_on_siw(siw_lab: LabHandle, example: str,
         if record["status"] == "passed":
             assert result.returncode == 0
             break
-        assert (example, attempt) == ("rdma-server", 1), result.stderr
-        assert record["client_output"].strip() == RDMA_CLIENT_STALL, result.stderr
+        assert attempt == 1 and example in STALLS, result.stderr
+        assert record["client_output"].strip() == STALLS[example], result.stderr
+        print(f"{example}: the first attempt stalled; tried again. It said:\n{result.stderr}")
     figures = record["figures"]
     if example == "rdma-server":
         assert figures == record["server_figures"] == {"end": 0}
