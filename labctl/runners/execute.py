@@ -88,15 +88,15 @@ def endpoint(handle: LabHandle, node: str, iface: Interface | None = None) -> En
     if index > 0:  # several devices (qemu nodes): rxe1 on the second interface, ...
         device = rdma_device_name(lab_node, index)
         found = [d for d in handle.node_status(node)["devices"] if d.get("name") == device]
-        return Endpoint(node, device, lab_node.rdma,
-                        found[0].get("gid_index") if found else None, iface.address)
-    info = handle.labdir.load_state().nodes.get(node)
-    gid_index = info.gid_index if info else None
-    if gid_index is None and lab_node.rdma == "rxe":
-        devices = handle.node_status(node)["devices"]
-        gid_index = devices[0]["gid_index"] if devices else None
-    return Endpoint(node, handle.rdma_device(node), lab_node.rdma, gid_index, iface.address,
-                    iface.name)
+        gid_index = found[0].get("gid_index") if found else None
+    else:
+        device = handle.rdma_device(node)
+        info = handle.labdir.load_state().nodes.get(node)
+        gid_index = info.gid_index if info else None
+        if gid_index is None and lab_node.rdma == "rxe":
+            devices = handle.node_status(node)["devices"]
+            gid_index = devices[0]["gid_index"] if devices else None
+    return Endpoint(node, device, lab_node.rdma, gid_index, iface.address, iface.name)
 
 
 def _gid(ep: Endpoint) -> str | None:

@@ -140,3 +140,21 @@ links:
     pair = pair_interfaces(lab, "b", "a")
     assert pair is not None and [i.name for i in pair] == ["eth1", "eth1"]
     assert lab.node("b").device_index(pair[0]) == 1  # listed second: rxe1
+
+
+def test_an_endpoint_on_a_second_device_names_its_device_and_interface() -> None:
+    """The run's endpoint for hub's rxe1 (eth2): its GID index is read live, and the
+    failure snapshot reads that interface (it was left empty once)."""
+    from types import SimpleNamespace
+
+    from labctl.runners.execute import endpoint
+    from labctl.runners.pairs import pair_interfaces
+
+    lab = load_lab(DATA / "input" / "two-devices.yaml")
+    devices = [{"name": "rxe0", "gid_index": 1}, {"name": "rxe1", "gid_index": 3}]
+    handle = SimpleNamespace(lab=lab, node_status=lambda node: {"devices": devices})
+    right = pair_interfaces(lab, "hub", "right")
+    assert right is not None
+    ep = endpoint(handle, "hub", right[0])  # type: ignore[arg-type]
+    assert (ep.device, ep.gid_index, ep.address, ep.interface) == (
+        "rxe1", 3, "10.77.2.1", "eth2")
