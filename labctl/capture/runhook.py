@@ -76,8 +76,10 @@ def capturing_run(handle: LabHandle, server: str, label: str, enabled: bool,
 Runner = Callable[[LabHandle, ExampleSpec, str, str, dict[str, Any]], RunResult]
 
 
-def captured_runner(enabled: bool, directory: Path | None) -> Runner:
-    """run_example, each run in a capture of its own when asked (`run all --capture`)."""
+def captured_runner(enabled: bool, directory: Path | None, *,
+                    pair_in_name: bool = False) -> Runner:
+    """run_example, each run in a capture of its own when asked (`run all --capture`,
+    `--pairs`: with `pair_in_name`, each pcap's name also says SERVER-CLIENT)."""
     if not enabled and directory is None:
         return run_example
 
@@ -88,7 +90,7 @@ def captured_runner(enabled: bool, directory: Path | None) -> Runner:
             options: dict[str, Any]) -> RunResult:
         if (server, client) not in targets:
             targets[server, client] = server_target(handle, server, client)
-        label = f"{spec.name} {spec.variant}"
+        label = f"{spec.name} {spec.variant}" + (f" {server}-{client}" if pair_in_name else "")
         with capturing_run(handle, server, label, True, directory, client,
                            targets[server, client]) as cap:
             result = run_example(handle, spec, server, client, options)

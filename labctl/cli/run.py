@@ -9,7 +9,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from labctl.capture.runhook import capture_line, captured_runner, capturing_run
+from labctl.capture.runhook import capture_line, captured_runner
 from labctl.cli import complete
 from labctl.cli.capture import CaptureDirOption, CaptureOption
 from labctl.cli.common import LabOption, console, err_console, int_range, seconds
@@ -25,7 +25,7 @@ from labctl.runners.examples import (
     TEACHES,
     pingpong_variant,
 )
-from labctl.runners.execute import RunResult, failure_details, run_example
+from labctl.runners.execute import RunResult, failure_details
 from labctl.runners.matrix import run_matrix
 from labctl.runners.pairs import resolve_pairs
 from labctl.runners.schedule import MAX_JOBS, pair_group, run_pairs
@@ -245,14 +245,13 @@ def _run_pairs(handle: LabHandle, spec: ExampleSpec, chosen: list[tuple[str, str
                          "group each", hint="leave --group out (pair N then uses 239.1.N.1) "
                          "or use --jobs 1")
 
+    run = captured_runner(capture, capture_dir, pair_in_name=True)
+
     def one(index: int, server: str, client: str) -> RunResult:
         opts = dict(options)
         if spec.name == "mckey" and opts.get("group") is None:
             opts["group"] = pair_group(index)
-        label = f"{spec.name} {spec.variant} {server}-{client}"
-        with capturing_run(handle, server, label, capture, capture_dir, client) as cap:
-            result = run_example(handle, spec, server, client, opts)
-        result.capture = cap.record() if cap else None
+        result = run(handle, spec, server, client, opts)
         if not as_json:
             _progress(result)
         return result

@@ -57,3 +57,32 @@ def test_capture_line_names_the_pcap_and_the_commonest_opcodes() -> None:
                                     "1 more)")
     capture.update(packets=0, opcodes={})
     assert capture_line(result) == "capture pingpong rc: /x/pingpong-rc.pcap (0 packets)"
+
+
+@pytest.mark.parametrize(("pair_in_name", "label"), [(False, "rping rc"),
+                                                      (True, "rping rc node1-node2")])
+def test_each_run_is_captured_under_its_label(monkeypatch: pytest.MonkeyPatch,
+                                               pair_in_name: bool, label: str) -> None:
+    """`run all --capture` names a pcap by example; `--pairs` runs also by pair."""
+    from contextlib import contextmanager
+
+    import labctl.capture.runhook as runhook
+
+    seen: list[tuple[str, str | None]] = []
+
+    @contextmanager
+    def capturing_run(handle: Any, server: str, name: str, enabled: bool,
+                      directory: Path | None, client: str | None = None,
+                      target: Any = None) -> Any:
+        seen.append((name, client))
+        yield SimpleNamespace(record=lambda: {"pcap": f"{name}.pcap"})
+
+    monkeypatch.setattr(runhook, "capturing_run", capturing_run)
+    monkeypatch.setattr(runhook, "server_target", lambda handle, server, client: "target")
+    monkeypatch.setattr(runhook, "run_example", lambda handle, spec, s, c, options: RunResult(
+        spec.name, spec.variant, s, c, "passed"))
+    run = captured_runner(True, None, pair_in_name=pair_in_name)
+    spec = SimpleNamespace(name="rping", variant="rc")
+    result = run(cast(LabHandle, None), spec, "node1", "node2", {})  # type: ignore[arg-type]
+    assert seen == [(label, "node2")]
+    assert result.capture == {"pcap": f"{label}.pcap"}
