@@ -116,11 +116,6 @@ def stop_lab(lab: RdmaLab) -> list[str]:
     return lifecycle.destroy(lab.name)
 
 
-# --- server/client runs -------------------------------------------------------------------
-PLACEHOLDERS = ("server_ip", "client_ip", "device", "gid_index", "port")
-DEFAULT_PORT = 18515
-
-
 class RdmaLab:
     """A lab that is up, as a test sees it (the `rdma_lab` fixture)."""
 
@@ -210,7 +205,7 @@ class RdmaLab:
         are written twice. Ready: once something listens on TCP `ready_port` in the
         server node (without it, one second after the start).
         Returns the run record (status passed/failed, outputs, exit reasons, seconds)."""
-        from labctl.runners.custom import custom_spec
+        from labctl.runners.custom import DEFAULT_PORT, custom_spec
 
         rdma = rdma_nodes(self.lab)
         server = server or (rdma[0] if rdma else "")
