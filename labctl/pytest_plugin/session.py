@@ -151,7 +151,11 @@ class RdmaLab:
     def address(self, node: str, interface: str | None = None) -> str:
         """The node's data address: of its RDMA interface, or of `interface` (eth2...)."""
         self._check(node)
-        interfaces = self.lab.node(node).interfaces
+        lab_node = self.lab.node(node)
+        interfaces = lab_node.interfaces
+        # The RDMA interface, not the first one: with rdma_interfaces it can be eth2.
+        if interface is None and lab_node.rdma_interface is not None:
+            return lab_node.rdma_interface.address
         for iface in interfaces:
             if interface is None or iface.name == interface:
                 return iface.address

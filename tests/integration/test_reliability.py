@@ -87,10 +87,14 @@ def _wait_traffic(
 
 
 def _explain(record: dict[str, object]) -> str:
-    """What a failed run saw: the reason and both programs' output (a red CI explains)."""
+    """What a failed run saw: the reason, both programs' output and labctl's failure
+    snapshot of each node (a red CI explains)."""
+    snapshots = record.get("diagnostics") or {}
+    assert isinstance(snapshots, dict)
     return (f"{record['status']}: {record['reason']}\n--- server {record['server_argv']}\n"
             f"{record['server_output']}\n--- client {record['client_argv']}\n"
-            f"{record['client_output']}")
+            f"{record['client_output']}"
+            + "".join(f"\n--- snapshot of {node}\n{text}" for node, text in snapshots.items()))
 
 
 def _run(example: str, *args: str, timeout: float = 300) -> dict[str, object]:

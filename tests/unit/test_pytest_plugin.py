@@ -194,3 +194,24 @@ def test_run_pair_refuses_a_bad_ready_port_before_anything_runs(
             recorded_lab.run_pair("a", "b", ready_port=port)  # type: ignore[arg-type]
     with pytest.raises(RdmaLabError, match="has no node 'node9'"):
         recorded_lab.run_pair("a", "b", server="node9")
+
+
+def test_address_is_the_rdma_interfaces_when_that_is_not_the_first(tmp_path: Path) -> None:
+    """A node whose device sits on eth2 (rdma_interfaces): address() without an interface
+    is eth2's, the one a run between nodes uses; eth1's is still there by name."""
+    topology = tmp_path / "second.yaml"
+    topology.write_text("""
+name: plug-s
+nodes:
+  a: {rdma_interfaces: [eth2]}
+  b: {}
+links:
+  - endpoints: [a:eth1, b:eth1]
+  - endpoints: [a:eth2, b:eth2]
+""")
+    labdir = LabDir("plug-s", root=tmp_path)
+    labdir.create(load_lab(topology))
+    lab = RdmaLab(LabHandle(labdir), None)
+    eth1, eth2 = (i.address for i in lab.lab.node("a").interfaces)
+    assert lab.address("a") == eth2 != eth1
+    assert lab.address("a", "eth1") == eth1
