@@ -195,6 +195,16 @@ def test_lab_files_key_and_password_login(lab_handle: LabHandle) -> None:
 # --- link faults ---------------------------------------------------------------------------
 
 
+# ib_send_lat under 5 % loss stalled once in a full CI run (2026-11-23): both sides had
+# printed the results header and no row, the client timed out after 120 s. Not reproduced
+# in 120 runs by hand (40 on a quiet host, 80 with two CPU hogs beside the lab). Allowed
+# once by that signature, with labctl's failure snapshot printed; a second one fails.
+def _stalled_in_data_phase(record: dict[str, object]) -> bool:
+    header = "t_min[usec]"
+    return ("timed out" in str(record["reason"]) and header in str(record["client_output"])
+            and header in str(record["server_output"]))
+
+
 def test_loss_makes_rc_retransmit_and_shows(lab_handle: LabHandle, links_restored: None) -> None:
     """perftest's ib_send_lat (RC SEND both ways, like the RC pingpong): unlike
     ibv_rc_pingpong it closes with a handshake over its socket before destroying its QP.
@@ -207,9 +217,14 @@ def test_loss_makes_rc_retransmit_and_shows(lab_handle: LabHandle, links_restore
     before = {n: _counters(lab_handle, n) for n in ("node1", "node2")}
     for node in ("node1", "node2"):
         labctl("link", "set", "--lab", LAB_NAME, f"{node}:eth1", "--loss", "5%", check=True)
-    lossy = _run(*lat)
+    for attempt in (1, 2):
+        lossy = _run(*lat)
+        if lossy["status"] == "passed":  # RC delivered everything despite the loss
+            break
+        assert attempt == 1 and _stalled_in_data_phase(lossy), _explain(lossy)
+        print("ib_send_lat under loss stalled in its data phase; tried again. It said:\n"
+              + _explain(lossy))
     after = {n: _counters(lab_handle, n) for n in ("node1", "node2")}
-    _passed(lossy)  # RC delivered everything despite the loss
     dropped = {n: _netem_dropped(lab_handle, n) for n in ("node1", "node2")}
     retries = sum(after[n][c] - before[n][c] for n in after for c in RETRY_COUNTERS)
     # The evidence is in counters, not in timings (a busy TCG host moves the clean run's
