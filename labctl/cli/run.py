@@ -482,13 +482,6 @@ def cmtime(
              capture, capture_dir, pairs=pairs, jobs=jobs)
 
 
-def _stream(program: str, lab: str | None, server: str | None, client: str | None,
-            options: dict[str, Any], as_json: bool, capture: bool,
-            capture_dir: Path | None, pairs: str = "first", jobs: int = 1) -> None:
-    _run_one(program, "rsocket", lab, server, client, options, as_json, capture, capture_dir,
-             pairs=pairs, jobs=jobs)
-
-
 def _stream_command(name: str, doc: str) -> None:
     """`labctl run rstream` and `labctl run riostream`: the same options, another program."""
 
@@ -506,9 +499,9 @@ def _stream_command(name: str, doc: str) -> None:
         jobs: int = JobsOption,
         lab: str = LabOption,
     ) -> None:
-        _stream(name, lab, server, client,
-                {"count": count, "size": size, "port": port, "timeout": timeout}, as_json,
-                capture, capture_dir, pairs, jobs)
+        _run_one(name, "rsocket", lab, server, client,
+                 {"count": count, "size": size, "port": port, "timeout": timeout}, as_json,
+                 capture, capture_dir, pairs=pairs, jobs=jobs)
 
     command.__doc__ = doc
     run_app.command(name)(command)
@@ -534,8 +527,9 @@ def rcopy(
     lab: str = LabOption,
 ) -> None:
     """rcopy: a file made in the client node copied over rsockets, compared on arrival."""
-    _stream("rcopy", lab, server, client, {"size": size, "port": port, "timeout": timeout},
-            as_json, capture, capture_dir, pairs, jobs)
+    _run_one("rcopy", "rsocket", lab, server, client,
+             {"size": size, "port": port, "timeout": timeout}, as_json, capture, capture_dir,
+             pairs=pairs, jobs=jobs)
 
 
 @run_app.command()
