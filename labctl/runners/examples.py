@@ -159,6 +159,8 @@ def _perftest(test: str) -> ExampleSpec:
         name="perftest",
         variant=test,
         setup_rejected="Event: RDMA_CM_EVENT_REJECTED; error: 8",  # with -R; see spec.py
+        # perftest's header rule comes first once connected (with -R: after RDMA CM's connect)
+        connected_marker="-" * 40,
         server_argv=lambda ctx: [test, *_perftest_args(ctx, "server", atomic)],
         client_argv=lambda ctx: [test, *_perftest_args(ctx, "client", atomic),
                                  ctx.server.address],

@@ -19,7 +19,8 @@ from labctl.topology.resolved import Interface, Node
 
 READY_WAIT_SECONDS = 30.0
 READY_SLICE_SECONDS = 2.0
-# A run that failed by a known race (ExampleSpec.setup_rejected, .timeout_race) is tried
+# A run that failed by a known race (ExampleSpec.setup_rejected, .timeout_race,
+# .connected_marker) is tried
 # again with a fresh server and client, at most this often in all; the record says how many
 # attempts it took and why the earlier ones failed.
 MAX_ATTEMPTS = 3
@@ -228,8 +229,11 @@ def _worth_another_attempt(spec: ExampleSpec, result: RunResult) -> str:
         return ""
     if spec.setup_rejected and spec.setup_rejected in result.client_output:
         return "connection setup rejected although the server listened"
-    if spec.timeout_race and result.reason.startswith("client exited with 124"):
+    timed_out = result.reason.startswith("client exited with 124")
+    if spec.timeout_race and timed_out:
         return spec.timeout_race
+    if spec.connected_marker and timed_out and spec.connected_marker not in result.client_output:
+        return "the client's connection setup never finished"
     return ""
 
 

@@ -61,12 +61,16 @@ def test_rping_passes_over_siw(siw_lab: LabHandle) -> None:
 
 
 def test_perftest_uses_rdma_cm_on_siw(siw_lab: LabHandle) -> None:
+    """A client stalled in its RDMA CM connect (seen once in a loaded CI run: it printed
+    nothing, the server's QP in ERR) is tried again by the runner; bounded at 60 s a try."""
     result = labctl("run", "perftest", "ib_send_bw", "--lab", SIW_LAB, "--iters", "50",
-                    "--json", timeout=300)
+                    "--timeout", "60", "--json", timeout=400)
     assert result.returncode == 0, result.stderr
     record = json.loads(result.stdout)
     assert record["status"] == "passed"
     assert "-R" in record["client_argv"]
+    if record["attempts"] > 1:
+        print(f"perftest on siw took {record['attempts']} attempts: {record['retried']}")
 
 
 @pytest.mark.parametrize("transport", ["rc", "ud"])

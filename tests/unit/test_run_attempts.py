@@ -48,6 +48,25 @@ def test_a_rejected_setup_is_tried_again_only_where_declared() -> None:
     assert _worth_another_attempt(PINGPONG, _failed("client exited with 1", rejected)) == ""
 
 
+SIW_STALL = "client exited with 124 (timed out)"
+
+
+def test_a_perftest_client_timed_out_before_it_connected_is_tried_again() -> None:
+    """The siw stall of a CI run: the client printed nothing, the server's QP in ERR."""
+    why = _worth_another_attempt(PERFTEST_R, _failed(SIW_STALL, ""))
+    assert why == "the client's connection setup never finished"
+    warning = " WARNING: BW peak won't be measured in this run.\n"
+    assert _worth_another_attempt(PERFTEST_R, _failed(SIW_STALL, warning)) == why
+
+
+def test_a_perftest_client_timed_out_after_it_connected_is_final() -> None:
+    """Past the header rule it was in its data phase: a stall there is not retried."""
+    connected = "-" * 87 + "\n                    RDMA_Write BW Test\n"
+    assert _worth_another_attempt(PERFTEST_R, _failed(SIW_STALL, connected)) == ""
+    assert _worth_another_attempt(PERFTEST_R, _failed("client exited with 1", "")) == ""
+    assert _worth_another_attempt(PINGPONG, _failed(SIW_STALL, "")) == ""
+
+
 def test_a_passed_run_is_never_tried_again() -> None:
     passed = RunResult("x", "y", "node1", "node2", "passed")
     assert _worth_another_attempt(RDMA_SERVER, passed) == ""
