@@ -50,6 +50,7 @@ class Started:
     virtlogd: int = 0
     pool_made: bool = False  # the `default` storage pool did not exist before
     kvm_mode: str = ""  # /dev/kvm's "uid:gid:mode" before labctl changed it
+    chains_made: bool = False  # libvirt's LIBVIRT_* firewall chains did not exist before
 
 
 def virsh(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -182,7 +183,7 @@ def ensure_running() -> Started | None:
         raise LabctlError("libvirtd is not running, and starting it needs root",
                           hint="run labctl as root, or start libvirtd yourself")
     _prepare_host()
-    started = Started()
+    started = Started(chains_made=not _libvirt_chains())
     pool_before = virsh_pool_exists_offline()
     try:
         _open_kvm_device(started)
@@ -245,6 +246,47 @@ def release(removed: list[str]) -> None:
             removed.append("libvirt storage pool default")
     stop(record)
     removed.append(f"libvirtd (pid {record.libvirtd}), virtlogd (pid {record.virtlogd})")
+    if record.chains_made and _drop_libvirt_chains():
+        removed.append("libvirt's empty LIBVIRT_* firewall chains")
+
+
+FIREWALLS = ("iptables", "ip6tables")
+TABLES = ("filter", "nat", "mangle")
+
+
+def _rules(tool: str, table: str) -> list[str]:
+    try:
+        result = subprocess.run([tool, "-w", "-t", table, "-S"], capture_output=True,
+                                text=True, check=False, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return []
+    return result.stdout.splitlines() if result.returncode == 0 else []
+
+
+def _libvirt_chains() -> bool:
+    return any(line.startswith("-N LIBVIRT_") for tool in FIREWALLS for table in TABLES
+               for line in _rules(tool, table))
+
+
+def _drop_libvirt_chains() -> bool:
+    """libvirtd keeps its top-level chains (and the jumps to them) after its networks are
+    gone; when it made them, remove them once they are empty."""
+    dropped = False
+    for tool in FIREWALLS:
+        for table in TABLES:
+            rules = _rules(tool, table)
+            for line in rules:
+                words = line.split()
+                if words[:1] == ["-A"] and words[-2:-1] == ["-j"] and \
+                        words[-1].startswith("LIBVIRT_") and len(words) == 4:
+                    subprocess.run([tool, "-w", "-t", table, "-D", words[1], "-j", words[-1]],
+                                   capture_output=True, check=False)
+            for line in rules:
+                if line.startswith("-N LIBVIRT_"):
+                    done = subprocess.run([tool, "-w", "-t", table, "-X", line.split()[1]],
+                                          capture_output=True, check=False)
+                    dropped |= done.returncode == 0
+    return dropped
 
 
 def stop(record: Started) -> None:

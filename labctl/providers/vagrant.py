@@ -30,12 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import labctl.providers.libvirtd as libvirtd
 from labctl.errors import LabctlError
 from labctl.images.recipes import RECIPES
 from labctl.lab import ssh
 from labctl.lab.labdir import LabDir
 from labctl.lab.state import LabState, NodeState, NodeStatus, Phase
-from labctl.providers import libvirtd
 from labctl.providers.base import NodeRuntime, Progress, Provider, UnsupportedError
 from labctl.topology.resolved import Lab, Node
 
@@ -171,6 +171,8 @@ class VagrantProvider(Provider):
             return subprocess.run(
                 ["vagrant", *args],
                 env=self.vagrant_env() if lab_env else None,
+                # outside the lab, from /: no Vagrantfile of the working directory is read
+                cwd=None if lab_env else "/",
                 capture_output=True,
                 text=True,
                 timeout=timeout,
