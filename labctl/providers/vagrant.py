@@ -294,6 +294,7 @@ class VagrantProvider(Provider):
         """libvirtd running (started here when none runs), labctl's box of the nodes' image
         built and added to Vagrant, and the libvirt driver chosen by a real KVM probe."""
         settings: dict[str, str] = {}
+        self.env_file.write_text("{}\n")  # from here on, `down` releases libvirtd
         started = libvirtd.ensure_running()
         if started is not None:
             progress(f"libvirtd running (pid {started.libvirtd}, started by labctl)")
