@@ -250,6 +250,24 @@ def release(removed: list[str]) -> None:
         removed.append("libvirt's empty LIBVIRT_* firewall chains")
 
 
+def forget_networks(names: list[str]) -> None:
+    """libvirt leaves the dnsmasq pid file and empty directories of a destroyed network in
+    /run/libvirt/network: remove those of `names` once no such network exists."""
+    base = Path("/var/run/libvirt/network")
+    for name in names:
+        if responding() and virsh("net-info", name).returncode == 0:
+            continue  # still defined: not ours to clean
+        pidfile = base / f"{name}.pid"
+        pid = _pid_from(pidfile)
+        if not pid or not _alive(pid):
+            pidfile.unlink(missing_ok=True)
+        top = base / name
+        if top.is_dir():
+            for sub in [*sorted(top.rglob("*"), key=lambda p: -len(p.parts)), top]:
+                if sub.is_dir() and not any(sub.iterdir()):
+                    sub.rmdir()
+
+
 FIREWALLS = ("iptables", "ip6tables")
 TABLES = ("filter", "nat", "mangle")
 

@@ -559,5 +559,7 @@ class VagrantProvider(Provider):
             )
         removed = [f"vagrant VM {m}" for m in machines]
         if any(m.endswith("(libvirt)") for m in machines) or self.env_file.exists():
+            libvirtd.forget_networks([f"labctl-{self.lab.name}-mgmt"] + [
+                f"labctl-{self.lab.name}-{segment.name}" for segment in self.lab.segments])
             libvirtd.release(removed)
         return removed
