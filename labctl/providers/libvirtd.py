@@ -86,13 +86,12 @@ def save_record(started: Started) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Running (a zombie, such as a dnsmasq libvirtd has not reaped yet, is not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
         return False
-    except PermissionError:
-        return True
-    return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _prepare_host() -> None:
