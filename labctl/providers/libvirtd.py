@@ -85,7 +85,7 @@ def save_record(started: Started) -> None:
     RECORD.write_text(json.dumps(asdict(started)) + "\n")
 
 
-def _alive(pid: int) -> bool:
+def is_running(pid: int) -> bool:
     """Running (a zombie, such as a dnsmasq libvirtd has not reaped yet, is not)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -161,7 +161,7 @@ def _start_daemon(binary: str, pidfile: Path) -> int:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         pid = _pid_from(pidfile)
-        if pid and _alive(pid):
+        if pid and is_running(pid):
             return pid
         time.sleep(0.1)
     raise LabctlError(f"{binary} did not start", hint="see /var/log/libvirt/")
@@ -172,7 +172,7 @@ def ensure_running() -> Started | None:
     runs. Returns the record of what labctl started, None when it was already running."""
     record = load_record()
     if responding():
-        return record if record and _alive(record.libvirtd) else None
+        return record if record and is_running(record.libvirtd) else None
     missing = [b for b in ("libvirtd", "virtlogd", "virsh", "iptables", "dnsmasq")
                if shutil.which(b) is None and not Path("/usr/sbin", b).exists()]
     if missing:
@@ -192,7 +192,7 @@ def ensure_running() -> Started | None:
         save_record(started)
         deadline = time.monotonic() + START_TIMEOUT
         while not responding():
-            if time.monotonic() > deadline or not _alive(started.libvirtd):
+            if time.monotonic() > deadline or not is_running(started.libvirtd):
                 raise LabctlError(
                     f"libvirtd did not answer on {URI} within {START_TIMEOUT} s",
                     hint="see /var/log/libvirt/libvirtd.log")
@@ -231,7 +231,7 @@ def release(removed: list[str]) -> None:
     """After a lab's `vagrant destroy`: when labctl started libvirtd and no domain is left,
     delete the box volumes and the pool made meanwhile, then stop libvirtd and virtlogd."""
     record = load_record()
-    if record is None or not _alive(record.libvirtd) or not responding():
+    if record is None or not is_running(record.libvirtd) or not responding():
         return
     if domains():
         return  # another lab still uses it
@@ -258,7 +258,7 @@ def forget_networks(names: list[str]) -> None:
             continue  # still defined: not ours to clean
         pidfile = base / f"{name}.pid"
         pid = _pid_from(pidfile)
-        if not pid or not _alive(pid):
+        if not pid or not is_running(pid):
             pidfile.unlink(missing_ok=True)
         top = base / name
         if top.is_dir():
@@ -308,10 +308,10 @@ def _drop_libvirt_chains() -> bool:
 
 def stop(record: Started) -> None:
     for pid in (record.libvirtd, record.virtlogd):
-        if pid and _alive(pid):
+        if pid and is_running(pid):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT
-    while any(p and _alive(p) for p in (record.libvirtd, record.virtlogd)):
+    while any(p and is_running(p) for p in (record.libvirtd, record.virtlogd)):
         if time.monotonic() > deadline:
             raise LabctlError("libvirtd/virtlogd did not stop after SIGTERM",
                               hint=f"kill {record.libvirtd} {record.virtlogd}")

@@ -60,8 +60,10 @@ NODES = ("node1", "node2")
 
 
 def _pids(name: str) -> list[int]:
+    """Running processes called `name`: a daemon that exited but whose (sub)reaper has not
+    collected it yet is a zombie, not running."""
     out = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout
-    return sorted(int(p) for p in out.split())
+    return sorted(int(p) for p in out.split() if libvirtd.is_running(int(p)))
 
 
 def _lab_dnsmasq() -> list[str]:
