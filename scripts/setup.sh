@@ -11,8 +11,12 @@ packages=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs zstd cpio openssh-clie
           debian-archive-keyring ca-certificates python3 python3-venv python3-pip
           libpcap0.8)  # scapy compiles `labctl capture --filter` expressions with libpcap
 # Optional: Debian's vagrant lets the tests run `vagrant validate` (not every release has it);
+# with vagrant-libvirt and libvirt (daemon, qemu driver, virsh, dnsmasq-base for the
+# management network's DHCP, iptables for libvirt's isolated networks) labctl boots vagrant
+# labs here, starting libvirtd itself (docs/vagrant.md; no service is enabled);
 # tshark checks labctl's RDMA decoder against Wireshark's (bookworm: 21 MB, 121 MiB, ~50 s).
-optional=(vagrant tshark)
+optional=(vagrant vagrant-libvirt libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients
+          dnsmasq-base iptables tshark)
 missing=()
 # Each check captures the command's output first, then tests it: `cmd | grep -q` under
 # pipefail fails when grep exits at its first match and cmd then dies of SIGPIPE (that

@@ -1,4 +1,4 @@
-"""`labctl image build|list`: node images in the cache."""
+"""`labctl image build|box|list`: node images (and their Vagrant boxes) in the cache."""
 
 from __future__ import annotations
 
@@ -32,6 +32,23 @@ def build(
         f"image {m['key']}: kernel {m['kernel']}, rdma-core {m['rdma_core']} "
         f"({time.monotonic() - started:.1f} s) at {image.path}"
     )
+
+
+@image_app.command()
+def box(
+    name: str = typer.Argument("trixie", help=f"Image recipe: {', '.join(RECIPES)}.",
+                               metavar="NAME"),
+    mirror: str = typer.Option(None, help="Debian mirror URL (default: mmdebstrap's)."),
+) -> None:
+    """Make a Vagrant box (libvirt) of a node image, building the image first if needed;
+    a no-op when the cache holds it (docs/vagrant.md)."""
+    from labctl.images.box import build_box
+
+    started = time.monotonic()
+    with progress_reporter(f"box {name}") as progress:
+        made = build_box(name, mirror=mirror, progress=progress)
+    console.print(f"box {made.name} ({time.monotonic() - started:.1f} s): {made.file}\n"
+                  f"add it with: vagrant box add --name {made.name} {made.file}")
 
 
 # The keys of an image record in `image list --json` (labctl.cli.shapes.ImageRecord).

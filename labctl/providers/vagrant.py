@@ -7,6 +7,13 @@ Vagrantfile reads the resolved lab from LABCTL_LAB_JSON (LABDIR/lab.json, the sa
 installs the node packages, the node-side code under /opt/labctl and a systemd unit that
 creates the RDMA device at every boot.
 
+With the libvirt provider, labctl boots its own node image (no box download, no package
+installation in the nodes): `labctl image box` makes a Vagrant box of it
+(labctl.images.box), labctl adds it to Vagrant and passes its name in LABCTL_BOX, starts
+libvirtd when none runs (labctl.providers.libvirtd) and tells the Vagrantfile the libvirt
+driver (kvm, or qemu = TCG when KVM does not really work here) in LABCTL_LIBVIRT_DRIVER.
+Those settings are kept in LABDIR/vagrant-env.json for every later Vagrant call.
+
 Afterwards labctl talks to the nodes with plain ssh, as with qemu nodes: `vagrant
 ssh-config` is turned into LABDIR/ssh_config (user root, connection sharing), so `exec`,
 `devinfo` and `run` cost one ssh round trip, not a Vagrant start-up each.
@@ -23,7 +30,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import labctl.providers.libvirtd as libvirtd
 from labctl.errors import LabctlError
+from labctl.images.recipes import RECIPES
 from labctl.lab import ssh
 from labctl.lab.labdir import LabDir
 from labctl.lab.state import LabState, NodeState, NodeStatus, Phase
@@ -129,8 +138,22 @@ class VagrantProvider(Provider):
     def log_file(self) -> Path:
         return self.labdir.path / "vagrant.log"
 
+    @property
+    def env_file(self) -> Path:
+        """Settings labctl chose at `up` (LABCTL_BOX, LABCTL_LIBVIRT_DRIVER): every later
+        Vagrant call must evaluate the Vagrantfile the same way."""
+        return self.labdir.path / "vagrant-env.json"
+
+    def lab_settings(self) -> dict[str, str]:
+        try:
+            data = json.loads(self.env_file.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
     def vagrant_env(self) -> dict[str, str]:
         env = dict(os.environ)
+        env.update(self.lab_settings())
         env.pop("LABCTL_TOPOLOGY", None)  # the resolved lab decides, not a topology file
         env.pop("VAGRANT_VAGRANTFILE", None)
         env.update(
@@ -148,6 +171,8 @@ class VagrantProvider(Provider):
             return subprocess.run(
                 ["vagrant", *args],
                 env=self.vagrant_env() if lab_env else None,
+                # outside the lab, from /: no Vagrantfile of the working directory is read
+                cwd=None if lab_env else "/",
                 capture_output=True,
                 text=True,
                 timeout=timeout,
@@ -247,6 +272,8 @@ class VagrantProvider(Provider):
             nodes={n.name: NodeState(rdma_dev=rdma_device_name(n)) for n in self.lab.nodes},
         )
         self.labdir.save_state(state)  # before anything exists: `down` knows what to look for
+        if self.vagrant_provider == "libvirt":
+            self.prepare_libvirt(progress)
         self._vagrant_up([], progress)
         progress("writing ssh_config")
         self.write_ssh_config()
@@ -262,6 +289,42 @@ class VagrantProvider(Provider):
         state.phase = Phase.REPAIRING
         self.labdir.save_state(state)
         self.write_ssh_config()
+
+    def prepare_libvirt(self, progress: Progress) -> None:
+        """libvirtd running (started here when none runs), labctl's box of the nodes' image
+        built and added to Vagrant, and the libvirt driver chosen by a real KVM probe."""
+        settings: dict[str, str] = {}
+        self.env_file.write_text("{}\n")  # from here on, `down` releases libvirtd
+        started = libvirtd.ensure_running()
+        if started is not None:
+            progress(f"libvirtd running (pid {started.libvirtd}, started by labctl)")
+        images = {n.image for n in self.lab.nodes}
+        if os.environ.get("LABCTL_VAGRANT_BOX") or len(images) != 1 or \
+                next(iter(images)) not in RECIPES:
+            progress("no labctl box for these nodes: the Vagrantfile's public box")
+        else:
+            from labctl.images.box import build_box
+            from labctl.providers.accel import kvm_works
+
+            box = build_box(next(iter(images)), progress=progress)
+            self._add_box(box.name, box.file, progress)
+            settings["LABCTL_BOX"] = box.name
+            driver = os.environ.get("LABCTL_LIBVIRT_DRIVER") or (
+                "kvm" if kvm_works(box.path / "vmlinux") else "qemu")
+            settings["LABCTL_LIBVIRT_DRIVER"] = driver
+            progress(f"box {box.name}, libvirt driver {driver}")
+        self.env_file.write_text(json.dumps(settings, indent=2) + "\n")
+
+    def _add_box(self, name: str, path: Path, progress: Progress) -> None:
+        listed = self._vagrant("box", "list", "--machine-readable", lab_env=False)
+        if f",box-name,{name}" in listed.stdout:
+            return
+        progress(f"vagrant box add {name}")
+        result = self._vagrant("box", "add", "--force", "--name", name, str(path),
+                               timeout=600, lab_env=False)
+        if result.returncode != 0:
+            raise LabctlError(f"vagrant box add {name} failed: {_tail(result.stderr, 5)}",
+                              hint=f"try `vagrant box add --name {name} {path}` by hand")
 
     def _vagrant_up(self, nodes: list[str], progress: Progress) -> None:
         argv = ["vagrant", "up", "--provider", self.vagrant_provider, "--no-color", *nodes]
@@ -313,7 +376,9 @@ class VagrantProvider(Provider):
     # --- readiness -----------------------------------------------------------------------
     def ready_check(self, node: Node) -> list[str]:
         """The command that succeeds in `node` when its unit ran and its port is ACTIVE."""
-        check = f"systemctl is-active --quiet {UNIT}"
+        # labctl's box has no systemd: its boot runs the bring-up, node.env says it was set up
+        check = (f"if [ -d /run/systemd/system ]; then systemctl is-active --quiet {UNIT}; "
+                 "else test -f /etc/labctl/node.env; fi")
         device = rdma_device_name(node)
         if device:
             check += f" && grep -q ACTIVE /sys/class/infiniband/{device}/ports/1/state"
@@ -396,6 +461,10 @@ class VagrantProvider(Provider):
             check=False,
             stdin=subprocess.DEVNULL,
         )
+        console = self.labdir.path / f"console-{node.name}.log"
+        if console.is_file():  # labctl's box: the boot reports on its serial console
+            journal = subprocess.CompletedProcess([], 0, _tail(console.read_text(errors="replace")),
+                                                  "")
         device = rdma_device_name(node) or "(no device)"
         return LabctlError(
             f"node {node.name}: {device} not ACTIVE after {timeout:.0f} s\n"
@@ -464,7 +533,10 @@ class VagrantProvider(Provider):
             ssh.close_masters(self.labdir.ssh_config, [n.name for n in self.lab.nodes])
         machines = self._machines()
         if not machines:
-            return []
+            removed: list[str] = []
+            if self.env_file.exists():  # an `up` that failed early may have started libvirtd
+                libvirtd.release(removed)
+            return removed
         if shutil.which("vagrant") is None:
             raise LabctlError(
                 f"vagrant not found, and the lab still has VMs: {', '.join(machines)}",
@@ -485,4 +557,9 @@ class VagrantProvider(Provider):
                 + _tail(result.stdout + result.stderr),
                 hint="fix the cause and run `labctl down` again (the lab directory is kept)",
             )
-        return [f"vagrant VM {m}" for m in machines]
+        removed = [f"vagrant VM {m}" for m in machines]
+        if any(m.endswith("(libvirt)") for m in machines) or self.env_file.exists():
+            libvirtd.forget_networks([f"labctl-{self.lab.name}-mgmt"] + [
+                f"labctl-{self.lab.name}-{segment.name}" for segment in self.lab.segments])
+            libvirtd.release(removed)
+        return removed

@@ -22,7 +22,6 @@ import pytest
 from labctl.errors import LabctlError
 from labctl.images.recipes import node_packages
 from labctl.lab.labdir import LabDir
-from labctl.lab.state import NodeState
 from labctl.providers import provider_for
 from labctl.providers.node import node_env as qemu_node_env
 from labctl.providers.node import rdma_device_name as qemu_rdma_device_name
@@ -399,56 +398,21 @@ def test_vagrant_validate_reports_a_bad_lab(vagrant_env: dict[str, str], tmp_pat
 
 # --------------------------------------------------------------------------- the provider
 
+# `vagrant plugin list` as Debian's vagrant 2.3.4 prints it: what check_host reads. The rest
+# of the provider (up, ssh-config, status, destroy) runs against the real tools in
+# tests/integration/test_vagrant_live.py, not against a fake.
 FAKE_VAGRANT = """\
 #!{python}
 import json, os, sys
-from pathlib import Path
 args = sys.argv[1:]
 keep = ("VAGRANT_CWD", "VAGRANT_DOTFILE_PATH", "LABCTL_LAB_JSON", "LABCTL_TOPOLOGY")
 with open(os.environ["FAKE_LOG"], "a") as log:
     log.write(json.dumps({{"argv": args, "env": {{k: os.environ.get(k) for k in keep}}}}) + "\\n")
-dot = Path(os.environ.get("VAGRANT_DOTFILE_PATH", ".vagrant"))
-nodes = os.environ.get("FAKE_NODES", "").split()
 if args[:2] == ["plugin", "list"]:
     print(os.environ.get("FAKE_PLUGINS", "No plugins installed."))
-elif args[:1] == ["up"]:
-    for node in nodes:
-        print(f"==> {{node}}: Creating domain with the following settings...")
-        (dot / "machines" / node / "libvirt").mkdir(parents=True, exist_ok=True)
-        (dot / "machines" / node / "libvirt" / "id").write_text("uuid")
-    sys.exit(int(os.environ.get("FAKE_UP_RC", "0")))
-elif args[:1] == ["ssh-config"]:
-    for i, node in enumerate(nodes):
-        print(f"Host {{node}}\\n  HostName 192.168.121.{{10 + i}}\\n  User vagrant\\n  Port 22\\n"
-              f"  UserKnownHostsFile /dev/null\\n  StrictHostKeyChecking no\\n"
-              f"  IdentityFile {{dot}}/machines/{{node}}/libvirt/private_key\\n"
-              f"  IdentitiesOnly yes\\n  LogLevel FATAL\\n  PubkeyAcceptedKeyTypes +ssh-rsa\\n")
-elif args[:2] == ["status", "--machine-readable"]:
-    states = dict(s.split("=") for s in os.environ.get("FAKE_STATES", "").split())
-    for node in nodes:
-        print(f"1700000000,{{node}},provider-name,libvirt")
-        print(f"1700000000,{{node}},state,{{states.get(node, 'running')}}")
-    print("1700000000,,ui,info,Current machine states:\\\\n...")
-elif args[:2] == ["destroy", "-f"]:
-    for node in nodes:
-        idf = dot / "machines" / node / "libvirt" / "id"
-        if idf.exists():
-            idf.unlink()
-            print(f"==> {{node}}: Removing domain...")
 else:
     print("fake vagrant: unexpected " + " ".join(args), file=sys.stderr)
     sys.exit(3)
-"""
-
-FAKE_SSH = """\
-#!{python}
-import json, os, sys
-with open(os.environ["FAKE_SSH_LOG"], "a") as log:
-    log.write(json.dumps(sys.argv[1:]) + "\\n")
-if "labctl.nodeside.status" in sys.argv[-1]:
-    dev = {{"name": "siw0", "port_state": "ACTIVE", "active_mtu": "1024", "gid_index": None}}
-    print(json.dumps({{"devices": [dev], "interfaces": []}}))
-sys.exit(int(os.environ.get("FAKE_SSH_RC", "0")))
 """
 
 
@@ -457,15 +421,14 @@ class Fake:
         self.bin = tmp_path / "bin"
         self.bin.mkdir()
         self.log = tmp_path / "vagrant.jsonl"
-        self.ssh_log = tmp_path / "ssh.jsonl"
-        for name, text in (("vagrant", FAKE_VAGRANT), ("ssh", FAKE_SSH)):
-            path = self.bin / name
-            path.write_text(text.format(python=sys.executable))
-            path.chmod(0o755)
+        path = self.bin / "vagrant"
+        path.write_text(FAKE_VAGRANT.format(python=sys.executable))
+        path.chmod(0o755)
+        (self.bin / "ssh").write_text("#!/bin/sh\nexit 3\n")  # check_host looks for it only
+        (self.bin / "ssh").chmod(0o755)
         self.monkeypatch = monkeypatch
         monkeypatch.setenv("PATH", str(self.bin))  # nothing else: no VBoxManage, no real ssh
         monkeypatch.setenv("FAKE_LOG", str(self.log))
-        monkeypatch.setenv("FAKE_SSH_LOG", str(self.ssh_log))
         monkeypatch.setenv("FAKE_PLUGINS", "vagrant-libvirt (0.11.2, system)")
         for var in (
             "LABCTL_VAGRANT_PROVIDER",
@@ -480,10 +443,6 @@ class Fake:
             return []
         return [json.loads(line) for line in self.log.read_text().splitlines()]
 
-    def ssh_calls(self) -> list[list[str]]:
-        if not self.ssh_log.exists():
-            return []
-        return [json.loads(line) for line in self.ssh_log.read_text().splitlines()]
 
 
 @pytest.fixture
@@ -531,100 +490,6 @@ def test_check_host_without_vagrant(tmp_path: Path, fake: Fake) -> None:
     assert exc.value.hint and "apt-get install vagrant" in exc.value.hint
 
 
-def test_create_runs_vagrant_up_on_the_lab(tmp_path: Path, fake: Fake) -> None:
-    provider = _provider(tmp_path, fake)
-    provider.check_host()
-    messages: list[str] = []
-    provider.create(messages.append)
-    up, ssh_config = [c for c in fake.calls() if c["argv"][0] != "plugin"]
-    assert up["argv"] == ["up", "--provider", "libvirt", "--no-color"]
-    assert up["env"] == {
-        "VAGRANT_CWD": str(REPO / "labctl" / "data"),  # the packaged Vagrantfile
-        "VAGRANT_DOTFILE_PATH": str(provider.labdir.path / ".vagrant"),
-        "LABCTL_LAB_JSON": str(provider.labdir.lab_file),
-        "LABCTL_TOPOLOGY": None,
-    }
-    assert ssh_config["argv"] == ["ssh-config"]
-    assert any("node1: Creating domain" in m for m in messages)
-    # The lab JSON handed to the Vagrantfile is the resolved lab.
-    assert Lab.from_json(provider.labdir.lab_file.read_text()).nodes == provider.lab.nodes
-    state = provider.labdir.load_state()
-    assert state.provider == "vagrant"
-    assert state.vagrant_provider == "libvirt"
-    assert state.nodes == {"node1": NodeState(rdma_dev="rxe0"), "node2": NodeState(rdma_dev="rxe0")}
-    assert "node1: Creating domain" in provider.log_file.read_text()
-    # ssh_config: labctl's settings first (root, connection sharing), then Vagrant's.
-    config = provider.labdir.ssh_config
-    assert stat.S_IMODE(config.stat().st_mode) == 0o600
-    hosts = parse_ssh_config(config.read_text())
-    node1 = hosts["node1"]
-    first = {}
-    for key, value in node1:
-        first.setdefault(key.lower(), value)
-    assert first["user"] == "root"
-    assert first["hostname"] == "192.168.121.10"
-    assert first["loglevel"] == "ERROR"
-    assert first["controlpath"] == f"{config.parent}/cm-%C"
-    assert first["identityfile"].endswith("machines/node1/libvirt/private_key")
-    assert first["pubkeyacceptedkeytypes"] == "+ssh-rsa"
-
-
-def test_create_failure_shows_vagrants_output(tmp_path: Path, fake: Fake) -> None:
-    provider = _provider(tmp_path, fake)
-    fake.monkeypatch.setenv("FAKE_UP_RC", "1")
-    with pytest.raises(LabctlError, match=r"vagrant up failed \(exit 1\)") as exc:
-        provider.create(lambda _m: None)
-    assert "Creating domain" in exc.value.message
-    assert exc.value.hint and "labctl down" in exc.value.hint
-
-
-def test_wait_ready_checks_the_unit_and_the_port(tmp_path: Path, fake: Fake) -> None:
-    provider = _provider(tmp_path, fake, "siw-pair.yaml")
-    provider.create(lambda _m: None)
-    provider.wait_ready(30, lambda _m: None)
-    calls = fake.ssh_calls()
-    checks = [c for c in calls if "systemctl" in c[-1]]
-    assert [c[3] for c in checks] == ["node1", "node2"]
-    for call in checks:
-        assert call[:3] == ["-F", str(provider.labdir.ssh_config), "-T"]
-        assert call[4] == "--"
-        assert "systemctl is-active --quiet labctl-node.service" in call[5]
-        assert "/sys/class/infiniband/siw0/ports/1/state" in call[5]
-    state = provider.labdir.load_state()
-    assert state.phase == "up"
-    # The device facts `labctl status` shows after `up` (as qemu nodes report at boot).
-    facts = [c for c in calls if "labctl.nodeside.status" in c[-1]]
-    assert sorted(c[3] for c in facts) == ["node1", "node2"]
-    assert "PYTHONPATH=/opt/labctl" in facts[0][-1]
-    assert state.nodes["node1"] == NodeState(
-        rdma_dev="siw0", port_state="ACTIVE", active_mtu="1024", gid_index=None
-    )
-
-
-def test_wait_ready_times_out_with_the_journal(tmp_path: Path, fake: Fake) -> None:
-    provider = _provider(tmp_path, fake)
-    provider.create(lambda _m: None)
-    fake.monkeypatch.setenv("FAKE_SSH_RC", "1")
-    with pytest.raises(LabctlError, match="rxe0 not ACTIVE after 0 s"):
-        provider.wait_ready(0, lambda _m: None)
-    assert any("journalctl" in c for c in fake.ssh_calls()[-1])
-
-
-def test_nodes_from_vagrant_status(tmp_path: Path, fake: Fake) -> None:
-    provider = _provider(tmp_path, fake, "three-node-switch.yaml")
-    assert [r.state for r in provider.nodes()] == ["absent"] * 3  # nothing created yet
-    assert fake.calls() == []  # ...which needs no vagrant call
-    provider.create(lambda _m: None)
-    fake.monkeypatch.setenv("FAKE_STATES", "node2=shutoff node3=not_created")
-    runtimes = {r.name: r for r in provider.nodes()}
-    assert fake.calls()[-1]["argv"] == ["status", "--machine-readable"]
-    assert runtimes["node1"].state == "running"
-    assert runtimes["node1"].details["ssh"] == "192.168.121.10:22"
-    assert runtimes["node2"].state == "stopped"
-    assert runtimes["node2"].reason == "vagrant: shutoff"
-    assert runtimes["node3"].state == "absent"
-
-
 def test_exec_uses_plain_ssh_with_the_lab_config(tmp_path: Path, fake: Fake) -> None:
     provider = _provider(tmp_path, fake)
     argv = provider.exec_argv("node2", ["ibv_devinfo", "-d", "rxe0"])
@@ -640,28 +505,6 @@ def test_exec_uses_plain_ssh_with_the_lab_config(tmp_path: Path, fake: Fake) -> 
     assert provider.exec_argv("node1", [], tty=True)[3] == "-tt"
 
 
-def test_destroy_is_vagrant_destroy_and_idempotent(tmp_path: Path, fake: Fake) -> None:
-    provider = _provider(tmp_path, fake)
-    assert provider.destroy() == []  # nothing made: no vagrant call
-    assert fake.calls() == []
-    provider.create(lambda _m: None)
-    removed = provider.destroy()
-    assert removed == ["vagrant VM node1 (libvirt)", "vagrant VM node2 (libvirt)"]
-    destroy = fake.calls()[-1]
-    assert destroy["argv"] == ["destroy", "-f", "--no-color"]
-    assert destroy["env"]["VAGRANT_DOTFILE_PATH"] == str(provider.labdir.path / ".vagrant")
-    assert destroy["env"]["LABCTL_LAB_JSON"] == str(provider.labdir.lab_file)
-    assert provider.destroy() == []
-
-
-def test_destroy_without_vagrant_keeps_the_lab(tmp_path: Path, fake: Fake) -> None:
-    provider = _provider(tmp_path, fake)
-    provider.create(lambda _m: None)
-    (fake.bin / "vagrant").unlink()
-    with pytest.raises(LabctlError, match="still has VMs"):
-        provider.destroy()
-
-
 def test_parsers() -> None:
     assert parse_status(
         "1,node1,state,running\n1,node1,state-human-short,running\n1,,ui,info,x,y\n"
@@ -670,3 +513,79 @@ def test_parsers() -> None:
         'Host a\n  HostName h\n  IdentityFile "/p q/key"\n\nHost b\n  Port 2\n'
     )
     assert hosts == {"a": [("HostName", "h"), ("IdentityFile", "/p q/key")], "b": [("Port", "2")]}
+
+
+# --------------------------------------------------------------------------- labctl's box
+
+def test_box_stage1_starts_the_box_boot_instead_of_the_nodes() -> None:
+    from importlib import resources
+
+    from labctl.images import box
+
+    image_init = resources.files("labctl.images").joinpath("initramfs-init.sh").read_text()
+    stage1 = box.box_stage1(image_init)
+    assert box.NODE_STAGE2 not in stage1
+    assert f"/usr/bin/tini -- {box.STAGE2}" in stage1
+    # everything else of the image's stage 1 is kept (root on /dev/vda, payload copy)
+    assert stage1.replace(box.STAGE2, box.NODE_STAGE2) == image_init
+    with pytest.raises(LabctlError, match="stage 1"):
+        box.box_stage1("#!/bin/sh\nexec /sbin/init\n")
+
+
+def test_box_initrd_appends_init_and_payload(tmp_path: Path) -> None:
+    from labctl.images import box
+    from labctl.images.builder import Image
+
+    (tmp_path / "initrd.cpio").write_bytes(b"IMAGE-STAGE1")
+    image = Image(tmp_path, tmp_path / "vmlinux", tmp_path / "initrd.cpio",
+                  tmp_path / "root.ext4", {})
+    data = box.box_initrd(image, "ssh-rsa AAAA test")
+    assert data.startswith(b"IMAGE-STAGE1")  # the image's own stage 1 first, then ours
+    names = [b"init\0", b"payload/root/.ssh/authorized_keys\0",
+             b"payload/usr/local/sbin/labctl-box-init\0"]
+    for name in names:
+        assert name in data
+    assert b"ssh-rsa AAAA test\n" in data
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_box_init_parses(shell: str, tmp_path: Path) -> None:
+    from labctl.images import box
+
+    script = tmp_path / "box-init.sh"
+    script.write_text(box.box_init_text())
+    subprocess.run([shell, "-n", str(script)], check=True)
+
+
+@needs_ruby
+def test_vagrantfile_uses_labctls_box_with_an_isolated_management_network() -> None:
+    lab = {"name": "vag", "nodes": [{"name": "node1", "index": 1, "image": "trixie"}]}
+    code = (
+        "lab = JSON.parse(ARGV[0]); node = lab['nodes'][0]\n"
+        "puts JSON.generate([LabctlVagrant.box(node, 'libvirt'),"
+        " LabctlVagrant.box(node, 'virtualbox'),"
+        " LabctlVagrant.mgmt_network(lab), LabctlVagrant.mgmt_mac(lab, node),"
+        " LabctlVagrant.libvirt_driver])"
+    )
+    out = json.loads(_ruby(code, json.dumps(lab), env={"LABCTL_BOX": "labctl/trixie-k",
+                                                       "LABCTL_LIBVIRT_DRIVER": "qemu"}))
+    assert out[0] == "labctl/trixie-k"
+    assert out[1] == "bento/debian-13"  # the labctl box is a libvirt box only
+    assert out[2]["name"] == "labctl-vag-mgmt"
+    assert re.fullmatch(r"192\.168\.(1[3-9]\d|2[0-4]\d)\.0/24", out[2]["address"])
+    assert re.fullmatch(r"52:54:00(:[0-9a-f]{2}){2}:01", out[3])
+    assert out[4] == "qemu"
+
+
+@needs_ruby
+def test_vagrant_provision_skips_packages_on_labctls_image() -> None:
+    """labctl's image has the packages (and no network to fetch any): the packages and siw
+    steps stop at once there, and the node step runs the bring-up without systemd."""
+    code = ("node = {'name' => 'n', 'rdma' => 'siw', 'interfaces' => []}\n"
+            "puts LabctlVagrant.packages_script(node, ['rdma-core'])\n"
+            "puts '----'\nputs LabctlVagrant.siw_script")
+    packages, siw = _ruby(code).split("----\n")
+    for script in (packages, siw):
+        guard = script.index("/etc/labctl-kernel")
+        assert guard < script.index("exit 0") < script.index("apt-get" if script is packages
+                                                               else "mktemp")

@@ -1,0 +1,166 @@
+"""The vagrant provider for real: Debian's vagrant + vagrant-libvirt, libvirtd under TCG.
+
+One two-node lab (topologies/two-node.yaml with `provider: vagrant`, under a lab name of
+its own) booted from labctl's own box (`labctl image box`), with libvirtd started by
+`labctl up` when none runs: status, RC pingpong, rping (RDMA CM), inspector fidelity (C
+ibv_devinfo vs the Python one in a node), then `labctl down` with no libvirt domain,
+volume, network, dnsmasq, libvirtd or virtlogd of the lab left (a libvirtd that ran
+before is left running).
+
+It runs where vagrant, vagrant-libvirt and libvirt are installed (scripts/setup.sh
+installs them; in CI a skip is a failure) and adds about 3.5 minutes under TCG;
+LABCTL_TEST_VAGRANT=0 leaves it out (docs/vagrant.md, "What is verified").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from labctl.lab import lifecycle
+from labctl.lab.handle import LabHandle
+from labctl.lab.labdir import LabDir
+from labctl.providers import libvirtd
+from tests.integration.conftest import REPO, labctl
+from tests.integration.leftovers import lab_leftovers
+
+
+def _missing_tools() -> list[str]:
+    tools = {"vagrant": "vagrant", "virsh": "libvirt-clients", "libvirtd": "libvirt-daemon",
+             "dnsmasq": "dnsmasq-base", "iptables": "iptables"}
+    missing = [pkg for tool, pkg in tools.items()
+               if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists()]
+    if not Path("/usr/lib/x86_64-linux-gnu/libvirt/connection-driver/"
+                "libvirt_driver_qemu.so").exists() and not missing:
+        missing.append("libvirt-daemon-driver-qemu")
+    plugins = "/usr/share/rubygems-integration/all/specifications"
+    if not list(Path(plugins).glob("vagrant-libvirt-*.gemspec")):
+        missing.append("vagrant-libvirt")
+    return missing
+
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.environ.get("LABCTL_TEST_VAGRANT") == "0",
+                       reason="LABCTL_TEST_VAGRANT=0: the live Vagrant test is left out"),
+    pytest.mark.skipif(bool(_missing_tools()),
+                       reason=f"not installed: {' '.join(_missing_tools())} (scripts/setup.sh)"),
+]
+
+LAB = os.environ.get("LABCTL_VAGRANT_TEST_LAB", "vitest")
+NODES = ("node1", "node2")
+
+
+def _pids(name: str) -> list[int]:
+    """Running processes called `name`: a daemon that exited but whose (sub)reaper has not
+    collected it yet is a zombie, not running."""
+    out = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout
+    return sorted(int(p) for p in out.split() if libvirtd.is_running(int(p)))
+
+
+def _lab_dnsmasq() -> list[str]:
+    out = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines()
+            if line.startswith("/usr/sbin/dnsmasq") and f"labctl-{LAB}-" in line]
+
+
+@pytest.fixture(scope="module")
+def vagrant_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, float]]:
+    data = yaml.safe_load((REPO / "topologies" / "two-node.yaml").read_text())
+    data.update(name=LAB, provider="vagrant")
+    topology = tmp_path_factory.mktemp("vagrant") / "two-node.yaml"
+    topology.write_text(yaml.safe_dump(data, sort_keys=False))
+    before = {"libvirtd": _pids("libvirtd"), "virtlogd": _pids("virtlogd")}
+    lifecycle.destroy(LAB)  # left by an interrupted earlier run
+    timings: dict[str, float] = {}
+    begin = time.monotonic()
+    os.environ["LABCTL_VAGRANT_PROVIDER"] = "libvirt"
+    try:
+        lifecycle.up(topology, lifecycle.UpOptions(timeout=600))
+        timings["up"] = time.monotonic() - begin
+        print(f"\nvagrant lab {LAB}: up in {timings['up']:.0f} s")
+        yield timings
+    finally:
+        begin = time.monotonic()
+        removed = lifecycle.destroy(LAB)
+        print(f"\nvagrant lab {LAB}: down in {time.monotonic() - begin:.0f} s: {removed}")
+        os.environ.pop("LABCTL_VAGRANT_PROVIDER", None)
+        assert lab_leftovers(LAB) == {"netns": [], "qemu": [], "ssh": [], "labdir": []}
+        assert _lab_dnsmasq() == []
+        if before["libvirtd"]:  # it ran before: left running, without this lab's objects
+            assert _pids("libvirtd") == before["libvirtd"]
+            assert not [d for d in libvirtd.domains() if d.startswith(f"labctl-{LAB}_")]
+            assert not [n for n in libvirtd.networks() if n.startswith(f"labctl-{LAB}-")]
+            assert not [v for v in libvirtd.volumes() if v.startswith(f"labctl-{LAB}_")]
+        else:  # labctl started it: everything it made is gone with it
+            assert _pids("libvirtd") == [] and _pids("virtlogd") == before["virtlogd"]
+            assert not Path("/etc/libvirt/qemu", f"labctl-{LAB}_node1.xml").exists()
+            assert not list(Path("/etc/libvirt/qemu/networks").glob(f"labctl-{LAB}-*.xml"))
+            assert not list(Path("/var/lib/libvirt/images").glob("labctl-*"))
+            assert libvirtd.load_record() is None
+
+
+@pytest.fixture(scope="module")
+def handle(vagrant_lab: dict[str, float]) -> LabHandle:
+    return LabHandle(LabDir(LAB))
+
+
+def test_status_shows_two_running_libvirt_nodes(handle: LabHandle) -> None:
+    result = labctl("status", "--lab", LAB, "--json", check=True)
+    (status,) = json.loads(result.stdout)["labs"]
+    assert status["provider"] == "vagrant"
+    for node in status["nodes"]:
+        assert node["state"] == "running", node
+        assert node["details"]["vagrant"] == "libvirt"
+        devices = {d["name"]: d for d in node["devices"]}
+        assert devices["rxe0"]["port_state"] == "ACTIVE"
+    domains = libvirtd.virsh("list", "--name").stdout.split()
+    assert sorted(d for d in domains if d.startswith(f"labctl-{LAB}_")) == [
+        f"labctl-{LAB}_{n}" for n in NODES]
+
+
+def test_networks_are_isolated(handle: LabHandle) -> None:
+    """The management network has no <forward> (isolated: no NAT, no route out), the data
+    link has none and no host address either."""
+    for name in (f"labctl-{LAB}-mgmt", f"labctl-{LAB}-link1"):
+        xml = libvirtd.virsh("net-dumpxml", name).stdout
+        assert "<network" in xml, name
+        assert "<forward" not in xml, xml
+    assert "<ip " not in libvirtd.virsh("net-dumpxml", f"labctl-{LAB}-link1").stdout
+
+
+def test_exec_runs_in_the_node(handle: LabHandle) -> None:
+    result = labctl("exec", "--lab", LAB, "node2", "--", "cat", "/etc/hostname", check=True)
+    assert result.stdout.strip() == "node2"
+
+
+def test_rc_pingpong(handle: LabHandle) -> None:
+    result = labctl("run", "pingpong", "--lab", LAB, "--transport", "rc", "--iters", "100",
+                    "--size", "1024", "--json", check=True, timeout=300)
+    record = json.loads(result.stdout)
+    records = record if isinstance(record, list) else [record]
+    assert records[0]["status"] == "passed", result.stdout
+    assert records[0]["figures"]["iters"] == 100
+
+
+def test_rping_through_rdma_cm(handle: LabHandle) -> None:
+    result = labctl("run", "rping", "--lab", LAB, "--json", check=True, timeout=300)
+    record = json.loads(result.stdout)
+    records = record if isinstance(record, list) else [record]
+    assert records[0]["status"] == "passed", result.stdout
+
+
+def test_inspector_matches_ibv_devinfo(handle: LabHandle) -> None:
+    c = handle.run("node1", ["ibv_devinfo", "-v"], timeout=120)
+    py = labctl("devinfo", "--lab", LAB, "node1", "-v", check=True, timeout=300)
+    assert c.returncode == 0, c.stderr
+    assert py.stdout == c.stdout
+    assert "rxe0" in c.stdout
