@@ -277,3 +277,20 @@ def test_client_path_imports_no_socket_module() -> None:
     proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
                           check=True, env={**os.environ, "PYTHONPATH": str(RECORDS.parents[2])})
     assert proc.stdout.split() == ["False", "False"]
+
+
+def test_helper_refuses_to_serve_when_told_direct(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(helper.DIRECT_ENV, "1")
+    assert helper.main(["helper", "/nonexistent/x.sock"], verbs_main.dispatch) == 2
+    assert "not serving" in capsys.readouterr().err
+
+
+def test_warm_up_never_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without devices or pyverbs the helper still starts: the children report the error."""
+    def broken(*_a: object, **_k: object) -> Snapshot:
+        raise ImportError("No module named 'pyverbs'")
+
+    monkeypatch.setattr(devinfo, "capture", broken)
+    helper.warm_up()
