@@ -294,3 +294,21 @@ def test_warm_up_never_fails(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(devinfo, "capture", broken)
     helper.warm_up()
+
+
+def test_lean_entry_point_is_the_module() -> None:
+    """labctl's calls into nodes (`python3 -S -c NODE_ENTRY ...`) act as `-m labctl.verbs`:
+    without a helper they run directly, loading site only then."""
+    import subprocess
+
+    from labctl.cli.inspect import NODE_ENTRY, node_argv
+
+    assert node_argv("devinfo", "-v")[-4:] == ["-c", NODE_ENTRY, "devinfo", "-v"]
+    env = {**os.environ, "PYTHONPATH": str(RECORDS.parents[2])}
+    lean = subprocess.run([sys.executable, "-S", "-c", NODE_ENTRY, "devinfo", "-x"],
+                          capture_output=True, text=True, env=env, check=False)
+    module = subprocess.run([sys.executable, "-m", "labctl.verbs", "devinfo", "-x"],
+                            capture_output=True, text=True, env=env, check=False)
+    assert (lean.returncode, lean.stdout, lean.stderr) == (
+        module.returncode, module.stdout, module.stderr)
+    assert lean.returncode == 255 and lean.stdout == devinfo.usage()
