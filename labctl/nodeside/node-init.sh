@@ -243,4 +243,8 @@ fi
 trap - EXIT
 say "ready $facts"
 if [ "$KIND" = vagrant ]; then exit 0; fi
+# The inspector's helper (labctl/verbs/helper.py) imports pyverbs once, so that devinfo
+# need not (seconds under TCG). At the lowest priority, after ready: it must not slow the
+# bring-up; until it listens (or if it fails) the inspector runs on its own.
+nice -n 19 python3 -m labctl.verbs helper </dev/null >/run/labctl-verbs-helper.log 2>&1 &
 while :; do sleep 3600; done

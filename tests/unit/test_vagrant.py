@@ -224,7 +224,8 @@ def test_node_script_installs_a_boot_unit(scripts: dict[str, str]) -> None:
 def test_code_script_installs_the_node_side_code(tmp_path: Path) -> None:
     dest = tmp_path / "opt" / "labctl"
     script = _ruby(f"print LabctlVagrant.code_script(LabctlVagrant.root, {json.dumps(str(dest))})")
-    result = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
+    # On stdin: as one `sh -c` argument the script would outgrow MAX_ARG_STRLEN (128 KiB).
+    result = subprocess.run(["sh"], input=script, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     expected = {"labctl/__init__.py"} | {
         str(p.relative_to(REPO))

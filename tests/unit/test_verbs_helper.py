@@ -1,0 +1,314 @@
+"""The inspector's node-side helper (labctl/verbs/helper.py): its protocol, a real helper
+process on a unix socket in a temporary directory, and the client's fallback to running
+the command itself. The helper's children run devinfo on recorded devices (the same
+records and C outputs as test_verbs_format.py), so what comes back must be the C bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from labctl.verbs import __main__ as verbs_main
+from labctl.verbs import devinfo, helper
+from labctl.verbs.records import Snapshot
+
+RECORDS = Path(__file__).parent / "verbs_records"
+
+
+# ----------------------------------------------------------------------------- protocol
+def test_request_round_trip_keeps_bytes_and_environment() -> None:
+    argv = ["devinfo", "-d", "rxe0", "--ib-port=1", "", os.fsdecode(b"dev\xff")]
+    env = {"POSIXLY_CORRECT": "1", "EMPTY": "", "WITH_EQ": "a=b"}
+    assert helper.decode_request(helper.encode_request(argv, env)) == (argv, env)
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        (b"LVH9\x001\x00devinfo\x00", "bad magic"),
+        (b"LVH1\x001\x00devinfo", "truncated"),
+        (b"LVH1\x003\x00devinfo\x00", "bad argument count"),
+        (b"LVH1\x000\x00", "bad argument count"),
+        (b"LVH1\x00x\x00devinfo\x00", "bad argument count"),
+        (b"LVH1\x001\x00devinfo\x00NOEQUALS\x00", "bad environment item"),
+    ],
+)
+def test_bad_requests_are_refused(data: bytes, why: str) -> None:
+    with pytest.raises(helper.ProtocolError, match=why):
+        helper.decode_request(data)
+
+
+def test_nul_in_an_argument_cannot_be_sent() -> None:
+    with pytest.raises(helper.ProtocolError):
+        helper.encode_request(["devinfo", "a\0b"], {})
+
+
+def test_replies() -> None:
+    assert helper.decode_reply(b"R 0\n") == 0
+    assert helper.decode_reply(b"R 255\n") == 255
+    assert helper.decode_reply(b"F not a helper command\n") is None
+    for bad in (b"R x\n", b"R 1", b"hello"):
+        with pytest.raises(helper.ProtocolError):
+            helper.decode_reply(bad)
+
+
+# ------------------------------------------------------------------------- no helper
+def test_no_socket_means_run_it_here(tmp_path: Path) -> None:
+    assert helper.call(["devinfo"], path=str(tmp_path / "none.sock")) is None
+
+
+def test_a_dead_helpers_socket_means_run_it_here(tmp_path: Path) -> None:
+    path = tmp_path / "dead.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    sock.close()  # the file stays, nobody listens: ECONNREFUSED
+    assert path.exists()
+    assert helper.call(["devinfo"], path=str(path)) is None
+
+
+# ----------------------------------------------------------------------- live helper
+def _recorded(name: str) -> Callable[[list[str]], int]:
+    snap = Snapshot.from_json((RECORDS / f"{name}.json").read_text())
+
+    def run(argv: list[str]) -> int:
+        if argv[0] == "crash":
+            raise RuntimeError("boom in the child")
+        if argv[0] == "vanish":
+            os._exit(7)  # dies without a reply
+        if argv[0] == "env":
+            sys.stdout.write(json.dumps(dict(os.environ)))
+            return 3
+        return devinfo.main(argv, source=lambda *_a, **_k: snap)
+
+    return run
+
+
+def _start(path: Path, run: Callable[[list[str]], int]) -> int:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            helper.serve(str(path), run=run)
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError("the helper did not listen within 30 s")
+        time.sleep(0.01)
+    return pid
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "run" / "verbs.sock"
+    pid = _start(path, _recorded("rxe-node1"))
+    try:
+        yield path
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+
+
+def _call(path: Path, tmp_path: Path, argv: list[str],
+          env: dict[str, str] | None = None) -> tuple[int | None, str, str]:
+    out, err = tmp_path / "out", tmp_path / "err"
+    with out.open("wb") as fo, err.open("wb") as fe:
+        status = helper.call(argv, path=str(path), fds=(fo.fileno(), fe.fileno()), env=env)
+    return status, out.read_text(), err.read_text()
+
+
+def _cases(name: str) -> dict[str, dict[str, object]]:
+    cases: dict[str, dict[str, object]] = json.loads(
+        (RECORDS / name / "cases.json").read_text())
+    return {k: v for k, v in cases.items() if v["tool"] == "devinfo"}
+
+
+def test_helper_prints_the_c_tools_bytes(served: Path, tmp_path: Path) -> None:
+    cases = _cases("rxe-node1")
+    assert "devinfo-v" in cases
+    for case, spec in cases.items():
+        args = spec["args"]
+        assert isinstance(args, list)
+        status, out, _ = _call(served, tmp_path, ["devinfo", *args])
+        assert out == (RECORDS / "rxe-node1" / f"{case}.out").read_text(), case
+        assert status == spec["rc"], case
+
+
+def test_socket_is_root_only(served: Path) -> None:
+    assert served.stat().st_mode & 0o077 == 0
+    assert served.parent.stat().st_mode & 0o077 == 0
+
+
+def test_errors_come_back_on_stderr_with_the_status(served: Path, tmp_path: Path) -> None:
+    status, out, err = _call(served, tmp_path, ["devinfo", "-d", "nosuchdev9"])
+    assert (status, out, err) == (255, "", "IB device 'nosuchdev9' wasn't found\n")
+
+
+def test_environment_is_forwarded(tmp_path: Path) -> None:
+    path = tmp_path / "env.sock"
+    old = helper.COMMANDS
+    helper.COMMANDS = (*old, "env")  # the forked helper inherits it
+    try:
+        pid = _start(path, _recorded("rxe-node1"))
+    finally:
+        helper.COMMANDS = old
+    try:
+        status, out, _ = _call(path, tmp_path, ["env"], env={"POSIXLY_CORRECT": "1"})
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+    assert status == 3
+    assert json.loads(out) == {"POSIXLY_CORRECT": "1"}
+
+
+def test_posixly_correct_changes_parsing_in_the_helper(served: Path, tmp_path: Path) -> None:
+    """getopt permutes `x -l` (a list, exit 0) unless POSIXLY_CORRECT: then -l is an
+    operand and devinfo prints every device (exit 0 too, but another output)."""
+    permuted = _call(served, tmp_path, ["devinfo", "x", "-l"], env={})
+    posix = _call(served, tmp_path, ["devinfo", "x", "-l"], env={"POSIXLY_CORRECT": "1"})
+    listing = (RECORDS / "rxe-node1" / "devinfo-l.out").read_text()
+    assert permuted[1] == listing
+    assert posix[1] != listing and posix[1].startswith("hca_id:")
+
+
+def test_commands_outside_the_helper_are_refused(served: Path, tmp_path: Path) -> None:
+    assert _call(served, tmp_path, ["asyncwatch"])[0] is None
+
+
+def test_a_crash_in_the_child_is_reported_and_the_helper_lives(
+    tmp_path: Path
+) -> None:
+    path = tmp_path / "crash.sock"
+    old = helper.COMMANDS
+    helper.COMMANDS = (*old, "crash", "vanish")
+    try:
+        pid = _start(path, _recorded("rxe-node1"))
+    finally:
+        helper.COMMANDS = old
+    try:
+        status, out, err = _call(path, tmp_path, ["crash"])
+        assert status == 1 and out == ""
+        assert "RuntimeError: boom in the child" in err
+        status, out, err = _call(path, tmp_path, ["vanish"])
+        assert status == 1 and out == ""
+        status, out, err = _call(path, tmp_path, ["devinfo", "-l"])
+        assert status == 0 and out == (RECORDS / "rxe-node1" / "devinfo-l.out").read_text()
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+
+
+def test_a_vanished_child_is_an_error_not_a_second_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "vanish.sock"
+    old = helper.COMMANDS
+    helper.COMMANDS = (*old, "vanish")
+    try:
+        pid = _start(path, _recorded("rxe-node1"))
+    finally:
+        helper.COMMANDS = old
+    try:
+        status, out, _ = _call(path, tmp_path, ["vanish"])
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+    assert (status, out) == (1, "")
+    assert "without an exit status" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------- labctl.verbs main
+def test_main_runs_directly_without_a_helper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(helper, "SOCKET", str(tmp_path / "absent.sock"))
+    assert verbs_main.main(["labctl.verbs", "devinfo", "-x"]) == 255
+    captured = capsys.readouterr()
+    assert captured.out == devinfo.usage()
+    assert "invalid option -- 'x'" in captured.err
+
+
+def test_main_uses_the_helper_when_it_listens(
+    served: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(helper, "SOCKET", str(served))
+    calls: list[list[str]] = []
+    real = helper.call
+
+    def spy(argv: list[str], *a: object, **k: object) -> int | None:
+        calls.append(argv)
+        return real(argv, fds=(os.open(os.devnull, os.O_WRONLY),) * 2)  # type: ignore[return-value]
+
+    monkeypatch.setattr(helper, "call", spy)
+    assert verbs_main.main(["labctl.verbs", "devinfo", "-d", "nosuchdev9"]) == 255
+    assert calls == [["devinfo", "-d", "nosuchdev9"]]
+
+
+def test_direct_env_skips_the_helper(
+    served: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(helper, "SOCKET", str(served))
+    monkeypatch.setenv(helper.DIRECT_ENV, "1")
+    monkeypatch.setattr(helper, "call", lambda *a, **k: pytest.fail("helper used"))
+    assert verbs_main.main(["labctl.verbs", "devinfo", "-x"]) == 255
+    assert capsys.readouterr().out == devinfo.usage()
+
+
+def test_client_path_imports_no_socket_module() -> None:
+    """The client is on every run's critical path: `socket` (enums) costs ~0.2 s under TCG."""
+    import subprocess
+
+    code = ("import sys; from labctl.verbs import helper; "
+            "helper.call(['devinfo'], path='/nonexistent/x.sock'); "
+            "print('socket' in sys.modules, 'typing' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                          check=True, env={**os.environ, "PYTHONPATH": str(RECORDS.parents[2])})
+    assert proc.stdout.split() == ["False", "False"]
+
+
+def test_helper_refuses_to_serve_when_told_direct(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(helper.DIRECT_ENV, "1")
+    assert helper.main(["helper", "/nonexistent/x.sock"], verbs_main.dispatch) == 2
+    assert "not serving" in capsys.readouterr().err
+
+
+def test_warm_up_never_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without devices or pyverbs the helper still starts: the children report the error."""
+    def broken(*_a: object, **_k: object) -> Snapshot:
+        raise ImportError("No module named 'pyverbs'")
+
+    monkeypatch.setattr(devinfo, "capture", broken)
+    helper.warm_up()
+
+
+def test_lean_entry_point_is_the_module() -> None:
+    """labctl's calls into nodes (`python3 -S -c NODE_ENTRY ...`) act as `-m labctl.verbs`:
+    without a helper they run directly, loading site only then."""
+    import subprocess
+
+    from labctl.cli.inspect import NODE_ENTRY, node_argv
+
+    assert node_argv("devinfo", "-v")[-4:] == ["-c", NODE_ENTRY, "devinfo", "-v"]
+    env = {**os.environ, "PYTHONPATH": str(RECORDS.parents[2])}
+    lean = subprocess.run([sys.executable, "-S", "-c", NODE_ENTRY, "devinfo", "-x"],
+                          capture_output=True, text=True, env=env, check=False)
+    module = subprocess.run([sys.executable, "-m", "labctl.verbs", "devinfo", "-x"],
+                            capture_output=True, text=True, env=env, check=False)
+    assert (lean.returncode, lean.stdout, lean.stderr) == (
+        module.returncode, module.stdout, module.stderr)
+    assert lean.returncode == 255 and lean.stdout == devinfo.usage()
