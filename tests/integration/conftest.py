@@ -12,11 +12,13 @@ by not running.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -49,6 +51,15 @@ def labctl(
             f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
         )
     return result
+
+
+def passed_run(lab: str, *args: str) -> dict[str, Any]:
+    """`labctl run ARGS --lab LAB --json`, which must pass: its (first pair's) record."""
+    result = labctl("run", *args, "--lab", lab, "--json", check=True, timeout=300)
+    record = json.loads(result.stdout)
+    first: dict[str, Any] = record[0] if isinstance(record, list) else record
+    assert first["status"] == "passed", result.stdout
+    return first
 
 
 def in_ci() -> bool:

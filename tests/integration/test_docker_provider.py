@@ -28,7 +28,7 @@ from labctl.lab import lifecycle
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir
 from tests.integration.capturecheck import assert_pingpong_on_the_wire
-from tests.integration.conftest import REPO, labctl, make_topology
+from tests.integration.conftest import REPO, labctl, make_topology, passed_run
 
 pytestmark = pytest.mark.integration
 
@@ -105,19 +105,12 @@ def test_each_node_knows_its_device(handle: LabHandle) -> None:
 
 
 def test_rc_pingpong(handle: LabHandle) -> None:
-    result = labctl("run", "pingpong", "--lab", LAB, "--transport", "rc", "--iters", "100",
-                    "--size", "1024", "--json", check=True, timeout=300)
-    record = json.loads(result.stdout)
-    records = record if isinstance(record, list) else [record]
-    assert records[0]["status"] == "passed", result.stdout
-    assert records[0]["figures"]["iters"] == 100
+    record = passed_run(LAB, "pingpong", "--transport", "rc", "--iters", "100", "--size", "1024")
+    assert record["figures"]["iters"] == 100
 
 
 def test_rping_through_rdma_cm(handle: LabHandle) -> None:
-    result = labctl("run", "rping", "--lab", LAB, "--json", check=True, timeout=300)
-    record = json.loads(result.stdout)
-    records = record if isinstance(record, list) else [record]
-    assert records[0]["status"] == "passed", result.stdout
+    passed_run(LAB, "rping")
 
 
 def vm_captures() -> str:

@@ -29,7 +29,7 @@ from labctl.lab import lifecycle
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir
 from labctl.providers import libvirtd
-from tests.integration.conftest import REPO, labctl
+from tests.integration.conftest import REPO, labctl, passed_run
 from tests.integration.leftovers import lab_leftovers
 
 
@@ -143,19 +143,12 @@ def test_exec_runs_in_the_node(handle: LabHandle) -> None:
 
 
 def test_rc_pingpong(handle: LabHandle) -> None:
-    result = labctl("run", "pingpong", "--lab", LAB, "--transport", "rc", "--iters", "100",
-                    "--size", "1024", "--json", check=True, timeout=300)
-    record = json.loads(result.stdout)
-    records = record if isinstance(record, list) else [record]
-    assert records[0]["status"] == "passed", result.stdout
-    assert records[0]["figures"]["iters"] == 100
+    record = passed_run(LAB, "pingpong", "--transport", "rc", "--iters", "100", "--size", "1024")
+    assert record["figures"]["iters"] == 100
 
 
 def test_rping_through_rdma_cm(handle: LabHandle) -> None:
-    result = labctl("run", "rping", "--lab", LAB, "--json", check=True, timeout=300)
-    record = json.loads(result.stdout)
-    records = record if isinstance(record, list) else [record]
-    assert records[0]["status"] == "passed", result.stdout
+    passed_run(LAB, "rping")
 
 
 def test_inspector_matches_ibv_devinfo(handle: LabHandle) -> None:
