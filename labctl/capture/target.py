@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyroute2 import IPRoute, netns
-
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
-from labctl.net.labnet import netns_name, tap_name
+from labctl.net.labnet import has_link, namespace_exists, netns_name, tap_name
 
 HOST, VM = "host", "vm"
 
@@ -63,13 +61,12 @@ def resolve(handle: LabHandle, node: str, ifname: str) -> CaptureTarget:
 def _on_this_host(handle: LabHandle, node: str, ifname: str, ns: str,
                   device: str) -> CaptureTarget:
     kind = "tap" if handle.lab.provider == "qemu" else "veth"
-    # Look before opening: IPRoute(netns=...) would create a missing namespace.
-    if ns not in netns.listnetns():
+    # Look before opening: opening a missing namespace would create it.
+    if not namespace_exists(ns):
         raise LabctlError(f"lab {handle.lab.name} has no network namespace {ns}",
                           hint="is the lab up? see `labctl status`")
     try:
-        with IPRoute(netns=ns) as ipr:
-            present = bool(ipr.link_lookup(ifname=device))
+        present = has_link(ns, device)
     except OSError as exc:
         raise LabctlError(f"cannot open the lab's namespace {ns}: {exc}",
                           hint="capture needs root; is the lab up (`labctl status`)?") from exc
