@@ -227,7 +227,7 @@ def _worth_another_attempt(spec: ExampleSpec, result: RunResult) -> str:
     """Why a fresh server/client pair may pass where this one failed; "" if it may not."""
     if result.status != "failed":
         return ""
-    if spec.setup_rejected and spec.setup_rejected in result.client_output:
+    if any(signature in result.client_output for signature in spec.setup_rejected):
         return "connection setup rejected although the server listened"
     timed_out = result.reason.startswith("client exited with 124")
     if spec.timeout_race and timed_out:
