@@ -32,9 +32,9 @@ def node_argv(*args: str) -> list[str]:
     """labctl.verbs ARGS in a node, started lean: -S skips site (~0.3 s under TCG; the
     node's helper answers without it, the direct path loads site itself) and -c skips
     runpy (0.1-0.25 s)."""
-    from labctl.lab.handle import NODE_PYTHONPATH
+    from labctl.lab.handle import LabHandle
 
-    return ["env", f"PYTHONPATH={NODE_PYTHONPATH}", "python3", "-S", "-c", NODE_ENTRY, *args]
+    return LabHandle.node_python3("-S", "-c", NODE_ENTRY, *args)
 
 NODES_ARG = typer.Argument(None, help="Nodes to inspect (default: every node of the lab).",
                            metavar="NODE", autocompletion=complete.node_names)

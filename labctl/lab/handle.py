@@ -67,8 +67,13 @@ class LabHandle:
         return subprocess.Popen(self.argv(node, command), **kwargs)
 
     @staticmethod
+    def node_python3(*args: str) -> list[str]:
+        """python3 ARGS in a node, with labctl's node-side code importable."""
+        return ["env", f"PYTHONPATH={NODE_PYTHONPATH}", "python3", *args]
+
+    @staticmethod
     def node_python(module: str, *args: str) -> list[str]:
-        return ["env", f"PYTHONPATH={NODE_PYTHONPATH}", "python3", "-m", module, *args]
+        return LabHandle.node_python3("-m", module, *args)
 
     def rdma_device(self, node: str) -> str:
         self._check_node(node)

@@ -20,9 +20,8 @@ from labctl.topology.resolved import Interface, Node
 READY_WAIT_SECONDS = 30.0
 READY_SLICE_SECONDS = 2.0
 # A run that failed by a known race (ExampleSpec.setup_rejected, .timeout_race,
-# .connected_marker) is tried
-# again with a fresh server and client, at most this often in all; the record says how many
-# attempts it took and why the earlier ones failed.
+# .connected_marker) is tried again with a fresh server and client, at most this often in
+# all; the record says how many attempts it took and why the earlier ones failed.
 MAX_ATTEMPTS = 3
 
 

@@ -505,7 +505,7 @@ class _GidTable:
 IBV_GID_TYPE_ROCE_V2 = 2  # enum ibv_gid_type (of struct ibv_gid_entry), not the sysfs one
 
 
-def _port(ctx: Any, num: int, verbose: bool, table: _GidTable | None = None) -> PortRecord:
+def _port(ctx: Any, num: int, verbose: bool, table: _GidTable) -> PortRecord:
     from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
 
     try:
@@ -515,7 +515,7 @@ def _port(ctx: Any, num: int, verbose: bool, table: _GidTable | None = None) -> 
     port = PortRecord(port_num=num, attr=PortAttr(**{k: getattr(pa, k) for k in _PORT_FIELDS}))
     if not verbose:
         return port
-    fast = table.port(num, pa.gid_tbl_len) if table is not None else None
+    fast = table.port(num, pa.gid_tbl_len)
     if fast is not None:
         port.gids = fast
         return port
