@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 SOCKET = "/run/labctl/verbs.sock"
 MAGIC = b"LVH1\0"
 # Commands the helper runs; asyncwatch streams until Ctrl-C and stays a process of its own.
-COMMANDS = ("devinfo", "devices", "capture")
+COMMANDS: tuple[str, ...] = ("devinfo", "devices", "capture")
 DIRECT_ENV = "LABCTL_VERBS_DIRECT"  # set to 1: never use the helper
 MAX_REQUEST = 1 << 20
 REQUEST_TIMEOUT = 10.0  # seconds a client may take to send its request

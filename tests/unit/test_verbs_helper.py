@@ -12,6 +12,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -111,15 +112,28 @@ def _start(path: Path, run: Callable[[list[str]], int]) -> int:
     return pid
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "run" / "verbs.sock"
-    pid = _start(path, _recorded("rxe-node1"))
+@contextmanager
+def _serving(path: Path, *extra: str) -> Iterator[None]:
+    """A helper on `path` serving the recorded rxe node; it also takes the test dispatcher's
+    `extra` commands (crash, vanish), which the real command list leaves out."""
+    old = helper.COMMANDS
+    helper.COMMANDS = (*old, *extra)
     try:
-        yield path
+        pid = _start(path, _recorded("rxe-node1"))
+    finally:
+        helper.COMMANDS = old
+    try:
+        yield
     finally:
         os.kill(pid, signal.SIGTERM)
         os.waitpid(pid, 0)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "run" / "verbs.sock"
+    with _serving(path):
+        yield path
 
 
 def _call(path: Path, tmp_path: Path, argv: list[str],
@@ -159,17 +173,8 @@ def test_errors_come_back_on_stderr_with_the_status(served: Path, tmp_path: Path
 
 def test_environment_is_forwarded(tmp_path: Path) -> None:
     path = tmp_path / "env.sock"
-    old = helper.COMMANDS
-    helper.COMMANDS = (*old, "env")  # the forked helper inherits it
-    try:
-        pid = _start(path, _recorded("rxe-node1"))
-    finally:
-        helper.COMMANDS = old
-    try:
+    with _serving(path, "env"):  # the forked helper inherits the extended list
         status, out, _ = _call(path, tmp_path, ["env"], env={"POSIXLY_CORRECT": "1"})
-    finally:
-        os.kill(pid, signal.SIGTERM)
-        os.waitpid(pid, 0)
     assert status == 3
     assert json.loads(out) == {"POSIXLY_CORRECT": "1"}
 
@@ -192,13 +197,7 @@ def test_a_crash_in_the_child_is_reported_and_the_helper_lives(
     tmp_path: Path
 ) -> None:
     path = tmp_path / "crash.sock"
-    old = helper.COMMANDS
-    helper.COMMANDS = (*old, "crash", "vanish")
-    try:
-        pid = _start(path, _recorded("rxe-node1"))
-    finally:
-        helper.COMMANDS = old
-    try:
+    with _serving(path, "crash", "vanish"):
         status, out, err = _call(path, tmp_path, ["crash"])
         assert status == 1 and out == ""
         assert "RuntimeError: boom in the child" in err
@@ -206,26 +205,14 @@ def test_a_crash_in_the_child_is_reported_and_the_helper_lives(
         assert status == 1 and out == ""
         status, out, err = _call(path, tmp_path, ["devinfo", "-l"])
         assert status == 0 and out == (RECORDS / "rxe-node1" / "devinfo-l.out").read_text()
-    finally:
-        os.kill(pid, signal.SIGTERM)
-        os.waitpid(pid, 0)
 
 
 def test_a_vanished_child_is_an_error_not_a_second_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "vanish.sock"
-    old = helper.COMMANDS
-    helper.COMMANDS = (*old, "vanish")
-    try:
-        pid = _start(path, _recorded("rxe-node1"))
-    finally:
-        helper.COMMANDS = old
-    try:
+    with _serving(path, "vanish"):
         status, out, _ = _call(path, tmp_path, ["vanish"])
-    finally:
-        os.kill(pid, signal.SIGTERM)
-        os.waitpid(pid, 0)
     assert (status, out) == (1, "")
     assert "without an exit status" in capsys.readouterr().err
 
