@@ -37,6 +37,7 @@ from labctl.lab import ssh
 from labctl.lab.labdir import LabDir
 from labctl.lab.state import LabState, NodeState, NodeStatus, Phase
 from labctl.providers.base import NodeRuntime, Progress, Provider, UnsupportedError
+from labctl.providers.machine import tail
 from labctl.topology.resolved import Lab, Node
 
 # Vagrant providers the Vagrantfile configures, and the plugin each needs (None: built in).
@@ -453,22 +454,24 @@ class VagrantProvider(Provider):
         return {}
 
     def _not_ready(self, node: Node, timeout: float) -> LabctlError:
-        journal = subprocess.run(
-            self.exec_argv(node.name, ["journalctl", "-u", UNIT, "-b", "-n", "25", "--no-pager"]),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
         console = self.labdir.path / f"console-{node.name}.log"
-        if console.is_file():  # labctl's box: the boot reports on its serial console
-            journal = subprocess.CompletedProcess([], 0, _tail(console.read_text(errors="replace")),
-                                                  "")
+        if console.is_file():  # labctl's box has no systemd: its boot reports on the console
+            source, report = console.name, tail(console)
+        else:
+            journal = subprocess.run(
+                self.exec_argv(node.name,
+                               ["journalctl", "-u", UNIT, "-b", "-n", "25", "--no-pager"]),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+            source, report = f"journalctl -u {UNIT}", journal.stdout + journal.stderr
         device = rdma_device_name(node) or "(no device)"
         return LabctlError(
             f"node {node.name}: {device} not ACTIVE after {timeout:.0f} s\n"
-            f"--- journalctl -u {UNIT} ---\n{journal.stdout}{journal.stderr}",
+            f"--- {source} ---\n{report}",
             hint=f"`vagrant provision {node.name}` (with VAGRANT_CWD, VAGRANT_DOTFILE_PATH "
             f"as in {self.log_file.parent}) re-runs the setup; `labctl down` removes the lab",
         )
