@@ -18,7 +18,6 @@ Vagrantfile uses that copy when it is there.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -34,6 +33,7 @@ from labctl.errors import LabctlError
 from labctl.images.builder import Image, Progress, build_image
 from labctl.images.cpio import CpioWriter
 from labctl.images.recipes import recipe
+from labctl.lab.labdir import blocking_lock
 from labctl.paths import cache_root
 
 BOX_VERSION = "1"
@@ -144,14 +144,9 @@ def build_box(image_name: str = "trixie", *, mirror: str | None = None,
     box = box_for(image)
     if not box.file.is_file():
         box.path.parent.mkdir(parents=True, exist_ok=True)
-        lock = os.open(box.path.parent / f".lock-{box.path.name}",
-                       os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with blocking_lock(box.path.parent / f".lock-{box.path.name}"):
             if not box.file.is_file():
                 _build_locked(image, box, progress)
-        finally:
-            os.close(lock)
     install_boot_files(box)
     return box
 
@@ -199,8 +194,7 @@ def _build_locked(image: Image, box: Box, progress: Progress) -> None:
                     "virtual_size": _virtual_size(work / "box.img")}
         (work / "metadata.json").write_text(json.dumps(metadata) + "\n")
         (work / "Vagrantfile").write_text(
-            BOX_VAGRANTFILE.format(boot=BOOT_ROOT / f"labctl-{box.path.name}",
-                                   cmdline=BOX_CMDLINE))
+            BOX_VAGRANTFILE.format(boot=box.boot_dir, cmdline=BOX_CMDLINE))
         (work / "manifest.json").write_text(json.dumps(
             {"name": box.name, "image": image.path.name, "kernel": image.manifest["kernel"],
              "build_seconds": round(time.monotonic() - started, 1)}, indent=2) + "\n")
