@@ -84,9 +84,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"integration test skipped in CI (as root), which is a failure: {reason}"
 
 
-def make_topology(directory: Path, source: str, name: str) -> Path:
+def make_topology(directory: Path, source: str, name: str, **changes: object) -> Path:
+    """A shipped topology under another lab name (and other top-level `changes`)."""
     data = yaml.safe_load((REPO / "topologies" / source).read_text())
-    data["name"] = name
+    data.update(name=name, **changes)
     path = directory / source
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

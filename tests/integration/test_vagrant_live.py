@@ -23,13 +23,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from labctl.lab import lifecycle
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir
 from labctl.providers import libvirtd
-from tests.integration.conftest import REPO, labctl, passed_run
+from tests.integration.conftest import labctl, make_topology, passed_run
 from tests.integration.leftovers import lab_leftovers
 
 
@@ -47,12 +46,13 @@ def _missing_tools() -> list[str]:
     return missing
 
 
+MISSING = _missing_tools()
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.environ.get("LABCTL_TEST_VAGRANT") == "0",
                        reason="LABCTL_TEST_VAGRANT=0: the live Vagrant test is left out"),
-    pytest.mark.skipif(bool(_missing_tools()),
-                       reason=f"not installed: {' '.join(_missing_tools())} (scripts/setup.sh)"),
+    pytest.mark.skipif(bool(MISSING),
+                       reason=f"not installed: {' '.join(MISSING)} (scripts/setup.sh)"),
 ]
 
 LAB = os.environ.get("LABCTL_VAGRANT_TEST_LAB", "vitest")
@@ -74,10 +74,8 @@ def _lab_dnsmasq() -> list[str]:
 
 @pytest.fixture(scope="module")
 def vagrant_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, float]]:
-    data = yaml.safe_load((REPO / "topologies" / "two-node.yaml").read_text())
-    data.update(name=LAB, provider="vagrant")
-    topology = tmp_path_factory.mktemp("vagrant") / "two-node.yaml"
-    topology.write_text(yaml.safe_dump(data, sort_keys=False))
+    topology = make_topology(tmp_path_factory.mktemp("vagrant"), "two-node.yaml", LAB,
+                             provider="vagrant")
     before = {"libvirtd": _pids("libvirtd"), "virtlogd": _pids("virtlogd")}
     lifecycle.destroy(LAB)  # left by an interrupted earlier run
     timings: dict[str, float] = {}
