@@ -152,22 +152,28 @@ HELPER_ONLY = ("import sys; from labctl.verbs import helper; "
                "s = helper.call(sys.argv[1:]); sys.exit(99 if s is None else s)")
 
 
+def _direct_argv(*args: str) -> list[str]:
+    """labctl's call with the helper switched off: the process imports pyverbs itself."""
+    from labctl.cli.inspect import node_argv
+    from labctl.verbs.helper import DIRECT_ENV
+
+    return ["env", f"{DIRECT_ENV}=1", *node_argv(*args)]
+
+
 @pytest.mark.parametrize("args", [["-v"], ["-d", "nosuchdev0"], ["-x"], ["-l"]],
                          ids=lambda a: " ".join(a))
 def test_helper_and_direct_paths_are_the_c_tools_bytes(
     lab_handle: LabHandle, args: list[str]
 ) -> None:
     from labctl.cli.inspect import node_argv
-    from labctl.lab.handle import NODE_PYTHONPATH
 
     node = _rdma_nodes(lab_handle)[0]
     _wait_helper(lab_handle, node)
     c = lab_handle.run(node, ["ibv_devinfo", *args], timeout=120)
     paths = {
-        "helper": ["env", f"PYTHONPATH={NODE_PYTHONPATH}", "python3", "-S", "-c", HELPER_ONLY,
-                   "devinfo", *args],
+        "helper": lab_handle.node_python3("-S", "-c", HELPER_ONLY, "devinfo", *args),
         "labctl's call": node_argv("devinfo", *args),
-        "direct": ["env", "LABCTL_VERBS_DIRECT=1", *node_argv("devinfo", *args)],
+        "direct": _direct_argv("devinfo", *args),
         "node command": ["labctl-devinfo", *args],
     }
     for name, argv in paths.items():
@@ -188,7 +194,7 @@ def test_timing(lab_handle: LabHandle) -> None:
     argvs = {
         "c": ["ibv_devinfo", "-v"],
         "helper": node_argv("devinfo", "-v"),
-        "direct": ["env", "LABCTL_VERBS_DIRECT=1", *node_argv("devinfo", "-v")],
+        "direct": _direct_argv("devinfo", "-v"),
     }
     script = (
         "import json, subprocess, sys, time\n"
