@@ -60,9 +60,9 @@ class ExampleSpec:
     # Why a client that ran into its bound may pass with a fresh pair (a race of the program
     # with rxe, measured and documented in docs/reliability.md). Empty: a timeout is final.
     timeout_race: str = ""
-    # A line the client prints once its connection is set up. A client that ran into its
-    # bound without it stalled in connection setup, which a fresh pair may pass (siw under a
-    # loaded host, docs/reliability.md). Empty: such a timeout is final.
+    # A line the client prints once its connection is set up. A client that failed or ran
+    # into its bound without it failed in connection setup, which a fresh pair may pass
+    # (siw under a loaded host, docs/reliability.md). Empty: such a failure is final.
     connected_marker: str = ""
     # Why the example cannot cross a router ("": it can); a run whose client reaches the
     # server only through routers is skipped with this reason.
