@@ -53,9 +53,9 @@ class ExampleSpec:
     key_figure: str = ""  # the figure a summary shows
     parse_server: Parser | None = None
     # Client outputs of a connection setup that a fresh server/client pair may pass: RDMA CM
-    # connects that the peer rejected as "no listener" (reason 8), or refused on siw,
-    # although it listened; seen under a loaded TCG host (docs/reliability.md). Empty: a
-    # refused setup is final.
+    # connects that the peer rejected as "no listener" (reason 8), or refused on siw, in
+    # the gap where the server listens again between two connections (perftest -R,
+    # docs/reliability.md item 11). Empty: a refused setup is final.
     setup_rejected: tuple[str, ...] = ()
     # Why a client that ran into its bound may pass with a fresh pair (a race of the program
     # with rxe, measured and documented in docs/reliability.md). Empty: a timeout is final.
