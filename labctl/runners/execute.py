@@ -23,6 +23,9 @@ READY_SLICE_SECONDS = 2.0
 # .connected_marker) is tried again with a fresh server and client, at most this often in
 # all; the record says how many attempts it took and why the earlier ones failed.
 MAX_ATTEMPTS = 3
+# The reason of a run whose client finished but whose server was still waiting, stopped by
+# the runner after a grace period.
+SERVER_STALLED = "server still waiting"
 
 
 @dataclass
@@ -231,6 +234,8 @@ def _worth_another_attempt(spec: ExampleSpec, result: RunResult) -> str:
     timed_out = result.reason.startswith("client exited with 124")
     if spec.timeout_race and timed_out:
         return spec.timeout_race
+    if spec.server_stall_race and result.reason.startswith(SERVER_STALLED):
+        return spec.server_stall_race
     if spec.connected_marker and spec.connected_marker not in result.client_output:
         # Stalled or failed before it was connected: on siw under a loaded TCG host that is
         # the connection setup's own timing (docs/reliability.md, item 11), not the example.
@@ -272,6 +277,8 @@ def _attempt(handle: LabHandle, spec: ExampleSpec, ctx: RunContext, result: RunR
         if (client.returncode == 0 and server.returncode == 0 and result.figures
                 and not shortfall):
             result.status = "passed"
+        elif client.returncode == 0 and not ended:
+            result.reason = f"{SERVER_STALLED} {grace:.0f} s after the client finished"
         else:
             failing = "client" if client.returncode != 0 else "server"
             code = client.returncode if failing == "client" else server.returncode

@@ -60,6 +60,9 @@ class ExampleSpec:
     # Why a client that ran into its bound may pass with a fresh pair (a race of the program
     # with rxe, measured and documented in docs/reliability.md). Empty: a timeout is final.
     timeout_race: str = ""
+    # Why a server still waiting after its client finished may pass with a fresh pair (a
+    # race of the programs with rxe, docs/reliability.md). Empty: such a stall is final.
+    server_stall_race: str = ""
     # A line the client prints once its connection is set up. A client that failed or ran
     # into its bound without it failed in connection setup, which a fresh pair may pass
     # (siw under a loaded host, docs/reliability.md). Empty: such a failure is final.

@@ -136,3 +136,20 @@ def test_attempts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (result.status, result.attempts, len(calls)) == ("failed", MAX_ATTEMPTS, MAX_ATTEMPTS)
     assert len(result.retried) == MAX_ATTEMPTS - 1
     assert result.reason == "client exited with 124 (timed out)"
+
+
+STALLED = f"{execute.SERVER_STALLED} 15 s after the client finished"
+
+
+@pytest.mark.parametrize("transport", ["rc", "srq"])
+def test_an_rc_pingpong_server_left_waiting_is_the_last_ack_race(transport: str) -> None:
+    """Seen in the reliability module at load 9: the client printed its 20 iterations, the
+    server's QP stayed in RTS resending its last SEND to a QP that no longer existed."""
+    why = _worth_another_attempt(EXAMPLES[("pingpong", transport)], _failed(STALLED))
+    assert "before rxe acknowledged" in why
+
+
+@pytest.mark.parametrize("spec", [EXAMPLES[("pingpong", "uc")], EXAMPLES[("pingpong", "ud")],
+                                  RDMA_SERVER, PERFTEST_R])
+def test_a_server_left_waiting_is_final_without_acks_or_a_known_race(spec: Any) -> None:
+    assert _worth_another_attempt(spec, _failed(STALLED, "-" * 40)) == ""
