@@ -271,13 +271,25 @@ FIREWALLS = ("iptables", "ip6tables")
 TABLES = ("filter", "nat", "mangle")
 
 
-def _rules(tool: str, table: str) -> list[str]:
+# Seconds iptables waits for the xtables lock (another tool may hold it), and the bound on
+# the whole call: a plain `-w` waits forever.
+LOCK_WAIT = "10"
+CALL_SECONDS = 30
+
+
+def _iptables(tool: str, table: str, *args: str) -> subprocess.CompletedProcess[str] | None:
+    """One bounded iptables call; None when the tool is missing or did not answer in time."""
     try:
-        result = subprocess.run([tool, "-w", "-t", table, "-S"], capture_output=True,
-                                text=True, check=False, stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        return []
-    return result.stdout.splitlines() if result.returncode == 0 else []
+        return subprocess.run([tool, "-w", LOCK_WAIT, "-t", table, *args], capture_output=True,
+                              text=True, check=False, stdin=subprocess.DEVNULL,
+                              timeout=CALL_SECONDS)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+
+
+def _rules(tool: str, table: str) -> list[str]:
+    result = _iptables(tool, table, "-S")
+    return result.stdout.splitlines() if result is not None and result.returncode == 0 else []
 
 
 def _libvirt_chains() -> bool:
@@ -296,13 +308,11 @@ def _drop_libvirt_chains() -> bool:
                 words = line.split()
                 if words[:1] == ["-A"] and words[-2:-1] == ["-j"] and \
                         words[-1].startswith("LIBVIRT_") and len(words) == 4:
-                    subprocess.run([tool, "-w", "-t", table, "-D", words[1], "-j", words[-1]],
-                                   capture_output=True, check=False)
+                    _iptables(tool, table, "-D", words[1], "-j", words[-1])
             for line in rules:
                 if line.startswith("-N LIBVIRT_"):
-                    done = subprocess.run([tool, "-w", "-t", table, "-X", line.split()[1]],
-                                          capture_output=True, check=False)
-                    dropped |= done.returncode == 0
+                    done = _iptables(tool, table, "-X", line.split()[1])
+                    dropped |= done is not None and done.returncode == 0
     return dropped
 
 
