@@ -238,15 +238,34 @@ def test_docker_host_vm_refuses_mounts(tmp_path: Path, monkeypatch: pytest.Monke
         provider.check_host()
 
 
-def test_vagrant_refuses_the_workbench_keys(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("vagrant_provider", "box", "why"), [
+    ("virtualbox", "", "with the Vagrant provider virtualbox"),
+    ("libvirt", "debian/trixie64", "with LABCTL_VAGRANT_BOX (a public box)"),
+])
+def test_vagrant_refuses_the_workbench_keys_without_labctls_box(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vagrant_provider: str, box: str,
+        why: str) -> None:
+    monkeypatch.setenv("LABCTL_VAGRANT_BOX", box)
     lab = dataclasses.replace(_lab(tmp_path), provider="vagrant")
     provider = provider_for(lab, LabDir(lab.name))
+    provider.vagrant_provider = vagrant_provider  # type: ignore[attr-defined]
     with pytest.raises(UnsupportedError) as info:
-        provider.check_host()
+        provider.check_workbench()  # type: ignore[attr-defined]
     assert info.value.exit_code == 2
     assert "mounts (host folders) (nodes node1, node2)" in info.value.message
     assert "packages (nodes node1, node2)" in info.value.message
     assert "image trixie-dev" in info.value.message
+    assert why in info.value.message
+    assert "LABCTL_VAGRANT_PROVIDER=libvirt" in info.value.hint
+
+
+def test_vagrant_with_labctls_boxes_takes_the_workbench_keys(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LABCTL_VAGRANT_BOX", raising=False)
+    lab = dataclasses.replace(_lab(tmp_path), provider="vagrant")
+    provider = provider_for(lab, LabDir(lab.name))
+    provider.vagrant_provider = "libvirt"  # type: ignore[attr-defined]
+    provider.check_workbench()  # type: ignore[attr-defined]
 
 
 # --------------------------------------------------------------------------- labctl cp
