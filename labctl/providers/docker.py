@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import labctl.providers.hostbinds as hostbinds
 from labctl.data import data_path
 from labctl.dockerhost.engine import Engine, local_base_url, resolve_engine
 from labctl.dockerhost.sdk import sdk
@@ -46,7 +47,6 @@ from labctl.images.recipes import image_label, node_recipe
 from labctl.lab.labdir import LabDir
 from labctl.lab.state import CorruptStateError, LabState, NodeState, NodeStatus, Phase
 from labctl.net import labnet
-from labctl.providers import hostbinds
 from labctl.providers.base import (
     FAIL,
     READY,

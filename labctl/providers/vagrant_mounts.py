@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from labctl.providers import hostbinds
+import labctl.providers.hostbinds as hostbinds
 from labctl.topology.resolved import Lab
 
 MOUNTS_DIR = "mounts"
