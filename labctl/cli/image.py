@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from labctl.cli.common import console, progress_reporter
-from labctl.images.builder import Image, build_image
+from labctl.images.builder import Image, build_image, image_dir
 from labctl.images.recipes import RECIPES, recipe
 from labctl.paths import cache_root
 
@@ -56,6 +56,28 @@ IMAGE_KEYS = ("name", "key", "suite", "kernel_suite", "kernel", "rdma_core", "si
               "rootfs_bytes", "build_seconds")
 
 
+def added_packages(image: Image) -> list[str] | None:
+    """The packages a topology's `packages:` added to the image's recipe ([] for the
+    recipe's own image); None when the image does not say (built before labctl recorded
+    it) and is not the recipe's own image of today."""
+    recorded = image.manifest.get("added_packages")
+    if isinstance(recorded, list):
+        return [str(p) for p in recorded]
+    name = str(image.manifest.get("name", ""))
+    if name in RECIPES and image.path.name == image_dir(RECIPES[name]).name:
+        return []
+    return None
+
+
+def image_label(image: Image) -> str:
+    """What the image is: its recipe, plus the packages added to it."""
+    name = str(image.manifest.get("name", "?"))
+    added = added_packages(image)
+    if added is None:
+        return f"{name} + packages not recorded (built by an older labctl)"
+    return f"{name} + {' '.join(added)}" if added else name
+
+
 @image_app.command("list")
 def list_images(
     as_json: bool = typer.Option(
@@ -67,17 +89,19 @@ def list_images(
     base = cache_root() / "images"
     images = [Image.at(p) for p in sorted(base.glob("*")) if (p / "manifest.json").is_file()]
     if as_json:
-        records = [{k: i.manifest.get(k) for k in IMAGE_KEYS} | {"path": str(i.path)}
+        records = [{k: i.manifest.get(k) for k in IMAGE_KEYS}
+                   | {"added_packages": added_packages(i), "path": str(i.path)}
                    for i in images]
         print(json.dumps({"images": records}, indent=2))
         return
     table = Table(title=f"images in {base}")
-    for column in ("image", "kernel", "rdma-core", "root fs", "built in"):
+    for column in ("image", "recipe + packages", "kernel", "rdma-core", "root fs", "built in"):
         table.add_column(column)
     for i in images:
         m = i.manifest
         table.add_row(
             m["key"],
+            image_label(i),
             m["kernel"],
             m["rdma_core"],
             f"{m['rootfs_bytes'] >> 20} MiB",

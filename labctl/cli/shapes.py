@@ -83,6 +83,8 @@ class ImageRecord(Shape):
     siw: bool
     rootfs_bytes: int
     build_seconds: float
+    # a topology's `packages:` added to the recipe; None: not recorded (an older image)
+    added_packages: list[str] | None
     path: str
 
 

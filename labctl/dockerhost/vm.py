@@ -39,18 +39,23 @@ from labctl.providers.machine import (
     QemuMachine,
     free_port,
     machine_payload,
+    mounts_env,
     node_argv,
     node_machine,
     start_masters,
     wait_machines_ready,
 )
 from labctl.providers.node import node_env
-from labctl.topology.resolved import Lab, Node
+from labctl.topology.resolved import Lab, Mount, Node
 
 IMAGE = "docker-host"
 # Not a valid lab name (underscore): cannot collide with a user's lab, netns or qemu.
 VM_LAB = "docker_host"
 VM_NODE = "engine"
+# This host's folders for container mounts: labctl bind-mounts each lab's under
+# share_dir() at `up` (labctl.providers.docker), the VM sees that directory over
+# virtio-9p (multidevs=remap: the bind mounts are other file systems) at VM_SHARE.
+VM_SHARE = "/mnt/labctl-host"
 DEFAULT_MEMORY_MIB = 1024
 # 0 = automatic: 2 under KVM, 1 under TCG. With -smp 2 under TCG the 7.3 guest kernel
 # panicked early in 2 of ~8 boots here ("Oops: int3" in ktime_get_mono_fast_ns while
@@ -68,6 +73,10 @@ def lock_file() -> Path:
     return state_root().parent / "docker-host.lock"
 
 
+def share_dir() -> Path:
+    return state_root().parent / "docker-host-share"
+
+
 def data_disk(image: Image) -> Path:
     return cache_root() / "docker-host" / f"{image.path.name}.docker.ext4"
 
@@ -77,7 +86,8 @@ def _script(name: str) -> str:
 
 
 def _vm_lab(memory_mib: int, cpus: int) -> Lab:
-    node = Node(VM_NODE, 1, "none", memory_mib, cpus, IMAGE, ())
+    node = Node(VM_NODE, 1, "none", memory_mib, cpus, IMAGE, (),
+                mounts=(Mount(str(share_dir()), VM_SHARE),))
     return Lab(VM_LAB, "qemu", "", (node,), ())
 
 
@@ -117,6 +127,13 @@ class DockerHostVM:
 
     def running(self) -> bool:
         return self.machine.owns(self._pid())
+
+    def shares_host_folders(self) -> bool:
+        """Whether the running VM was started with the host-folder share (a VM started by
+        an older labctl was not)."""
+        state = self._state()
+        node = state.nodes.get(VM_NODE) if state else None
+        return bool(node and any(str(share_dir()) in arg for arg in node.argv))
 
     def engine_answers(self) -> bool:
         if not self.socket.exists():
@@ -187,6 +204,7 @@ class DockerHostVM:
         lab = _vm_lab(memory_mib, cpus)
         node = lab.nodes[0]
         self.labdir.path.mkdir(parents=True, exist_ok=True, mode=0o750)
+        share_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
         disk = data_disk(image)
         if not disk.exists():
             progress(f"engine data disk {disk} ({DATA_DISK_SIZE}, sparse)")
@@ -201,7 +219,8 @@ class DockerHostVM:
                          self.labdir.known_hosts)
         self.machine.make_disk(image.rootfs)
         self.machine.make_initrd(image.initrd, machine_payload(
-            node_env(lab, node), public_key, self.machine.host_key.read_bytes()))
+            node_env(lab, node) | mounts_env(node), public_key,
+            self.machine.host_key.read_bytes()))
         argv = vm_argv(lab, self.machine, image, chosen, port, disk)
         state = LabState(
             provider="qemu", accel=chosen, phase=Phase.CREATING,

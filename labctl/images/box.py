@@ -32,7 +32,7 @@ from pathlib import Path
 from labctl.errors import LabctlError
 from labctl.images.builder import Image, Progress, build_image
 from labctl.images.cpio import CpioWriter
-from labctl.images.recipes import recipe
+from labctl.images.recipes import node_recipe
 from labctl.lab.labdir import blocking_lock
 from labctl.paths import cache_root
 
@@ -137,10 +137,12 @@ def _virtual_size(disk: Path) -> int:
     return -(-int(info["virtual-size"]) // (1 << 30))  # GiB, rounded up
 
 
-def build_box(image_name: str = "trixie", *, mirror: str | None = None,
-              progress: Progress = lambda _msg: None) -> Box:
-    """The cached box of `image_name`, built (with its image) when missing."""
-    image = build_image(recipe(image_name), mirror, progress=progress)
+def build_box(image_name: str = "trixie", packages: tuple[str, ...] = (), *,
+              mirror: str | None = None, progress: Progress = lambda _msg: None) -> Box:
+    """The cached box of `image_name` plus `packages` (a topology's `packages:`), built
+    (with its image) when missing. Each image is a box of its own: the box key holds the
+    image's key, which holds the package list."""
+    image = build_image(node_recipe(image_name, packages), mirror, progress=progress)
     box = box_for(image)
     if not box.file.is_file():
         box.path.parent.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from labctl.errors import LabctlError
 from labctl.images.cpio import CpioWriter
-from labctl.images.recipes import Recipe
+from labctl.images.recipes import RECIPES, Recipe
 from labctl.paths import cache_root
 
 BUILDER_VERSION = "3"
@@ -321,6 +321,9 @@ def _build_locked(
             "rdma_core": versions.get("rdma-core", "?"),
             "siw": (rootdir / f"usr/lib/modules/{kernel}/updates/siw.ko").is_file(),
             "packages": versions,
+            # a topology's `packages:` (what makes this image differ from its recipe's)
+            "added_packages": sorted(set(recipe.packages) - set(
+                RECIPES[recipe.name].packages if recipe.name in RECIPES else ())),
             "rootfs_bytes": _dir_size(rootdir),
             "build_seconds": round(time.monotonic() - started, 1),
         }

@@ -36,10 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import labctl.providers.hostbinds as hostbinds
 from labctl.data import data_path
 from labctl.dockerhost.engine import Engine, local_base_url, resolve_engine
 from labctl.dockerhost.sdk import sdk
-from labctl.dockerhost.vm import DockerHostVM
+from labctl.dockerhost.vm import VM_SHARE, DockerHostVM, share_dir
 from labctl.errors import LabctlError
 from labctl.images.builder import Image, build_image
 from labctl.images.recipes import image_label, node_recipe
@@ -121,9 +122,17 @@ class DockerLabPlan:
     containers: list[ContainerPlan] = field(default_factory=list)
 
 
-def plan_lab(lab: Lab, tags: dict[str, str], rdma_cm: str) -> DockerLabPlan:
+def vm_share_point(lab: str, node: str, index: int) -> Path:
+    """Where `up` bind-mounts a node's host folder for the Docker host VM (on this host)."""
+    return share_dir() / lab / f"{node}-{index}"
+
+
+def plan_lab(lab: Lab, tags: dict[str, str], rdma_cm: str,
+             vm_engine: bool = False) -> DockerLabPlan:
     """Everything `create` makes, as data (golden-tested). `tags`: image name -> engine tag;
-    `rdma_cm`: "MAJOR:MINOR" of the RDMA CM device in the engine's kernel."""
+    `rdma_cm`: "MAJOR:MINOR" of the RDMA CM device in the engine's kernel; `vm_engine`:
+    the engine is the Docker host VM, whose path of a host folder is its bind mount
+    under the VM's share."""
     rules = [f"c {INFINIBAND_MAJOR}:* rwm"]
     if rdma_cm:
         rules.append(f"c {rdma_cm} rwm")
@@ -135,10 +144,12 @@ def plan_lab(lab: Lab, tags: dict[str, str], rdma_cm: str) -> DockerLabPlan:
             f"{LABEL}.node": node.name,
             f"{LABEL}.rdma-dev": rdma_device_name(lab.name, node) if node.rdma_interface else "",
         }
-        # Host folders as bind mounts (engine local only: see DockerProvider.check_host);
-        # the Engine API's own records, so one folder may go to two places.
-        binds = {"mounts": [{"Type": "bind", "Source": m.source, "Target": m.target,
-                             "ReadOnly": m.readonly} for m in node.mounts]} if node.mounts else {}
+        # Host folders as bind mounts, the Engine API's own records (one folder may go to
+        # two places); with the VM, from the VM's share (bind mounts made at `up`).
+        binds = {"mounts": [
+            {"Type": "bind", "Target": m.target, "ReadOnly": m.readonly,
+             "Source": f"{VM_SHARE}/{lab.name}/{node.name}-{i}" if vm_engine else m.source}
+            for i, m in enumerate(node.mounts)]} if node.mounts else {}
         containers.append(ContainerPlan(node.name, binds | {
             "image": tags[image_label(node.image, node.packages)],
             "name": container_name(lab.name, node.name),
@@ -236,16 +247,16 @@ class DockerProvider(Provider):
             raise LabctlError("the docker provider needs root (the Docker host VM, mounting "
                               "the node image)", hint="run labctl with sudo or as root")
         if self.engine_option == "vm":
-            mounting = sorted(n.name for n in self.lab.nodes if n.mounts)
-            if mounting:
-                # Bind mounts name paths on the engine's machine: the Docker host VM is
-                # another machine, and it has no share of this host's folders.
-                raise UnsupportedError(
-                    f"host folders (mounts) need the local Docker engine: the Docker host "
-                    f"VM cannot see this host's folders (nodes with mounts: "
-                    f"{', '.join(mounting)})",
-                    hint="use --engine local (an engine on this host, kernel 7.x: see "
-                    "docs/docker.md), the qemu provider, or `labctl cp` instead of mounts")
+            vm = DockerHostVM()
+            if any(n.mounts for n in self.lab.nodes) and vm.running() and \
+                    not vm.shares_host_folders():
+                # Bind mounts name paths on the engine's machine: the VM sees this host's
+                # folders only through the share it gets at boot.
+                raise LabctlError(
+                    "host folders (mounts): the running Docker host VM was started without "
+                    "the host-folder share (by an older labctl)",
+                    hint="restart it when no lab uses it: `labctl docker-host down`, then "
+                    "`labctl up` again")
             check_qemu_host()
 
     @staticmethod
@@ -286,7 +297,10 @@ class DockerProvider(Provider):
                 raise LabctlError(f"siw is not loaded in {engine.where}",
                                   hint="modprobe siw there (Debian kernels lack it; the "
                                   "Docker host VM's image builds it)")
-            plan = plan_lab(self.lab, images, str(facts.get("rdma_cm", "")))
+            vm_engine = engine.kind == "vm"
+            if vm_engine and any(n.mounts for n in self.lab.nodes):
+                self._share_with_vm(progress)
+            plan = plan_lab(self.lab, images, str(facts.get("rdma_cm", "")), vm_engine)
             pids: dict[str, int] = {}
             for cplan in plan.containers:
                 node = self.lab.node(cplan.node)
@@ -452,7 +466,27 @@ class DockerProvider(Provider):
             argv.append("-t")
         return [*argv, container_name(self.lab.name, node), *(command or ["bash", "-l"])]
 
+    def _share_with_vm(self, progress: Progress) -> None:
+        """Each host folder bind-mounted under the VM's share (read-only for `:ro`)."""
+        if not DockerHostVM().shares_host_folders():
+            raise LabctlError("host folders (mounts): the Docker host VM was started "
+                              "without the host-folder share (by an older labctl)",
+                              hint="restart it when no lab uses it: `labctl docker-host "
+                              "down`, then `labctl up` again")
+        progress(f"host folders: bind mounts under {share_dir() / self.lab.name}")
+        hostbinds.unbind_all(share_dir() / self.lab.name)  # what a crashed `up` left
+        for node in self.lab.nodes:
+            for i, mount in enumerate(node.mounts):
+                hostbinds.bind(mount.source, vm_share_point(self.lab.name, node.name, i),
+                               mount.readonly, f"node {node.name} (Docker host VM)")
+
     def destroy(self) -> list[str]:
+        """Remove the lab's containers, its netns in the engine's kernel, then the bind
+        mounts of its host folders under the Docker host VM's share."""
+        removed = self._destroy_engine_side()
+        return removed + hostbinds.unbind_all(share_dir() / self.lab.name)
+
+    def _destroy_engine_side(self) -> list[str]:
         """Remove the lab's containers (by label) and its netns in the engine's kernel."""
         try:
             engine: Engine | None = self._engine()

@@ -157,7 +157,10 @@ class QemuMachine:
         for i, share in enumerate(shares):
             # qemu's option syntax: a comma inside a value is written twice
             path = share.path.replace(",", ",,")
-            argv += ["-fsdev", f"local,id=fs{i},path={path},security_model=none"
+            # multidevs=remap: a folder holding other file systems (bind mounts) keeps
+            # unique inode numbers in the node
+            argv += ["-fsdev", f"local,id=fs{i},path={path},security_model=none,"
+                     "multidevs=remap"
                      + (",readonly=on" if share.readonly else ""),
                      "-device", f"virtio-9p-pci,fsdev=fs{i},mount_tag={share.tag}"]
         for nic in nics:

@@ -7,9 +7,11 @@ Vagrantfile reads the resolved lab from LABCTL_LAB_JSON (LABDIR/lab.json, the sa
 installs the node packages, the node-side code under /opt/labctl and a systemd unit that
 creates the RDMA device at every boot.
 
-With the libvirt provider, labctl boots its own node image (no box download, no package
-installation in the nodes): `labctl image box` makes a Vagrant box of it
-(labctl.images.box), labctl adds it to Vagrant and passes its name in LABCTL_BOX, starts
+With the libvirt provider, labctl boots its own node images (no box download, no package
+installation in the nodes): `labctl image box` makes a Vagrant box of each image the nodes
+use (labctl.images.box: trixie, trixie-dev, `packages:` lists), labctl adds them to Vagrant
+and passes each node's box in LABCTL_BOXES, shares `mounts:` as virtiofs synced folders
+(`:ro` ones through read-only bind mounts, labctl.providers.vagrant_mounts), starts
 libvirtd when none runs (labctl.providers.libvirtd) and tells the Vagrantfile the libvirt
 driver (kvm, or qemu = TCG when KVM does not really work here) in LABCTL_LIBVIRT_DRIVER.
 Those settings are kept in LABDIR/vagrant-env.json for every later Vagrant call.
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import labctl.providers.libvirtd as libvirtd
+import labctl.providers.vagrant_mounts as vagrant_mounts
 from labctl.errors import LabctlError
 from labctl.images.recipes import RECIPES
 from labctl.lab import ssh
@@ -141,7 +144,7 @@ class VagrantProvider(Provider):
 
     @property
     def env_file(self) -> Path:
-        """Settings labctl chose at `up` (LABCTL_BOX, LABCTL_LIBVIRT_DRIVER): every later
+        """Settings labctl chose at `up` (LABCTL_BOXES, LABCTL_LIBVIRT_DRIVER): every later
         Vagrant call must evaluate the Vagrantfile the same way."""
         return self.labdir.path / "vagrant-env.json"
 
@@ -189,10 +192,19 @@ class VagrantProvider(Provider):
             ) from None
 
     # --- host checks ---------------------------------------------------------------------
+    def labctl_boxes(self) -> bool:
+        """Whether the nodes boot labctl's own boxes: libvirt, no LABCTL_VAGRANT_BOX, every
+        node's image one labctl builds. Otherwise the Vagrantfile's public Debian boxes."""
+        return (self.vagrant_provider == "libvirt"
+                and not os.environ.get("LABCTL_VAGRANT_BOX")
+                and all(n.image in RECIPES for n in self.lab.nodes))
+
     def check_workbench(self) -> None:
-        """Refuse what the Vagrantfile does not make: it provisions its own package list
-        into Debian boxes (no labctl image, no `packages:`), and those boxes have no guest
-        additions for synced folders."""
+        """The workbench keys need labctl's boxes: `packages:` and trixie-dev are images
+        labctl builds, and host folders are virtiofs devices that the public Debian boxes
+        (provisioned by the Vagrantfile, other providers without them) do not get."""
+        if self.labctl_boxes():
+            return
         wants = {
             "mounts (host folders)": [n.name for n in self.lab.nodes if n.mounts],
             "packages": [n.name for n in self.lab.nodes if n.packages],
@@ -200,14 +212,16 @@ class VagrantProvider(Provider):
         }
         missing = [f"{what} (nodes {', '.join(nodes)})" for what, nodes in wants.items() if nodes]
         if missing:
+            why = (f"the Vagrant provider {self.vagrant_provider}" if
+                   self.vagrant_provider != "libvirt" else "LABCTL_VAGRANT_BOX (a public box)")
             raise UnsupportedError(
-                f"the vagrant provider cannot do {'; '.join(missing)}",
-                hint="use the qemu provider for the workbench keys; in a vagrant lab, "
-                "`labctl cp` copies files and `labctl exec NODE -- apt-get install ...` adds "
-                "packages")
+                f"the vagrant provider cannot do {'; '.join(missing)} with {why}: only "
+                "labctl's own boxes (libvirt) have them",
+                hint="use libvirt without LABCTL_VAGRANT_BOX (LABCTL_VAGRANT_PROVIDER=libvirt) "
+                "or the qemu provider; otherwise `labctl cp` copies files and `labctl exec "
+                "NODE -- apt-get install ...` adds packages")
 
     def check_host(self) -> None:
-        self.check_workbench()
         if shutil.which("vagrant") is None:
             raise LabctlError("vagrant not found", hint=INSTALL_HINT)
         if shutil.which("ssh") is None:
@@ -220,6 +234,7 @@ class VagrantProvider(Provider):
                 "or set LABCTL_VAGRANTFILE_DIR to the directory holding its Vagrantfile",
             )
         self.vagrant_provider = self.choose_provider()
+        self.check_workbench()
 
     def _plugins(self) -> set[str]:
         result = self._vagrant("plugin", "list", lab_env=False)  # before lab.json exists
@@ -285,6 +300,8 @@ class VagrantProvider(Provider):
             self.vagrant_provider = self.labdir.load_state().vagrant_provider
         for name in nodes:
             (self.labdir.path / f"cm-{name}").unlink(missing_ok=True)
+        if self.labctl_boxes():  # a host reboot took the read-only bind mounts away
+            vagrant_mounts.bind_readonly(self.lab, self.labdir.path)
         self._vagrant_up(nodes, progress)
         state = self.labdir.load_state()
         state.phase = Phase.REPAIRING
@@ -299,21 +316,28 @@ class VagrantProvider(Provider):
         started = libvirtd.ensure_running()
         if started is not None:
             progress(f"libvirtd running (pid {started.libvirtd}, started by labctl)")
-        images = {n.image for n in self.lab.nodes}
-        if os.environ.get("LABCTL_VAGRANT_BOX") or len(images) != 1 or \
-                next(iter(images)) not in RECIPES:
+        if not self.labctl_boxes():
             progress("no labctl box for these nodes: the Vagrantfile's public box")
         else:
             from labctl.images.box import build_box
             from labctl.providers.accel import kvm_works
 
-            box = build_box(next(iter(images)), progress=progress)
-            self._add_box(box.name, box.file, progress)
-            settings["LABCTL_BOX"] = box.name
+            # One box per distinct image (trixie-dev, each `packages:` list): per node.
+            boxes = {}
+            for image in dict.fromkeys((n.image, n.packages) for n in self.lab.nodes):
+                boxes[image] = build_box(image[0], image[1], progress=progress)
+                self._add_box(boxes[image].name, boxes[image].file, progress)
+            settings["LABCTL_BOXES"] = json.dumps(
+                {n.name: boxes[(n.image, n.packages)].name for n in self.lab.nodes})
+            first = next(iter(boxes.values()))
             driver = os.environ.get("LABCTL_LIBVIRT_DRIVER") or (
-                "kvm" if kvm_works(box.path / "vmlinux") else "qemu")
+                "kvm" if kvm_works(first.path / "vmlinux") else "qemu")
             settings["LABCTL_LIBVIRT_DRIVER"] = driver
-            progress(f"box {box.name}, libvirt driver {driver}")
+            progress(f"boxes {', '.join(b.name for b in boxes.values())}, libvirt driver "
+                     f"{driver}")
+            if any(m.readonly for n in self.lab.nodes for m in n.mounts):
+                progress("read-only bind mounts of the :ro folders")
+                vagrant_mounts.bind_readonly(self.lab, self.labdir.path)
         self.env_file.write_text(json.dumps(settings, indent=2) + "\n")
 
     def _add_box(self, name: str, path: Path, progress: Progress) -> None:
@@ -536,7 +560,7 @@ class VagrantProvider(Provider):
             ssh.close_masters(self.labdir.ssh_config, [n.name for n in self.lab.nodes])
         machines = self._machines()
         if not machines:
-            removed: list[str] = []
+            removed = vagrant_mounts.unbind(self.labdir.path)
             if self.env_file.exists():  # an `up` that failed early may have started libvirtd
                 libvirtd.release(removed)
             return removed
@@ -561,6 +585,7 @@ class VagrantProvider(Provider):
                 hint="fix the cause and run `labctl down` again (the lab directory is kept)",
             )
         removed = [f"vagrant VM {m}" for m in machines]
+        removed += vagrant_mounts.unbind(self.labdir.path)  # after virtiofsd is gone
         if any(m.endswith("(libvirt)") for m in machines) or self.env_file.exists():
             libvirtd.forget_networks([f"labctl-{self.lab.name}-mgmt"] + [
                 f"labctl-{self.lab.name}-{segment.name}" for segment in self.lab.segments])

@@ -37,8 +37,23 @@ NODES = ("node1", "node2")
 
 
 @pytest.fixture(scope="module")
-def docker_topology(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_topology(tmp_path_factory.mktemp("docker"), "docker-two-node.yaml", LAB)
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Host folders for the nodes' mounts, each with a file written on the host."""
+    base = tmp_path_factory.mktemp("docker-folders")
+    result = {"rw": base / "rw", "ro": base / "ro"}
+    for mode, path in result.items():
+        path.mkdir()
+        (path / "from-host.txt").write_text(f"host {mode}\n")
+    return result
+
+
+@pytest.fixture(scope="module")
+def docker_topology(tmp_path_factory: pytest.TempPathFactory,
+                    folders: dict[str, Path]) -> Path:
+    # the Docker host VM sees them through its share of labctl's bind mounts
+    mounts = [f"{folders['rw']}:/mnt/rw", f"{folders['ro']}:/mnt/ro:ro"]
+    return make_topology(tmp_path_factory.mktemp("docker"), "docker-two-node.yaml", LAB,
+                         defaults={"mounts": mounts})
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +67,8 @@ def docker_lab(docker_topology: Path) -> Iterator[dict[str, float]]:
     timings["up"] = time.monotonic() - begin
     yield timings
     lifecycle.destroy(LAB)
+    # the bind mounts under the VM's share are gone with the lab, the folders are not
+    assert f"/docker-host-share/{LAB}/" not in Path("/proc/self/mountinfo").read_text()
     if started_vm:
         labctl("docker-host", "down")
 
@@ -250,3 +267,17 @@ def test_doctor_tells_the_truth_about_this_host() -> None:
         assert "Docker host VM" in checks["host kernel RDMA"]["todo"]
     if DockerHostVM().running():
         assert checks["per-netns rxe (VM)"]["result"] == "ok", checks["per-netns rxe (VM)"]
+
+
+def test_host_folders_both_ways(handle: LabHandle, folders: dict[str, Path]) -> None:
+    """Through the Docker host VM: a file written on the host is read in the container,
+    one written in the container is read on the host, and `:ro` refuses writes (one
+    `docker exec`: each costs seconds under TCG)."""
+    script = ("cat /mnt/rw/from-host.txt /mnt/ro/from-host.txt; "
+              "echo node1 > /mnt/rw/from-node1.txt || echo 'rw write failed'; "
+              "echo no > /mnt/ro/x.txt && echo 'ro write passed'; true")
+    result = handle.run("node1", ["sh", "-c", script], timeout=120)
+    assert result.stdout == "host rw\nhost ro\n", result.stdout + result.stderr
+    assert "Read-only file system" in result.stderr
+    assert (folders["rw"] / "from-node1.txt").read_text() == "node1\n"
+    assert not (folders["ro"] / "x.txt").exists()

@@ -8,7 +8,7 @@ volume, network, dnsmasq, libvirtd or virtlogd of the lab left (a libvirtd that 
 before is left running).
 
 It runs where vagrant, vagrant-libvirt and libvirt are installed (scripts/setup.sh
-installs them; in CI a skip is a failure) and adds about 3.5 minutes under TCG;
+installs them; in CI a skip is a failure) and adds about 2.5 to 3.5 minutes under TCG;
 LABCTL_TEST_VAGRANT=0 leaves it out (docs/vagrant.md, "What is verified").
 """
 
@@ -73,9 +73,26 @@ def _lab_dnsmasq() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def vagrant_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, float]]:
-    topology = make_topology(tmp_path_factory.mktemp("vagrant"), "two-node.yaml", LAB,
-                             provider="vagrant")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Host folders for the lab's mounts (under root's 0700 pytest directory, which
+    libvirt-qemu could not enter), each with a file written on the host."""
+    base = tmp_path_factory.mktemp("vagrant-folders")
+    result = {"rw": base / "rw", "ro": base / "ro"}
+    for mode, path in result.items():
+        path.mkdir()
+        (path / "from-host.txt").write_text(f"host {mode}\n")
+    return result
+
+
+@pytest.fixture(scope="module")
+def vagrant_lab(tmp_path_factory: pytest.TempPathFactory,
+                folders: dict[str, Path]) -> Iterator[dict[str, float]]:
+    # node1 boots the dev image (a box of its own), node2 the node image; both mount a
+    # read-write and a read-only host folder.
+    topology = make_topology(
+        tmp_path_factory.mktemp("vagrant"), "two-node.yaml", LAB, provider="vagrant",
+        defaults={"mounts": [f"{folders['rw']}:/mnt/rw", f"{folders['ro']}:/mnt/ro:ro"]},
+        nodes={"node1": {"image": "trixie-dev"}, "node2": {}})
     before = {"libvirtd": _pids("libvirtd"), "virtlogd": _pids("virtlogd")}
     lifecycle.destroy(LAB)  # left by an interrupted earlier run
     timings: dict[str, float] = {}
@@ -104,6 +121,10 @@ def vagrant_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
             assert not list(Path("/etc/libvirt/qemu/networks").glob(f"labctl-{LAB}-*.xml"))
             assert not list(Path("/var/lib/libvirt/images").glob("labctl-*"))
             assert libvirtd.load_record() is None
+        # the read-only bind mounts are gone, the host folders and their files are not
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+        assert f"/{LAB}/mounts/" not in mountinfo
+        assert (folders["ro"] / "from-host.txt").read_text() == "host ro\n"
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +176,32 @@ def test_inspector_matches_ibv_devinfo(handle: LabHandle) -> None:
     assert c.returncode == 0, c.stderr
     assert py.stdout == c.stdout
     assert "rxe0" in c.stdout
+
+
+def test_host_folders_both_ways(handle: LabHandle, folders: dict[str, Path]) -> None:
+    """A file written on the host is read in the nodes, one written in a node is read on
+    the host; a `:ro` folder refuses writes from the node."""
+    for node in NODES:
+        seen = handle.run(node, ["cat", "/mnt/rw/from-host.txt", "/mnt/ro/from-host.txt"],
+                          timeout=60)
+        assert seen.stdout == "host rw\nhost ro\n", seen.stderr
+        wrote = handle.run(node, ["sh", "-c", f"echo {node} > /mnt/rw/from-{node}.txt"],
+                           timeout=60)
+        assert wrote.returncode == 0, wrote.stderr
+        assert (folders["rw"] / f"from-{node}.txt").read_text() == f"{node}\n"
+        refused = handle.run(node, ["sh", "-c", "echo no > /mnt/ro/from-node.txt"], timeout=60)
+        assert refused.returncode != 0
+        assert "Read-only file system" in refused.stderr
+        # not even after a remount: the host's bind mount is read-only
+        handle.run(node, ["mount", "-o", "remount,rw", "/mnt/ro"], timeout=60)
+        again = handle.run(node, ["sh", "-c", "echo no > /mnt/ro/from-node.txt"], timeout=60)
+        assert again.returncode != 0
+    assert not (folders["ro"] / "from-node.txt").exists()
+
+
+def test_each_node_boots_its_own_image(handle: LabHandle) -> None:
+    """node1 boots the dev image's box (gcc), node2 the node image's (no gcc)."""
+    dev = handle.run("node1", ["gcc", "--version"], timeout=60)
+    assert dev.returncode == 0 and "gcc" in dev.stdout, dev.stderr
+    plain = handle.run("node2", ["sh", "-c", "command -v gcc"], timeout=60)
+    assert plain.returncode != 0

@@ -184,6 +184,39 @@ def test_image_list_empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert shapes.ImageListOutput.model_validate_json(out).images == []
 
 
+def test_image_list_tells_package_lists_apart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An image of a `packages:` list shows what it adds; an older one (nothing recorded)
+    says so unless it is its recipe's own image."""
+    from labctl.images.builder import image_dir
+    from labctl.images.recipes import RECIPES
+
+    monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path))
+    base = image_dir(RECIPES["trixie"]).name
+    manifests = {base: {}, "trixie-0000000000000001": {"added_packages": ["gdb", "iperf3"]},
+                 "trixie-0000000000000002": {}}
+    for key, extra in manifests.items():
+        (tmp_path / "images" / key).mkdir(parents=True)
+        for name in ("vmlinux", "initrd.cpio", "root.ext4"):
+            (tmp_path / "images" / key / name).write_bytes(b"")
+        (tmp_path / "images" / key / "manifest.json").write_text(json.dumps({
+            "name": "trixie", "key": key, "suite": "trixie", "kernel_suite": "trixie",
+            "kernel": "6.12", "rdma_core": "56.1-1", "siw": True, "packages": {},
+            "rootfs_bytes": 1 << 20, "build_seconds": 1.0, **extra}))
+    code, out, _ = _main(monkeypatch, capsys, "image", "list", "--json")
+    assert code == 0
+    added = {i.key: i.added_packages
+             for i in shapes.ImageListOutput.model_validate_json(out).images}
+    assert added == {base: [], "trixie-0000000000000001": ["gdb", "iperf3"],
+                     "trixie-0000000000000002": None}
+    monkeypatch.setenv("COLUMNS", "300")
+    code, out, _ = _main(monkeypatch, capsys, "image", "list")
+    assert code == 0
+    assert "trixie + gdb iperf3" in out
+    assert "trixie + packages not recorded" in out
+
+
 def test_image_list_real_cache(monkeypatch: pytest.MonkeyPatch,
                                capsys: pytest.CaptureFixture[str]) -> None:
     from labctl.paths import cache_root

@@ -579,6 +579,28 @@ def test_vagrantfile_uses_labctls_box_with_an_isolated_management_network() -> N
 
 
 @needs_ruby
+def test_vagrantfile_gives_each_node_its_box_and_its_host_folders() -> None:
+    """LABCTL_BOXES names a box per node (one per image: trixie-dev, `packages:` lists),
+    also for the default box of an image without a public one; `:ro` folders come from
+    labctl's read-only bind mounts in the lab directory."""
+    nodes = [{"name": "node1", "index": 1, "image": "trixie-dev",
+              "mounts": [{"source": "/src", "target": "/work", "readonly": False},
+                         {"source": "/data", "target": "/data", "readonly": True}]},
+             {"name": "node2", "index": 2, "image": "trixie"}]
+    code = (
+        "nodes = JSON.parse(ARGV[0])\n"
+        "puts JSON.generate([nodes.map { |n| LabctlVagrant.box(n, 'libvirt') },"
+        " LabctlVagrant.box(nodes[0], 'default'),"
+        " nodes.map { |n| LabctlVagrant.host_folders(n, '/labs/x') }])"
+    )
+    boxes = json.dumps({"node1": "labctl/trixie-dev-a", "node2": "labctl/trixie-b"})
+    out = json.loads(_ruby(code, json.dumps(nodes), env={"LABCTL_BOXES": boxes}))
+    assert out[0] == ["labctl/trixie-dev-a", "labctl/trixie-b"]
+    assert out[1] == "labctl/trixie-dev-a"
+    assert out[2] == [[["/src", "/work", "rw"], ["/labs/x/mounts/node1-1", "/data", "ro"]], []]
+
+
+@needs_ruby
 def test_vagrant_provision_skips_packages_on_labctls_image() -> None:
     """labctl's image has the packages (and no network to fetch any): the packages and siw
     steps stop at once there, and the node step runs the bring-up without systemd."""

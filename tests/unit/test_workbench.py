@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from labctl.errors import UsageError
+from labctl.errors import LabctlError, UsageError
 from labctl.images.builder import Image, image_key
 from labctl.images.recipes import DEV_PACKAGES, image_label, node_recipe, recipe
 from labctl.lab import lifecycle
@@ -192,8 +192,9 @@ def test_qemu_plan_shares_folders_over_9p(tmp_path: Path) -> None:
     node1, node2 = plan.nodes
     fsdevs = [node1.argv[i + 1] for i, a in enumerate(node1.argv) if a == "-fsdev"]
     assert fsdevs == [
-        f"local,id=fs0,path={tmp_path}/src,security_model=none",
-        f"local,id=fs1,path={tmp_path}/a,,b,security_model=none,readonly=on",  # , doubled
+        f"local,id=fs0,path={tmp_path}/src,security_model=none,multidevs=remap",
+        # , doubled
+        f"local,id=fs1,path={tmp_path}/a,,b,security_model=none,multidevs=remap,readonly=on",
     ]
     assert "virtio-9p-pci,fsdev=fs1,mount_tag=labctl1" in node1.argv
     assert node1.env["LABCTL_MOUNTS"] == "labctl0,/work,rw labctl1,/data,ro"
@@ -228,25 +229,82 @@ def test_docker_binds_folders_with_the_local_engine(tmp_path: Path) -> None:
     assert host_config["Binds"] == ["/dev/infiniband:/dev/infiniband:rw"]
 
 
-def test_docker_host_vm_refuses_mounts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_docker_host_vm_binds_folders_from_its_share(tmp_path: Path) -> None:
+    """With the Docker host VM the container mounts the VM's path of the folder: labctl's
+    bind mount of it under the share the VM sees (read-only stays read-only)."""
+    from labctl.dockerhost.vm import VM_SHARE
+
+    lab = dataclasses.replace(_lab(tmp_path), provider="docker")
+    tags = {image_label(n.image, n.packages): f"tag-{n.name}" for n in lab.nodes}
+    plan = docker_provider.plan_lab(lab, tags, "", vm_engine=True)
+    assert plan.containers[0].create["mounts"] == [
+        {"Type": "bind", "Source": f"{VM_SHARE}/{lab.name}/node1-0", "Target": "/work",
+         "ReadOnly": False},
+        {"Type": "bind", "Source": f"{VM_SHARE}/{lab.name}/node1-1", "Target": "/data",
+         "ReadOnly": True}]
+    assert docker_provider.vm_share_point(lab.name, "node1", 1).name == "node1-1"
+
+
+def test_docker_host_vm_without_the_share_is_named(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A VM started by an older labctl (no share) is refused with a hint to restart it."""
     monkeypatch.setattr("shutil.which", lambda _name: "/usr/bin/x")
     monkeypatch.setattr("os.geteuid", lambda: 0)
+    monkeypatch.setattr(docker_provider.DockerHostVM, "running", lambda _self: True)
+    monkeypatch.setattr(docker_provider.DockerHostVM, "shares_host_folders",
+                        lambda _self: False)
     lab = dataclasses.replace(_lab(tmp_path), provider="docker",
                               provider_options={"engine": "vm"})
     provider = provider_for(lab, LabDir(lab.name))
-    with pytest.raises(UnsupportedError, match=r"host folders .* need the local Docker engine"):
+    with pytest.raises(LabctlError, match="started without the host-folder share") as info:
         provider.check_host()
+    assert "labctl docker-host down" in info.value.hint
 
 
-def test_vagrant_refuses_the_workbench_keys(tmp_path: Path) -> None:
+def test_docker_host_vm_shares_labctls_folder(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The VM's qemu exports share_dir() over virtio-9p (multidevs=remap) and its boot
+    mounts it at VM_SHARE."""
+    from labctl.dockerhost import vm
+
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(tmp_path / "labs"))
+    lab = vm._vm_lab(1024, 1)
+    machine = vm.node_machine(vm.VM_LAB, vm.VM_NODE, tmp_path / "engine")
+    argv = vm.vm_argv(lab, machine, _image(), "tcg", 2222, tmp_path / "disk")
+    fsdev = argv[argv.index("-fsdev") + 1]
+    assert f"path={vm.share_dir()}," in fsdev and "multidevs=remap" in fsdev
+    assert "readonly" not in fsdev
+    assert vm.mounts_env(lab.nodes[0]) == {"LABCTL_MOUNTS": f"labctl0,{vm.VM_SHARE},rw"}
+
+
+@pytest.mark.parametrize(("vagrant_provider", "box", "why"), [
+    ("virtualbox", "", "with the Vagrant provider virtualbox"),
+    ("libvirt", "debian/trixie64", "with LABCTL_VAGRANT_BOX (a public box)"),
+])
+def test_vagrant_refuses_the_workbench_keys_without_labctls_box(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vagrant_provider: str, box: str,
+        why: str) -> None:
+    monkeypatch.setenv("LABCTL_VAGRANT_BOX", box)
     lab = dataclasses.replace(_lab(tmp_path), provider="vagrant")
     provider = provider_for(lab, LabDir(lab.name))
+    provider.vagrant_provider = vagrant_provider  # type: ignore[attr-defined]
     with pytest.raises(UnsupportedError) as info:
-        provider.check_host()
+        provider.check_workbench()  # type: ignore[attr-defined]
     assert info.value.exit_code == 2
     assert "mounts (host folders) (nodes node1, node2)" in info.value.message
     assert "packages (nodes node1, node2)" in info.value.message
     assert "image trixie-dev" in info.value.message
+    assert why in info.value.message
+    assert "LABCTL_VAGRANT_PROVIDER=libvirt" in info.value.hint
+
+
+def test_vagrant_with_labctls_boxes_takes_the_workbench_keys(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LABCTL_VAGRANT_BOX", raising=False)
+    lab = dataclasses.replace(_lab(tmp_path), provider="vagrant")
+    provider = provider_for(lab, LabDir(lab.name))
+    provider.vagrant_provider = "libvirt"  # type: ignore[attr-defined]
+    provider.check_workbench()  # type: ignore[attr-defined]
 
 
 # --------------------------------------------------------------------------- labctl cp
