@@ -28,9 +28,16 @@ def mounted(path: Path) -> bool:
                    for fields in (line.split() for line in info))
 
 
+# A bind mount or unmount is instant; a source on a hung network filesystem is not.
+MOUNT_SECONDS = 60
+
+
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, check=False,
-                          stdin=subprocess.DEVNULL)
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, check=False,
+                              stdin=subprocess.DEVNULL, timeout=MOUNT_SECONDS)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, "", f"no answer in {MOUNT_SECONDS} s")
 
 
 def bind(source: str, point: Path, readonly: bool, what: str) -> None:
