@@ -121,15 +121,24 @@ def test_run_all_between_explicit_pairs(lab_handle: LabHandle) -> None:
 
 
 def test_bench_json_and_plot(lab_handle: LabHandle, tmp_path: Any) -> None:
+    """The sweep, small: two sizes, every implementation once, with its counters."""
     chart = tmp_path / "bench.png"
-    proc = labctl("bench", "--lab", LAB_NAME, "--json", "--rounds", "1", "-n", "50",
-                  "--plot", str(chart))
+    proc = labctl("bench", "--lab", LAB_NAME, "--json", "--rounds", "1", "-n", "30",
+                  "--sizes", "64,4K", "--plot", str(chart))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
-    assert set(report["impls"]) == {"c", "python", "tcp"}
-    for figures in report["impls"].values():
-        assert figures["usec_per_iter"] > 0 and figures["failures"] == 0
-    assert report["ratios"]["python_vs_c_msg_rate"] > 0
+    assert [p["size"] for p in report["points"]] == [64, 4096]
+    for point in report["points"]:
+        assert set(point["impls"]) == {"c", "c-events", "python", "tcp"}
+        for figures in point["impls"].values():
+            assert figures["usec_per_iter"] > 0 and figures["failures"] == 0
+            assert figures["packets_per_msg"] >= 1 and figures["cpu_usec_per_iter"] > 0
+    # 4 KiB crosses more than one RDMA MTU: more packets per message than 64 bytes
+    big, small = report["points"][1]["impls"]["c"], report["points"][0]["impls"]["c"]
+    assert big["packets_per_msg"] > small["packets_per_msg"]
+    assert report["points"][0]["ratios"]["python_vs_c_msg_rate"] > 0
+    assert report["best"]["impl"] in {"c", "c-events", "python"}
+    assert report["emulation_bound"] == (report["accel"] == "tcg")
     assert chart.stat().st_size > 10_000
 
 
