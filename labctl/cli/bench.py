@@ -63,8 +63,8 @@ def print_report(report: BenchReport) -> None:
         console.print(f"lowest RDMA latency relative to TCP: {BENCH_SPECS[best['impl']].label}"
                       f" ({best['impl']}) at {size_label(best['size'])}: {best['vs_tcp']:.2f}x "
                       "TCP's (< 1: RDMA faster)")
-    console.print("pkts/msg: data-link packets per message (both nodes' counters); guest CPU:"
-                  " both nodes' busy time per round trip, program start included")
+    console.print("pkts/msg: data-link packets per message; guest CPU: both nodes' busy time "
+                  "per round trip (each beyond a one-round-trip run of the same program)")
     if report.emulation_bound:
         console.print(f"[bold yellow]note[/]: {report.note}")
 

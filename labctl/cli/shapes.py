@@ -178,8 +178,8 @@ class ImplFigures(Shape):
     runs_usec: list[float]
     failures: int
     vs_tcp: float | None  # latency / TCP's at this size (< 1: faster than TCP)
-    packets_per_msg: float | None  # data-link packets per message (both nodes' counters)
-    cpu_usec_per_iter: float | None  # both guests' busy CPU per round trip, start included
+    packets_per_msg: float | None  # data-link packets per message (marginal)
+    cpu_usec_per_iter: float | None  # both guests' busy CPU per round trip (marginal)
     softirq_share: float | None  # part of that CPU time spent in softirq
 
 

@@ -4,8 +4,9 @@ Per size and round the implementations run back to back between the same two nod
 (rotating their order, so a burst of load on the shared host does not always hit the same
 one); the report takes the median per implementation and size, so one noisy run under TCG
 does not decide the ratios. Around every run both nodes' counters are read (the data
-interface's packets, the guest's CPU ticks): packets per message and guest CPU per round
-trip are the evidence for why a figure is what it is.
+interface's packets, the guest's CPU ticks), and once per implementation and size around a
+run of one round trip: the difference is the marginal cost of a round trip, packets per
+message and guest CPU, the evidence for why a figure is what it is.
 """
 
 from __future__ import annotations
@@ -133,28 +134,48 @@ def parse_counters(text: str) -> Counters | None:
     return Counters(tx, rx, user + nice + system + irq + softirq, softirq)
 
 
+@dataclass(frozen=True)
+class Delta:
+    """What one run changed, both nodes together."""
+
+    link_packets: float  # packets on the data link (each node's tx + rx, averaged)
+    busy_ticks: int
+    softirq_ticks: int
+
+
+def delta(before: list[Counters | None], after: list[Counters | None]) -> Delta | None:
+    if not before or None in before or None in after:
+        return None
+    pairs = [(b, a) for b, a in zip(before, after, strict=True) if a and b]
+    # every packet of the exchange leaves one node and enters the other: each node's
+    # tx + rx is the link's count (averaged over the two readings)
+    packets = sum((a.tx_packets - b.tx_packets) + (a.rx_packets - b.rx_packets)
+                  for b, a in pairs) / len(pairs)
+    return Delta(packets, sum(a.busy_ticks - b.busy_ticks for b, a in pairs),
+                 sum(a.softirq_ticks - b.softirq_ticks for b, a in pairs))
+
+
 @dataclass
 class RunCost:
-    """What one run cost, both nodes together, per round trip."""
+    """What one round trip cost, both nodes together: the run's counters minus those of
+    the same implementation's one-iteration run (program start, connection setup, ssh)."""
 
     packets_per_msg: float  # data-link packets (both directions) per message
-    cpu_usec_per_iter: float  # guest CPU busy time per round trip, program start included
+    cpu_usec_per_iter: float  # guest CPU busy time per round trip (both nodes)
     softirq_share: float  # the part of it spent in softirq (rxe's and the NIC's work)
 
 
-def run_cost(before: list[Counters | None], after: list[Counters | None],
-             iters: int) -> RunCost | None:
-    if None in before or None in after or iters <= 0:
+def run_cost(run: Delta | None, baseline: Delta | None, iters: int) -> RunCost | None:
+    """The marginal cost per round trip: (run - baseline) / (iters - 1)."""
+    if run is None or baseline is None or iters <= 1:
         return None
-    pairs = list(zip(before, after, strict=True))
-    # the client's interface sees every packet of the exchange, the server's the same ones
-    packets = sum((a.tx_packets - b.tx_packets) + (a.rx_packets - b.rx_packets)
-                  for b, a in pairs if a and b) / len(pairs)
-    busy = sum(a.busy_ticks - b.busy_ticks for b, a in pairs if a and b)
-    soft = sum(a.softirq_ticks - b.softirq_ticks for b, a in pairs if a and b)
-    return RunCost(packets_per_msg=round(packets / (2 * iters), 2),
-                   cpu_usec_per_iter=round(busy * 1e6 / USER_HZ / iters, 1),
-                   softirq_share=round(soft / busy, 3) if busy else 0.0)
+    extra = iters - 1
+    busy = max(run.busy_ticks - baseline.busy_ticks, 0)
+    soft = max(run.softirq_ticks - baseline.softirq_ticks, 0)
+    return RunCost(packets_per_msg=round((run.link_packets - baseline.link_packets)
+                                         / (2 * extra), 2),
+                   cpu_usec_per_iter=round(busy * 1e6 / USER_HZ / extra, 1),
+                   softirq_share=round(min(soft / busy, 1.0), 3) if busy else 0.0)
 
 
 # --- the report ------------------------------------------------------------------------------
@@ -293,6 +314,16 @@ def _read_counters(handle: LabHandle, nodes: list[tuple[str, str]]) -> list[Coun
         return list(pool.map(one, nodes))
 
 
+def _measured(handle: LabHandle, spec: ExampleSpec, server: str, client: str,
+              options: dict[str, Any], watched: list[tuple[str, str]]
+              ) -> tuple[RunResult, Delta | None]:
+    before = _read_counters(handle, watched) if watched else []
+    result = run_example(handle, spec, server, client, dict(options))
+    if not watched or result.status != "passed":
+        return result, None
+    return result, delta(before, _read_counters(handle, watched))
+
+
 def run_bench(handle: LabHandle, server: str, client: str, *, sizes: list[int], iters: int,
               rounds: int, impls: list[str] | None = None, timeout: float | None = None,
               progress: Callable[[int, str, int, RunResult], None] | None = None
@@ -306,15 +337,21 @@ def run_bench(handle: LabHandle, server: str, client: str, *, sizes: list[int], 
         results: dict[str, list[RunResult]] = {name: [] for name in names}
         size_costs: dict[str, list[RunCost]] = {name: [] for name in names}
         options: dict[str, Any] = {"size": size, "iters": iters, "timeout": timeout}
+        # per implementation and size, one run of a single round trip: what a run costs
+        # besides its round trips, subtracted from each timed run's counters
+        baselines: dict[str, Delta | None] = {}
+        if watched and iters > 1:
+            for name in names:
+                _, baselines[name] = _measured(handle, BENCH_SPECS[name], server, client,
+                                               {**options, "iters": 1}, watched)
         for round_no in range(rounds):
             shift = round_no % len(names)
             for name in names[shift:] + names[:shift]:
-                before = _read_counters(handle, watched) if watched else []
-                result = run_example(handle, BENCH_SPECS[name], server, client, dict(options))
-                if watched and result.status == "passed":
-                    cost = run_cost(before, _read_counters(handle, watched), iters)
-                    if cost is not None:
-                        size_costs[name].append(cost)
+                result, run = _measured(handle, BENCH_SPECS[name], server, client, options,
+                                        watched)
+                cost = run_cost(run, baselines.get(name), iters)
+                if cost is not None:
+                    size_costs[name].append(cost)
                 results[name].append(result)
                 if progress:
                     progress(size, name, round_no + 1, result)

@@ -12,9 +12,11 @@ from labctl.runners.bench import (
     C_RC_EVENTS,
     BenchReport,
     Counters,
+    Delta,
     RunCost,
     chart_series,
     counters_command,
+    delta,
     parse_counters,
     parse_impls,
     parse_sizes,
@@ -74,13 +76,20 @@ def test_counters_parse_and_reject() -> None:
         counters_command("eth1; reboot")
 
 
-def test_run_cost_per_message_and_round_trip() -> None:
+def test_run_cost_is_marginal_per_round_trip() -> None:
     before = [Counters(0, 0, 100, 10), Counters(0, 0, 200, 0)]
-    # 100 round trips: 200 messages, each one packet plus one ACK seen by both nodes
-    after = [Counters(200, 200, 150, 30), Counters(200, 200, 230, 10)]
-    cost = run_cost(before, after, 100)
-    assert cost == RunCost(packets_per_msg=2.0, cpu_usec_per_iter=8000.0, softirq_share=0.375)
-    assert run_cost([None, before[1]], after, 100) is None
+    # 101 round trips: 202 messages, each one packet plus one ACK, 10 packets of setup
+    after = [Counters(207, 207, 150, 30), Counters(207, 207, 230, 10)]
+    run = delta(before, after)
+    assert run == Delta(414.0, 80, 30)
+    # the one-round-trip run: setup (10 packets, 60 ticks) plus one round trip
+    baseline = Delta(14.0, 60, 25)
+    cost = run_cost(run, baseline, 101)
+    assert cost == RunCost(packets_per_msg=2.0, cpu_usec_per_iter=2000.0, softirq_share=0.25)
+    assert delta([None, before[1]], after) is None and delta([], []) is None
+    assert run_cost(run, None, 101) is None and run_cost(run, baseline, 1) is None
+    # a noisy baseline larger than the run: no negative CPU
+    assert run_cost(run, Delta(14.0, 90, 40), 101) == RunCost(2.0, 0.0, 0.0)
 
 
 def _report(accel: str = "tcg") -> BenchReport:
