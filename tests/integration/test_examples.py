@@ -132,8 +132,11 @@ def test_bench_json_and_plot(lab_handle: LabHandle, tmp_path: Any) -> None:
         assert set(point["impls"]) == {"c", "c-events", "python", "tcp"}
         for figures in point["impls"].values():
             assert figures["usec_per_iter"] > 0 and figures["failures"] == 0
-            # marginal per round trip: at least one packet per message, CPU not negative
-            assert figures["packets_per_msg"] > 0.5 and figures["cpu_usec_per_iter"] >= 0
+            # marginal per round trip: at least one packet per message; the CPU figure is
+            # null where start-up noise swamped it, never more than two vCPUs can spend
+            assert figures["packets_per_msg"] > 0.5
+            cpu = figures["cpu_usec_per_iter"]
+            assert cpu is None or 0 < cpu <= 2 * figures["usec_per_iter"]
     # 4 KiB crosses more than one RDMA MTU: more packets per message than 64 bytes
     big, small = report["points"][1]["impls"]["c"], report["points"][0]["impls"]["c"]
     assert big["packets_per_msg"] > small["packets_per_msg"]

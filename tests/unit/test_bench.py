@@ -20,6 +20,7 @@ from labctl.runners.bench import (
     parse_counters,
     parse_impls,
     parse_sizes,
+    plausible,
     plot,
     run_cost,
     size_label,
@@ -90,6 +91,15 @@ def test_run_cost_is_marginal_per_round_trip() -> None:
     assert run_cost(run, None, 101) is None and run_cost(run, baseline, 1) is None
     # a noisy baseline larger than the run: no negative CPU
     assert run_cost(run, Delta(14.0, 90, 40), 101) == RunCost(2.0, 0.0, 0.0)
+
+
+def test_implausible_cpu_figures_are_dropped() -> None:
+    passed = _pp(1000)
+    assert plausible(RunCost(2.0, 1500.0, 0.2), passed) == RunCost(2.0, 1500.0, 0.2)
+    # more CPU than two vCPUs can spend in the round trip, or none at all: noise
+    assert plausible(RunCost(2.0, 2500.0, 0.2), passed) == RunCost(2.0, None, None)
+    assert plausible(RunCost(1.0, 0.0, 0.0), passed) == RunCost(1.0, None, None)
+    assert plausible(None, passed) is None
 
 
 def _report(accel: str = "tcg") -> BenchReport:
