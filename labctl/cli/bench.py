@@ -15,6 +15,7 @@ from labctl.lab.handle import open_lab
 from labctl.runners.bench import (
     BENCH_SPECS,
     DEFAULT_SIZES,
+    LABELS,
     BenchReport,
     parse_impls,
     parse_sizes,
@@ -47,7 +48,7 @@ def print_report(report: BenchReport) -> None:
                 runs += f" ({figures.failures} failed)"
             soft = (f"{figures.softirq_share:.0%}" if figures.softirq_share is not None
                     else "-")
-            table.add_row(size_label(point.size) if i == 0 else "", figures.label,
+            table.add_row(size_label(point.size) if i == 0 else "", figures.name,
                           _fmt(figures.usec_per_iter), _fmt(figures.msg_per_sec),
                           _fmt(figures.mbit_per_sec, 2), _fmt(figures.vs_tcp, 2),
                           _fmt(figures.packets_per_msg, 2), _fmt(figures.cpu_usec_per_iter, 0),
@@ -65,6 +66,7 @@ def print_report(report: BenchReport) -> None:
                       "TCP's (< 1: RDMA faster)")
     console.print("pkts/msg: data-link packets per message; guest CPU: both nodes' busy time "
                   "per round trip (each beyond a one-round-trip run of the same program)")
+    console.print("; ".join(f"{name}: {label}" for name, label in LABELS.items()))
     if report.emulation_bound:
         console.print(f"[bold yellow]note[/]: {report.note}")
 
