@@ -3,8 +3,11 @@
 `labctl down`, and RC pingpong cost per iteration, for two- and four-node labs.
 
 Run as root from the repository:  python3 benchmarks/bringup.py --runs 3
+Under another lab name:           python3 benchmarks/bringup.py --lab perf topologies/two-node.yaml
 Cold image build:                 python3 benchmarks/bringup.py --cold-image
-Prints a Markdown table (min / median / max over the runs) for docs/performance.md.
+Prints a Markdown table (min / median / max over the runs) for docs/performance.md, and the
+bring-up profile: when each stage began in the nodes' own clocks (guest seconds since power
+on; kernel stages from dmesg, labctl's stages from the console's `labctl: stage` lines).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -50,24 +54,64 @@ def qemu_rss_mib(lab: str) -> list[float]:
     return rss
 
 
+# guest-clock milestones of one boot, in order
+KERNEL_MARKS = {"initcalls done": "Freeing unused kernel image (initmem)",
+                "/init (stage 1)": "Run /init as init process",
+                "root disk mounted": "EXT4-fs (vda): mounted"}
+_STAGE = re.compile(r"labctl: (?:stage (\S+)|(ready)) .*?\[t=([\d.]+)\]")
+_DMESG = re.compile(r"^\[\s*([\d.]+)\] (.*)$", re.M)
+
+
+def stage_profile(lab: str) -> dict[str, list[float]]:
+    """milestone -> guest seconds at which it happened, one value per node."""
+    profile: dict[str, list[float]] = {}
+    labdir = LabDir(lab)
+    for node in labdir.load_state().nodes:
+        dmesg = labctl("exec", node, "--lab", lab, "--", "dmesg").stdout
+        for name, needle in KERNEL_MARKS.items():
+            hit = next((float(t) for t, line in _DMESG.findall(dmesg) if needle in line), None)
+            if hit is not None:
+                profile.setdefault(name, []).append(hit)
+        console = (labdir.path / "nodes" / node / "console.log").read_text(errors="replace")
+        for stage, ready, at in _STAGE.findall(console):
+            profile.setdefault(stage or ready, []).append(float(at))
+    return profile
+
+
 def fmt(values: list[float], unit: str = "s") -> str:
     return (f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f} {unit}"
             if values else "-")
 
 
-def bench_topology(topology: str, runs: int, iters: int) -> dict[str, list[float]]:
+def renamed(topology: str, lab: str, workdir: Path) -> str:
+    """The topology under another lab name (a copy in workdir)."""
+    import yaml
+
+    data = yaml.safe_load(Path(topology).read_text())
+    data["name"] = lab
+    path = workdir / f"{lab}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def bench_topology(topology: str, runs: int, iters: int,
+                   profile: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
     lab = json.loads(labctl("validate", topology, "--json").stdout)["name"]
     figures: dict[str, list[float]] = {"up": [], "ready": [], "rss": [], "down": [],
-                                       "usec_per_iter": []}
+                                       "usec_per_iter": [], "load": []}
     for _ in range(runs):
         labctl("down", "--lab", lab)
+        figures["load"].append(os.getloadavg()[0])
         figures["up"].append(timed("up", topology))
         figures["ready"].append(float(LabDir(lab).load_state().ready_seconds or 0))
-        figures["rss"] += qemu_rss_mib(lab)
+        if profile is not None:
+            for stage, values in stage_profile(lab).items():
+                profile.setdefault(stage, []).extend(values)
         run = labctl("run", "pingpong", "--lab", lab, "--size", "4096", "--iters", str(iters),
                      "--json")
         if run.returncode == 0:
             figures["usec_per_iter"].append(json.loads(run.stdout)["figures"]["usec_per_iter"])
+        figures["rss"] += qemu_rss_mib(lab)  # after the pingpong: a node in use
         figures["down"].append(timed("down", "--lab", lab))
     return figures
 
@@ -88,6 +132,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--iters", type=int, default=500)
     parser.add_argument("--cold-image", action="store_true")
+    parser.add_argument("--lab", help="run each topology under this lab name")
     parser.add_argument("topologies", nargs="*",
                         default=["topologies/two-node.yaml", "topologies/four-node.yaml"])
     args = parser.parse_args()
@@ -95,14 +140,28 @@ def main() -> None:
         cold_image()
         return
     print(f"load average at start: {os.getloadavg()[0]:.2f}, runs: {args.runs}")
+    rows, profiles = [], {}
+    with tempfile.TemporaryDirectory() as workdir:
+        for topology in args.topologies:
+            if args.lab:
+                topology = renamed(topology, args.lab, Path(workdir))
+            profile: dict[str, list[float]] = {}
+            f = bench_topology(topology, args.runs, args.iters, profile)
+            name = Path(topology).stem
+            rows.append(f"| {name} | {fmt(f['up'])} | {fmt(f['ready'])} | "
+                        f"{fmt(f['rss'], 'MiB')} | {fmt(f['down'])} | "
+                        f"{fmt(f['usec_per_iter'], 'us')} | {fmt(f['load'], '')} |")
+            profiles[name] = profile
     print("| topology | labctl up (to ACTIVE) | boot to ready | qemu RSS per node | "
-          "labctl down | RC 4 KiB usec/iter |")
-    print("|---|---|---|---|---|---|")
-    for topology in args.topologies:
-        f = bench_topology(topology, args.runs, args.iters)
-        print(f"| {Path(topology).stem} | {fmt(f['up'])} | {fmt(f['ready'])} | "
-              f"{fmt(f['rss'], 'MiB')} | {fmt(f['down'])} | {fmt(f['usec_per_iter'], 'us')} |")
-
+          "labctl down | RC 4 KiB usec/iter | load average before up |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    for name, profile in profiles.items():
+        print(f"\nbring-up profile of {name}: guest seconds since power-on, "
+              "min / median / max over nodes and runs")
+        print("| milestone | guest seconds |\n|---|---|")
+        for stage, values in sorted(profile.items(), key=lambda kv: statistics.median(kv[1])):
+            print(f"| {stage} | {fmt(values)} |")
 
 if __name__ == "__main__":
     main()

@@ -1,4 +1,5 @@
-"""`labctl bench`: C vs Python RC pingpong vs TCP ping-pong between two nodes."""
+"""`labctl bench`: RDMA pingpongs (C polling, C events, Python) vs a TCP ping-pong, swept
+over message sizes between two nodes."""
 
 from __future__ import annotations
 
@@ -11,9 +12,21 @@ from labctl.cli.common import LabOption, console, err_console, int_range
 from labctl.cli.run import ClientOption, ServerOption, TimeoutOption, pick_nodes
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab
-from labctl.runners.bench import BenchReport, plot, run_bench
+from labctl.runners.bench import (
+    BENCH_SPECS,
+    DEFAULT_SIZES,
+    LABELS,
+    BenchReport,
+    parse_impls,
+    parse_sizes,
+    plot,
+    run_bench,
+    size_label,
+)
 from labctl.runners.execute import RunResult, failure_details
 from labctl.runners.spec import check_options
+
+DEFAULT_SIZES_TEXT = ",".join(size_label(size) for size in DEFAULT_SIZES)
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -21,30 +34,41 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 
 def print_report(report: BenchReport) -> None:
-    table = Table(title=f"bench: RC pingpong {report.size} B, {report.iters} iters x "
-                  f"{report.rounds} rounds, {report.server} (server) <-> {report.client}")
-    for column in ("implementation", "usec/iter (median)", "msg/s", "Mbit/s",
-                   "msg rate vs C", "latency vs TCP", "runs (usec/iter)"):
+    mtu = f"link MTU {report.link_mtu or '?'}, RDMA MTU {report.rdma_mtu or '?'}"
+    table = Table(title=f"bench: RC pingpong vs TCP, {report.iters} iters x {report.rounds} "
+                  f"rounds, {report.server} (server) <-> {report.client}, {mtu}")
+    for column in ("size", "implementation", "usec/iter (median)", "msg/s", "Mbit/s",
+                   "latency vs TCP", "pkts/msg", "guest CPU usec/iter", "softirq",
+                   "runs (usec/iter)"):
         table.add_column(column, justify="left" if column == "implementation" else "right")
-    c = report.impls.get("c")
-    tcp = report.impls.get("tcp")
-    for figures in report.impls.values():
-        vs_c = (figures.msg_per_sec / c.msg_per_sec
-                if c and c.msg_per_sec and figures.msg_per_sec else None)
-        vs_tcp = (figures.usec_per_iter / tcp.usec_per_iter
-                  if tcp and tcp.usec_per_iter and figures.usec_per_iter else None)
-        runs = ", ".join(f"{u:.0f}" for u in figures.runs_usec)
-        if figures.failures:
-            runs += f" ({figures.failures} failed)"
-        table.add_row(figures.label, _fmt(figures.usec_per_iter), _fmt(figures.msg_per_sec),
-                      _fmt(figures.mbit_per_sec, 2), _fmt(vs_c, 2), _fmt(vs_tcp, 2), runs)
+    for point in report.points:
+        for i, figures in enumerate(point.impls.values()):
+            runs = ", ".join(f"{u:.0f}" for u in figures.runs_usec)
+            if figures.failures:
+                runs += f" ({figures.failures} failed)"
+            soft = (f"{figures.softirq_share:.0%}" if figures.softirq_share is not None
+                    else "-")
+            table.add_row(size_label(point.size) if i == 0 else "", figures.name,
+                          _fmt(figures.usec_per_iter), _fmt(figures.msg_per_sec),
+                          _fmt(figures.mbit_per_sec, 2), _fmt(figures.vs_tcp, 2),
+                          _fmt(figures.packets_per_msg, 2), _fmt(figures.cpu_usec_per_iter, 0),
+                          soft, runs, end_section=i == len(point.impls) - 1)
     console.print(table)
-    ratios = report.ratios
-    console.print(f"Python/C message rate: {_fmt(ratios['python_vs_c_msg_rate'], 2)} "
-                  "(target >= 0.5)")
-    console.print(f"RDMA (C) / TCP latency: {_fmt(ratios['c_vs_tcp_latency'], 2)}; "
-                  f"Python RDMA / TCP latency: {_fmt(ratios['python_vs_tcp_latency'], 2)} "
-                  "(< 1: RDMA faster)")
+    for point in report.points:
+        ratio = point.ratios.get("python_vs_c_msg_rate")
+        if ratio is not None:
+            console.print(f"{size_label(point.size)}: Python/C message rate {ratio:.2f} "
+                          "(target >= 0.5)")
+    if report.best:
+        best = report.best
+        console.print(f"lowest RDMA latency relative to TCP: {BENCH_SPECS[best['impl']].label}"
+                      f" ({best['impl']}) at {size_label(best['size'])}: {best['vs_tcp']:.2f}x "
+                      "TCP's (< 1: RDMA faster)")
+    console.print("pkts/msg: data-link packets per message; guest CPU: both nodes' busy time "
+                  "per round trip (each beyond a one-round-trip run of the same program)")
+    console.print("; ".join(f"{name}: {label}" for name, label in LABELS.items()))
+    if report.emulation_bound:
+        console.print(f"[bold yellow]note[/]: {report.note}")
 
 
 def require_matplotlib() -> None:
@@ -66,7 +90,11 @@ def _show_failure(r: RunResult) -> None:
 def bench(
     server: str = ServerOption,
     client: str = ClientOption,
-    size: int = typer.Option(4096, "--size", "-s", help="Message size in bytes."),
+    sizes: str = typer.Option(DEFAULT_SIZES_TEXT, "--sizes",
+                              "--size", "-s",
+                              help="Message sizes in bytes, comma-separated (K, M: binary)."),
+    impls: str = typer.Option(",".join(BENCH_SPECS), "--impls",
+                              help="Implementations to run, comma-separated."),
     iters: int = typer.Option(200, "--iters", "-n", help="Round trips per run."),
     rounds: int = typer.Option(3, "--rounds", help="Runs of each implementation (median).",
                                callback=int_range("--rounds", 1, 1000)),
@@ -76,27 +104,34 @@ def bench(
     timeout: float = TimeoutOption,
     lab: str = LabOption,
 ) -> None:
-    """C ibv_rc_pingpong vs labctl's Python RC pingpong vs a TCP ping-pong (same size, same
-    two nodes, same run): latency, message rate, throughput and their ratios."""
-    check_options({"size": size, "iters": iters, "timeout": timeout})  # exit 2 before any run
+    """C ibv_rc_pingpong (polling and -e) and labctl's Python RC pingpong vs a TCP ping-pong,
+    per message size, between the same two nodes in one run: latency, message rate, packets
+    and guest CPU per message, and the ratios to TCP."""
+    size_list = parse_sizes(sizes)
+    impl_list = parse_impls(impls)
+    for size in size_list:  # exit 2 before any run
+        check_options({"size": size, "iters": iters, "timeout": timeout})
     if plot_file:
         require_matplotlib()
     handle = open_lab(lab)
     server, client = pick_nodes(handle, server, client)
 
-    def progress(name: str, round_no: int, result: RunResult) -> None:
+    def progress(size: int, name: str, round_no: int, result: RunResult) -> None:
         if not as_json:
             figure = result.figures.get("usec_per_iter")
-            err_console.print(f"round {round_no}/{rounds} {name}: {result.status}"
+            err_console.print(f"{size_label(size)} round {round_no}/{rounds} {name}: "
+                              f"{result.status}"
                               + (f" {figure} usec/iter" if figure is not None else "")
                               + (f" ({result.reason})" if result.reason else ""))
 
-    report = run_bench(handle, server, client, size=size, iters=iters, rounds=rounds,
-                       timeout=timeout, progress=progress)
+    report = run_bench(handle, server, client, sizes=size_list, iters=iters, rounds=rounds,
+                       impls=impl_list, timeout=timeout, progress=progress)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
         print_report(report)
+    if report.emulation_bound and as_json:
+        err_console.print(f"note: {report.note}")
     if plot_file:
         plot(report, plot_file)
         if not as_json:

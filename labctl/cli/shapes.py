@@ -172,13 +172,29 @@ class RunRecord(Shape):
 
 # --- labctl bench --json -----------------------------------------------------------------
 class ImplFigures(Shape):
-    name: str  # c, python, tcp
+    name: str  # c, c-events, python, tcp
     label: str
-    usec_per_iter: float | None
+    usec_per_iter: float | None  # median over the passed runs; null when none passed
     msg_per_sec: float | None
     mbit_per_sec: float | None
     runs_usec: list[float]
     failures: int
+    vs_tcp: float | None  # latency / TCP's at this size (< 1: faster than TCP)
+    packets_per_msg: float | None  # data-link packets per message (marginal)
+    cpu_usec_per_iter: float | None  # both guests' busy CPU per round trip (marginal)
+    softirq_share: float | None  # part of that CPU time spent in softirq
+
+
+class BenchPoint(Shape):
+    size: int
+    impls: dict[str, ImplFigures]
+    ratios: dict[str, float | None]
+
+
+class BenchBest(Shape):
+    size: int
+    impl: str
+    vs_tcp: float
 
 
 class BenchOutput(Shape):
@@ -186,11 +202,16 @@ class BenchOutput(Shape):
 
     server: str
     client: str
-    size: int
+    sizes: list[int]
     iters: int
     rounds: int
-    impls: dict[str, ImplFigures]
-    ratios: dict[str, float | None]
+    link_mtu: int | None
+    rdma_mtu: str  # the RDMA port's active MTU as `up` read it; "" when unknown
+    accel: str  # tcg, kvm; "" for labs that are not VMs
+    emulation_bound: bool  # true under TCG
+    note: str  # why the figures are emulation-bound; "" otherwise
+    points: list[BenchPoint]  # one per size, in the order asked
+    best: BenchBest | None  # the RDMA implementation and size closest to (or below) TCP
     failed: list[RunRecord]
 
 

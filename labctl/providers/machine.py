@@ -37,7 +37,7 @@ from labctl.providers.node import env_file, mgmt_mac, node_code_files
 from labctl.providers.qmp import qmp_command
 from labctl.topology.resolved import Lab, Node
 
-TB_SIZE_MIB = 64  # TCG translation cache: qemu's default (1 GiB) dominates a node's RSS
+TB_SIZE_MIB = 32  # TCG translation cache: qemu's default (1 GiB) dominates RSS; 16 thrashes
 STOP_TERM_SECONDS = 10.0
 STOP_KILL_SECONDS = 5.0
 

@@ -312,10 +312,15 @@ def test_bench_report() -> None:
                          figures=parse_pingpong(output), key_figure="usec_per_iter")
 
     failed = dataclasses.replace(_captured_run(), status="failed", reason="client exited with 1")
-    report = summarize("node1", "node2", 4096, 200, 1, {
-        "c": [result("rc-c")], "python": [result("rc-py"), failed], "tcp": [result("tcp")]})
+    report = summarize("node1", "node2", 200, 1, {
+        4096: {"c": [result("rc-c")], "python": [result("rc-py"), failed],
+               "tcp": [result("tcp")]},
+        64: {"c": [result("rc-c")], "tcp": [result("tcp")]},
+    }, link_mtu=1500, rdma_mtu="1024", accel="tcg")
     out = shapes.BenchOutput.model_validate_json(json.dumps(report.to_dict()))
-    assert set(out.impls) == {"c", "python", "tcp"} and len(out.failed) == 1
+    assert [p.size for p in out.points] == [4096, 64] and out.sizes == [4096, 64]
+    assert set(out.points[0].impls) == {"c", "python", "tcp"} and len(out.failed) == 1
+    assert out.emulation_bound and "TCG" in out.note and out.best is not None
 
 
 # --- validate, docker-host status --------------------------------------------------------

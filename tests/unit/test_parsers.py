@@ -231,13 +231,16 @@ def _pp(usec: float, status: str = "passed") -> RunResult:
 
 
 def test_bench_summary_medians_and_ratios() -> None:
-    report = summarize("node1", "node2", 4096, 100, 3, {
+    report = summarize("node1", "node2", 100, 3, {4096: {
         "c": [_pp(1000), _pp(3000), _pp(2000)],
         "python": [_pp(4000), _pp(4000), _pp(0, "failed")],
         "tcp": [_pp(500), _pp(500), _pp(500)],
-    })
-    assert report.impls["c"].usec_per_iter == 2000
-    assert report.impls["python"].failures == 1 and len(report.failed) == 1
-    assert report.ratios["python_vs_c_msg_rate"] == 0.5
-    assert report.ratios["c_vs_tcp_latency"] == 4.0
-    assert report.to_dict()["impls"]["tcp"]["msg_per_sec"] == 2000.0
+    }})
+    point = report.points[0]
+    assert point.impls["c"].usec_per_iter == 2000
+    assert point.impls["python"].failures == 1 and len(report.failed) == 1
+    assert point.ratios["python_vs_c_msg_rate"] == 0.5
+    assert point.ratios["c_vs_tcp_latency"] == 4.0 and point.impls["c"].vs_tcp == 4.0
+    assert point.ratios["c_events_vs_tcp_latency"] is None  # not run
+    assert report.to_dict()["points"][0]["impls"]["tcp"]["msg_per_sec"] == 2000.0
+    assert not report.emulation_bound and report.note == ""
