@@ -1,0 +1,113 @@
+"""Multi-host labs without VMs: named Docker host VMs' paths, the hosts' network numbering,
+`hosts:`/`host:` placement, and the swarm plan (labctl/providers/swarm.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from labctl.dockerhost import hostnet
+from labctl.dockerhost.hosts import HostRecord, HostsRecord
+from labctl.dockerhost.vm import DockerHostVM, data_disk, lock_file, vm_dir, vm_names
+from labctl.errors import UsageError
+from labctl.topology.load import parse_topology, resolve
+from labctl.topology.resolved import Lab
+
+TWO_HOSTS = """
+name: mh
+provider: docker
+hosts: {h1: "vm:sw1", h2: "vm:sw2"}
+nodes:
+  a: {}
+  b: {}
+  c: {}
+  d: {host: h1}
+links:
+  - endpoints: [a:eth1, b:eth1, c:eth1, d:eth1]
+"""
+
+
+@pytest.fixture()
+def state_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "labctl" / "labs"
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(root))
+    monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path / "cache"))
+    return root
+
+
+def _lab(text: str) -> Lab:
+    return resolve(parse_topology(text, "t.yaml"), "t.yaml")
+
+
+def test_the_default_vm_keeps_its_paths(state_root: Path) -> None:
+    assert vm_dir().path == state_root.parent / "docker-host"
+    assert lock_file() == state_root.parent / "docker-host.lock"
+    vm = DockerHostVM()
+    assert vm.socket == state_root.parent / "docker-host" / "docker.sock"
+    assert vm.machine.guest == "labctl-docker_host-engine"
+    assert not vm.named and vm.host_address == ""
+
+
+def test_named_vms_have_their_own_paths(state_root: Path) -> None:
+    vm = DockerHostVM("sw1")
+    assert vm.labdir.path == state_root.parent / "docker-host-sw1"
+    assert lock_file("sw1") == state_root.parent / "docker-host-sw1.lock"
+    assert vm.machine.guest == "labctl-docker_host_sw1-engine"
+    assert vm.base_url == f"unix://{state_root.parent}/docker-host-sw1/docker.sock"
+
+    class FakeImage:  # data_disk reads only the image directory's name
+        path = Path("/x/docker-host-abc")
+
+    assert data_disk(FakeImage(), "sw1").name == "docker-host-abc.sw1.docker.ext4"  # type: ignore[arg-type]
+    assert data_disk(FakeImage()).name == "docker-host-abc.docker.ext4"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", ["", "Sw1", "sw-1", "toolongname", "../x", "1sw"])
+def test_bad_vm_names_are_usage_errors(bad: str, state_root: Path) -> None:
+    with pytest.raises(UsageError):
+        DockerHostVM(bad)
+
+
+def test_vm_names_lists_default_first(state_root: Path) -> None:
+    for name in ("docker-host-sw2", "docker-host", "docker-host-sw1", "docker-host-Bad", "labs"):
+        (state_root.parent / name).mkdir(parents=True, exist_ok=True)
+    (state_root.parent / "docker-host.lock").touch()
+    assert vm_names() == ["default", "sw1", "sw2"]
+
+
+def test_hostnet_numbering() -> None:
+    assert hostnet.cidr(1) == "10.250.0.1/24"
+    assert hostnet.mac(2) == "0a:4c:48:00:00:02"
+    assert hostnet.tap(12) == "t12-eth1"
+    assert hostnet.NETNS.startswith("labctl-") and "_" in hostnet.NETNS  # no lab can own it
+
+
+def test_round_robin_placement_in_node_order() -> None:
+    lab = _lab(TWO_HOSTS)
+    assert lab.provider_options["hosts"] == {"h1": "vm:sw1", "h2": "vm:sw2"}
+    assert lab.provider_options["placement"] == {"a": "h1", "b": "h2", "c": "h1", "d": "h1"}
+
+
+def test_labs_without_hosts_carry_no_options() -> None:
+    text = TWO_HOSTS.replace('hosts: {h1: "vm:sw1", h2: "vm:sw2"}\n', "").replace(
+        "{host: h1}", "{}")
+    assert _lab(text).provider_options == {}
+
+
+@pytest.mark.parametrize("engine", ["local", "vm:sw1", "ssh://root@10.1.2.3",
+                                    "ssh://lab-host:2222", "unix:///run/other.sock",
+                                    "my-context"])
+def test_engine_references_accepted(engine: str) -> None:
+    lab = _lab(TWO_HOSTS.replace('"vm:sw1"', '"vm:sw9"').replace('"vm:sw2"', f'"{engine}"'))
+    assert lab.provider_options["hosts"]["h2"] == engine
+
+
+def test_hosts_record_round_trips(tmp_path: Path) -> None:
+    record = HostsRecord({"h1": HostRecord("vm:sw1", "unix:///x", vm="sw1", address="10.250.0.1",
+                                           swarm_created=True)}, {"a": "h1"}, "swarmid")
+    path = tmp_path / "hosts.json"
+    record.save(path)
+    assert HostsRecord.load(path) == record
+    path.write_text("{not json")
+    assert HostsRecord.load(path) is None
