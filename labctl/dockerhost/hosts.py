@@ -26,6 +26,7 @@ class HostRecord:
     vm: str = ""  # the labctl Docker host VM's name, for vm:NAME
     address: str = ""  # the swarm advertise address
     swarm_created: bool = False  # labctl ran `swarm init`/`join` here: `down` leaves it
+    gwbridge_created: bool = False  # docker_gwbridge appeared with that: `down` removes it
     node_id: str = ""
 
 

@@ -468,12 +468,12 @@ def _check_hosts(c: Checked) -> None:
     """`hosts:` is a docker provider key; every node's `host:` names one of them; no two
     hosts share an engine (one engine cannot be two swarm nodes)."""
     hosts = c.topo.hosts
-    if hosts is not None and c.topo.provider != "docker":
+    if hosts and c.topo.provider != "docker":
         c.problem(("hosts",), f"hosts need provider: docker (this lab's provider is "
                   f"{c.topo.provider})", "remove hosts:, or set provider: docker")
         return
     seen: dict[str, str] = {}
-    for name, engine in (hosts or {}).items():
+    for name, engine in hosts.items():
         if engine in seen:
             c.problem(("hosts", name), f"hosts {seen[engine]} and {name} name the same "
                       f"engine {engine}", "give each host its own engine")
@@ -481,7 +481,7 @@ def _check_hosts(c: Checked) -> None:
     for name, spec in c.specs.items():
         if spec.host is None:
             continue
-        if hosts is None:
+        if not hosts:
             c.problem(("nodes", name, "host"), f"node {name} names host {spec.host}, but "
                       "the topology has no hosts:", "add hosts: {NAME: ENGINE, ...} "
                       "(docs/multi-host.md)")
@@ -494,7 +494,7 @@ def _check_hosts(c: Checked) -> None:
 def placement(topo: Topology, specs: dict[str, NodeSpec]) -> dict[str, str]:
     """node -> host: its own `host:`, else round-robin over `hosts` in node order (the
     k-th node of the file, counting from 0, goes to the (k mod n)-th host)."""
-    hosts = list(topo.hosts or {})
+    hosts = list(topo.hosts)
     if not hosts:
         return {}
     return {name: spec.host or hosts[k % len(hosts)]

@@ -338,10 +338,9 @@ class Topology(_Strict):
         default_factory=list,
         description="Data segments, each an L2 network of its own.",
     )
-    hosts: dict[HostName, EngineRef] | None = Field(
+    hosts: dict[HostName, EngineRef] = Field(
         title="Hosts",
-        default=None,
-        min_length=1,
+        default_factory=dict,
         description="Docker provider: the Docker engines a lab spreads over, by host name: "
         "`local`, `vm:NAME` (a labctl Docker host VM, `labctl docker-host up --name NAME`), "
         "an engine URL (ssh://user@host) or a docker context name. With two or more hosts "

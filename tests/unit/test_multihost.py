@@ -111,3 +111,56 @@ def test_hosts_record_round_trips(tmp_path: Path) -> None:
     assert HostsRecord.load(path) == record
     path.write_text("{not json")
     assert HostsRecord.load(path) is None
+
+
+# --- the swarm plan ----------------------------------------------------------------------
+def test_overlay_network_plan() -> None:
+    from labctl.providers.swarm import endpoints, is_multi_host, plan_networks
+
+    lab = _lab(TWO_HOSTS)
+    assert is_multi_host(lab)
+    (plan,) = plan_networks(lab)
+    assert plan.create == {
+        "name": "labctl-mh-link1", "driver": "overlay", "attachable": True, "internal": True,
+        "options": {"com.docker.network.driver.mtu": "1500"},
+        # Docker's own addresses (gateway, one per host) come from a block without nodes.
+        "ipam": {"Driver": "default", "Config": [
+            {"Subnet": "10.77.1.0/24", "IPRange": "10.77.1.128/25", "Gateway": "10.77.1.254"}]},
+        "labels": {"labctl": "1", "labctl.lab": "mh", "labctl.segment": "link1"},
+    }
+    mac = lab.node("b").interfaces[0].mac
+    assert endpoints(lab, "b") == [("labctl-mh-link1", "10.77.1.2", mac)]
+
+
+def test_one_used_host_is_not_a_swarm_lab() -> None:
+    from labctl.providers.swarm import is_multi_host, single_host_engine
+
+    text = TWO_HOSTS
+    for node in ("a", "b", "c"):
+        text = text.replace(f"  {node}: {{}}", f"  {node}: {{host: h1}}")
+    lab = _lab(text)
+    assert not is_multi_host(lab)
+    assert single_host_engine(lab) == "vm:sw1"
+
+
+def test_full_subnets_leave_no_room_for_dockers_addresses() -> None:
+    from labctl.providers.base import UnsupportedError
+    from labctl.providers.swarm import dynamic_range
+    from labctl.topology.resolved import Segment
+
+    seg = Segment(0, "link1", "p2p", "10.77.1.0/30", 1500, ("a:eth1", "b:eth1"))
+    with pytest.raises(UnsupportedError, match="no free block"):
+        dynamic_range(seg, {"10.77.1.1", "10.77.1.2"})
+    seg = Segment(0, "link1", "switch", "10.77.1.0/24", 1500, ())
+    used = {f"10.77.1.{i}" for i in range(1, 248)}
+    assert dynamic_range(seg, used) == ("10.77.1.248/29", "10.77.1.254")
+
+
+def test_swarm_tokens_are_private(tmp_path: Path, state_root: Path) -> None:
+    from labctl.lab.labdir import LabDir
+    from labctl.providers.swarm import _write_tokens, tokens_path
+
+    labdir = LabDir("mh")
+    labdir.path.mkdir(parents=True)
+    _write_tokens(labdir, {"worker": "SWMTKN-secret"})
+    assert tokens_path(labdir).stat().st_mode & 0o777 == 0o600
