@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import labctl.providers.swarm as swarm
 from labctl.data import data_path
 from labctl.dockerhost.engine import Engine, local_base_url, resolve_engine
 from labctl.dockerhost.sdk import sdk
@@ -46,7 +47,6 @@ from labctl.images.recipes import image_label, node_recipe
 from labctl.lab.labdir import LabDir
 from labctl.lab.state import CorruptStateError, LabState, NodeState, NodeStatus, Phase
 from labctl.net import labnet
-from labctl.providers import swarm
 from labctl.providers.base import (
     FAIL,
     READY,
@@ -402,7 +402,7 @@ class DockerProvider(Provider):
                     self.labdir.save_state(state)
                     container.put_archive("/", node_payload(kwargs["environment"]))
                     state.nodes[cplan.node].started = time.time()
-                    container.start()
+                    swarm.start(container, host, progress)
             self.labdir.save_state(state)
         finally:
             for c in clients.values():

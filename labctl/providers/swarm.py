@@ -28,6 +28,7 @@ import ipaddress
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -239,7 +240,42 @@ def _init_or_join(records: dict[str, HostRecord], clients: dict[str, Any], labdi
         records[name].node_id = str(_swarm_info(c).get("NodeID", ""))
     hosts.swarm_id = str(cluster)
     hosts.save(hosts_file(labdir))
+    _wait_nodes_ready(clients[manager], {r.node_id for r in records.values()}, progress)
     return manager
+
+
+def _wait_nodes_ready(manager: Any, node_ids: set[str], progress: Progress,
+                      timeout: float = 180) -> None:
+    """Until the manager sees every host's node ready: a worker without a session to its
+    manager cannot attach a container to an overlay network."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ready = {n.id for n in manager.nodes.list()
+                 if n.attrs.get("Status", {}).get("State") == "ready"}
+        if node_ids <= ready:
+            return
+        if time.monotonic() > deadline:
+            raise LabctlError(f"swarm nodes not ready after {timeout:.0f} s: "
+                              f"{', '.join(sorted(node_ids - ready))}",
+                              hint="`labctl doctor` checks the swarm ports between hosts; "
+                              "`labctl down` removes what was made")
+        progress("swarm: waiting for every host's node to be ready")
+        time.sleep(1)
+
+
+def start(container: Any, host: str, progress: Progress, attempts: int = 4) -> None:
+    """Start a container; a worker asks a manager for its overlay attachment within 20 s
+    (dockerd's own bound): on a loaded host that times out now and then (measured under
+    TCG with every core busy), so that one error is retried."""
+    for attempt in range(1, attempts + 1):
+        try:
+            container.start()
+            return
+        except sdk().errors.APIError as exc:
+            if "attaching to network failed" not in str(exc) or attempt == attempts:
+                raise
+            progress(f"{container.name} on {host}: network attachment timed out, "
+                     f"retrying ({attempt} of {attempts - 1})")
 
 
 def form(lab: Lab, labdir: LabDir, progress: Progress) -> tuple[HostsRecord, dict[str, Any],
@@ -247,9 +283,12 @@ def form(lab: Lab, labdir: LabDir, progress: Progress) -> tuple[HostsRecord, dic
     """Resolve the lab's hosts, connect, and put them in one swarm."""
     hosts = HostsRecord(placement=dict(lab.provider_options["placement"]))
     used = [h for h in lab.provider_options["hosts"] if h in set(hosts.placement.values())]
-    for name in used:
-        hosts.hosts[name] = resolve_host(str(lab.provider_options["hosts"][name]), progress)
-        hosts.save(hosts_file(labdir))
+    # In parallel: each labctl VM that is not running boots (about a minute under TCG).
+    with ThreadPoolExecutor(max_workers=len(used)) as pool:
+        resolved = list(pool.map(
+            lambda h: resolve_host(str(lab.provider_options["hosts"][h]), progress), used))
+    hosts.hosts = dict(zip(used, resolved, strict=True))
+    hosts.save(hosts_file(labdir))
     clients = {name: client(record, timeout=900) for name, record in hosts.hosts.items()}
     manager = _init_or_join(hosts.hosts, clients, labdir, hosts, progress)
     return hosts, clients, manager
