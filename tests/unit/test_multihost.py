@@ -164,3 +164,31 @@ def test_swarm_tokens_are_private(tmp_path: Path, state_root: Path) -> None:
     labdir.path.mkdir(parents=True)
     _write_tokens(labdir, {"worker": "SWMTKN-secret"})
     assert tokens_path(labdir).stat().st_mode & 0o777 == 0o600
+
+
+def test_down_with_an_unreachable_host_fails_and_keeps_the_records(state_root: Path) -> None:
+    from labctl.errors import LabctlError
+    from labctl.lab.labdir import LabDir
+    from labctl.providers.swarm import destroy
+
+    labdir = LabDir("mh")
+    labdir.path.mkdir(parents=True)
+    record = HostsRecord({"h1": HostRecord("unix:///nonexistent/labctl-test.sock",
+                                           "unix:///nonexistent/labctl-test.sock",
+                                           swarm_created=True)}, {"a": "h1"})
+    record.save(labdir.path / "hosts.json")
+    with pytest.raises(LabctlError) as info:
+        destroy("mh", labdir)
+    assert info.value.message.startswith("cannot reach h1: ")
+    assert "`labctl down` again" in info.value.hint
+    assert HostsRecord.load(labdir.path / "hosts.json") == record
+
+
+def test_docker_host_names_are_checked_by_the_cli(state_root: Path) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "labctl", "docker-host", "status", "--name",
+                             "Bad_Name"], capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    assert "bad Docker host VM name 'Bad_Name'" in result.stderr
