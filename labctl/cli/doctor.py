@@ -8,6 +8,8 @@ Checks, each with a verdict and a hint:
   Docker engine (local)                  the docker provider with `up --engine local`
   Docker host VM                         the docker provider's default engine; when it runs,
                                          the same probe runs inside it
+  Docker host VMs by name (multi-host)   each running one: engine, the per-netns probe, and
+                                         the swarm ports towards the others (docs/multi-host.md)
 """
 
 from __future__ import annotations
@@ -197,6 +199,58 @@ def check_vm() -> list[Check]:
     return checks
 
 
+def _in_vm(vm: Any, script: str, args: list[str]) -> dict[str, Any]:
+    proc = vm.run(["python3", "-", *args], input=script, timeout=180)
+    try:
+        answer: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        raise LabctlError(f"{args[0] if args else 'check'} in {vm.title} failed: "
+                          f"{proc.stderr.strip() or proc.stdout.strip()}") from None
+    return answer
+
+
+def check_hosts() -> list[Check]:
+    """The named Docker host VMs of multi-host labs: each engine, rxe per netns in each,
+    and the swarm ports (2377/tcp, 7946/tcp+udp, 4789/udp) from each to the others."""
+    from importlib import resources
+
+    from labctl.dockerhost.engine import helper_source
+    from labctl.dockerhost.vm import DockerHostVM, vm_names
+
+    vms = [DockerHostVM(n) for n in vm_names() if n != "default"]
+    running = [vm for vm in vms if vm.running()]
+    checks = [Check(f"Docker host {vm.name}", WARN, "stopped",
+                    f"`labctl docker-host up --name {vm.name}`")
+              for vm in vms if vm not in running]
+    portcheck = resources.files("labctl.dockerhost").joinpath("portcheck.py").read_text()
+    for vm in running:
+        name = f"Docker host {vm.name}"
+        if not vm.engine_answers():
+            checks.append(Check(name, NO, "running, but its engine does not answer",
+                                f"`labctl docker-host up --name {vm.name}` reconnects"))
+            continue
+        checks.append(Check(name, OK, f"engine at {vm.base_url}, address {vm.host_address}"))
+        peers = [o.host_address for o in running if o is not vm and o.host_address]
+        try:
+            probe = _in_vm(vm, helper_source(), ["probe"])
+            ports = _in_vm(vm, portcheck, peers) if peers else {}
+        except (OSError, subprocess.SubprocessError, LabctlError) as exc:
+            message = exc.message if isinstance(exc, LabctlError) else str(exc)
+            checks.append(Check(f"per-netns rxe ({vm.name})", NO, message,
+                                "`labctl doctor` again once ssh works"))
+            continue
+        checks.append(Check(f"per-netns rxe ({vm.name})", OK if probe.get("ok") else NO,
+                            str(probe.get("detail", "")),
+                            "" if probe.get("ok") else "the VM's kernel should pass: report"))
+        for peer, found in ports.items():
+            blocked = [p for p, v in found.items() if v.startswith("blocked")]
+            checks.append(Check(
+                f"swarm ports {vm.name} -> {peer}", NO if blocked else OK,
+                ", ".join(f"{p} {v}" for p, v in found.items()),
+                f"open {', '.join(blocked)} between the hosts" if blocked else ""))
+    return checks
+
+
 def verdicts(checks: list[Check]) -> list[dict[str, Any]]:
     """Per provider (and docker engine): works, available (starts on demand) or no."""
     by_name = {c.name: c for c in checks}
@@ -240,6 +294,7 @@ def doctor(
     checks.append(check_host_probe(usable))
     checks += check_docker()
     checks += check_vm()
+    checks += check_hosts()
     providers = verdicts(checks)
     any_works = any(p["verdict"] != "no" for p in providers)
     if as_json:

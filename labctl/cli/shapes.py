@@ -271,6 +271,15 @@ class ValidateOutput(Shape):
 
 
 # --- labctl docker-host status --json ----------------------------------------------------
+class DockerHostBrief(Shape):
+    """One other Docker host VM in `docker-host status --json`'s `others`."""
+
+    name: str
+    state: Literal["running", "stopped"]
+    socket: str
+    host_address: str | None = None
+
+
 class DockerHostStatus(Shape):
     """`labctl docker-host status --json`: keys beyond `running` and `state` only when the
     VM exists (and the engine facts only when its engine answers)."""
@@ -279,6 +288,9 @@ class DockerHostStatus(Shape):
     running: bool
     state: Literal["absent", "running", "stopped"]
     labs: list[str]
+    name: str
+    others: list[DockerHostBrief]
+    host_address: str | None = None
     pid: int | None = None
     ssh: str | None = None
     accel: str | None = None

@@ -68,8 +68,11 @@ def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
 
 def _table(status: dict[str, Any]) -> Table:
     table = Table(title=f"lab {status['lab']} ({status['provider']}, {status['phase']})")
+    # Multi-host docker labs: which host (of the topology's `hosts:`) runs each node.
+    hosts = any("host" in node["details"] for node in status["nodes"])
     for column in (
         "node",
+        *(["host"] if hosts else []),
         "state",
         "management",
         "data addresses",
@@ -86,6 +89,7 @@ def _table(status: dict[str, Any]) -> Table:
         color = "green" if node["state"] == "running" else "red"
         table.add_row(
             node["name"],
+            *([node["details"].get("host", "-")] if hosts else []),
             f"[{color}]{state}[/]",
             node["management"] or "-",
             "\n".join(f"{i['name']} {i['ipv4']}" for i in node["interfaces"]),

@@ -12,12 +12,18 @@ CLI on the host use `unix://.../docker.sock`. Nothing listens on TCP.
 
 The engine's data disk (/var/lib/docker: imported node images) is a sparse ext4 file in
 labctl's cache, one per docker-host image, so a restarted VM finds its images again.
+
+Several VMs can run at once (`labctl docker-host up --name N`, for multi-host labs): the
+default one keeps the paths above; a named one lives in docker-host-N (lock
+docker-host-N.lock, data disk IMAGEKEY.N.docker.ext4) and has a second NIC on the Docker
+hosts' network (labctl/dockerhost/hostnet.py), which carries the swarm's traffic.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,13 +31,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from labctl.dockerhost import hostnet
 from labctl.dockerhost.sdk import sdk
-from labctl.errors import LabctlError
+from labctl.errors import LabctlError, UsageError
 from labctl.images.builder import Image, build_image
 from labctl.images.recipes import recipe
 from labctl.lab import ssh
 from labctl.lab.labdir import LabDir, blocking_lock
-from labctl.lab.state import CorruptStateError, LabState, NodeState, Phase, VmInfo
+from labctl.lab.state import CorruptStateError, LabState, NodeState, Phase, TapState, VmInfo
 from labctl.paths import cache_root, state_root
 from labctl.providers.accel import choose_accel
 from labctl.providers.base import Progress
@@ -46,7 +53,7 @@ from labctl.providers.machine import (
     wait_machines_ready,
 )
 from labctl.providers.node import node_env
-from labctl.topology.resolved import Lab, Mount, Node
+from labctl.topology.resolved import Interface, Lab, Mount, Node
 
 IMAGE = "docker-host"
 # Not a valid lab name (underscore): cannot collide with a user's lab, netns or qemu.
@@ -63,32 +70,87 @@ DEFAULT_MEMORY_MIB = 1024
 DEFAULT_CPUS = 0
 DATA_DISK_SIZE = "20G"
 REMOTE_SOCKET = "/run/docker.sock"
+DEFAULT_NAME = "default"
+# Short: it ends up in directory, lock and tap names (and a lab's `hosts:` may name it).
+VM_NAME_RE = r"[a-z][a-z0-9]{0,7}"
+DIR_PREFIX = "docker-host"
 
 
-def vm_dir() -> LabDir:
-    return LabDir("docker-host", root=state_root().parent)
+def check_vm_name(name: str) -> str:
+    if name != DEFAULT_NAME and not re.fullmatch(VM_NAME_RE, name):
+        raise UsageError(f"bad Docker host VM name {name!r}",
+                         hint="a lowercase letter then up to 7 of a-z, 0-9")
+    return name
 
 
-def lock_file() -> Path:
-    return state_root().parent / "docker-host.lock"
+def _dirname(name: str) -> str:
+    return DIR_PREFIX if name == DEFAULT_NAME else f"{DIR_PREFIX}-{check_vm_name(name)}"
 
 
 def share_dir() -> Path:
+    """The host folders' share, one for every Docker host VM: they all run on this host."""
     return state_root().parent / "docker-host-share"
 
 
-def data_disk(image: Image) -> Path:
-    return cache_root() / "docker-host" / f"{image.path.name}.docker.ext4"
+def vm_dir(name: str = DEFAULT_NAME) -> LabDir:
+    return LabDir(_dirname(name), root=state_root().parent)
+
+
+def lock_file(name: str = DEFAULT_NAME) -> Path:
+    return state_root().parent / f"{_dirname(name)}.lock"
+
+
+def data_disk(image: Image, name: str = DEFAULT_NAME) -> Path:
+    infix = "" if name == DEFAULT_NAME else f".{name}"
+    return cache_root() / "docker-host" / f"{image.path.name}{infix}.docker.ext4"
+
+
+def vm_lab_name(name: str) -> str:
+    return VM_LAB if name == DEFAULT_NAME else f"{VM_LAB}_{name}"
+
+
+def vm_names() -> list[str]:
+    """Every Docker host VM with a directory (running or left behind), default first."""
+    root = state_root().parent
+    if not root.is_dir():
+        return []
+    names: list[str] = []
+    for path in sorted(root.iterdir()):
+        if not path.is_dir():
+            continue
+        if path.name == DIR_PREFIX:
+            names.insert(0, DEFAULT_NAME)
+        elif path.name.startswith(f"{DIR_PREFIX}-"):
+            rest = path.name.removeprefix(f"{DIR_PREFIX}-")
+            if re.fullmatch(VM_NAME_RE, rest):
+                names.append(rest)
+    return names
+
+
+def vm_for_socket(base_url: str) -> str | None:
+    """The name of the Docker host VM whose forwarded socket `base_url` is, if any."""
+    for name in [DEFAULT_NAME, *vm_names()]:
+        if f"unix://{vm_dir(name).path / 'docker.sock'}" == base_url:
+            return name
+    return None
 
 
 def _script(name: str) -> str:
     return resources.files("labctl.dockerhost").joinpath(name).read_text()
 
 
-def _vm_lab(memory_mib: int, cpus: int) -> Lab:
-    node = Node(VM_NODE, 1, "none", memory_mib, cpus, IMAGE, (),
+def _vm_lab(memory_mib: int, cpus: int, name: str = DEFAULT_NAME, net_index: int = 0) -> Lab:
+    """The VM as a one-node lab; a named VM's node has one data NIC (eth1) on the Docker
+    hosts' network, numbered by its index there (tap tK-eth1, address .K)."""
+    interfaces: tuple[Interface, ...] = ()
+    index = 1
+    if net_index:
+        index = net_index
+        interfaces = (Interface("eth1", 0, hostnet.mac(net_index), hostnet.cidr(net_index),
+                                hostnet.MTU),)
+    node = Node(VM_NODE, index, "none", memory_mib, cpus, IMAGE, interfaces,
                 mounts=(Mount(str(share_dir()), VM_SHARE),))
-    return Lab(VM_LAB, "qemu", "", (node,), ())
+    return Lab(vm_lab_name(name), "qemu", "", (node,), ())
 
 
 def vm_argv(lab: Lab, machine: QemuMachine, image: Image, accel: str, port: int,
@@ -99,9 +161,24 @@ def vm_argv(lab: Lab, machine: QemuMachine, image: Image, accel: str, port: int,
 
 
 class DockerHostVM:
-    def __init__(self) -> None:
-        self.labdir = vm_dir()
-        self.machine = node_machine(VM_LAB, VM_NODE, self.labdir.node_dir(VM_NODE))
+    def __init__(self, name: str = DEFAULT_NAME) -> None:
+        self.name = check_vm_name(name)
+        self.labdir = vm_dir(name)
+        self.machine = node_machine(vm_lab_name(name), VM_NODE, self.labdir.node_dir(VM_NODE))
+
+    @property
+    def named(self) -> bool:
+        return self.name != DEFAULT_NAME
+
+    @property
+    def title(self) -> str:
+        return "the Docker host VM" + (f" {self.name}" if self.named else "")
+
+    @property
+    def host_address(self) -> str:
+        """Its address on the Docker hosts' network ("" for the default VM)."""
+        index = hostnet.recorded_index(self.labdir.path)
+        return hostnet.address(index) if index else ""
 
     # --- paths and state -----------------------------------------------------------------
     @property
@@ -150,7 +227,7 @@ class DockerHostVM:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """Blocking lock: two labs started at once share one VM start."""
-        with blocking_lock(lock_file()):
+        with blocking_lock(lock_file(self.name)):
             yield
 
     # --- ssh into the VM -----------------------------------------------------------------
@@ -169,7 +246,7 @@ class DockerHostVM:
            timeout: float = 600) -> dict[str, Any]:
         """Start the VM and its engine unless they run; return timings of what was done."""
         if os.geteuid() != 0:
-            raise LabctlError("the Docker host VM needs root", hint="run labctl as root")
+            raise LabctlError(f"{self.title} needs root", hint="run labctl as root")
         timings: dict[str, Any] = {}
         with self._locked():
             if self.running():
@@ -188,9 +265,8 @@ class DockerHostVM:
             state = self._launch(image, memory_mib, cpus, accel, progress)
             boot = time.monotonic()
             machines = {VM_NODE: self.machine}
-            wait_machines_ready(machines, state, timeout, progress, what="the Docker host VM")
-            start_masters(machines, self.labdir.ssh_config, boot + timeout,
-                          what="the Docker host VM")
+            wait_machines_ready(machines, state, timeout, progress, what=self.title)
+            start_masters(machines, self.labdir.ssh_config, boot + timeout, what=self.title)
             state.phase = Phase.UP
             self.labdir.save_state(state)
             timings["boot_seconds"] = round(time.monotonic() - boot, 1)
@@ -201,11 +277,16 @@ class DockerHostVM:
                 progress: Progress) -> LabState:
         chosen = choose_accel(accel, image.kernel)
         cpus = cpus or (2 if chosen == "kvm" else 1)
-        lab = _vm_lab(memory_mib, cpus)
-        node = lab.nodes[0]
         self.labdir.path.mkdir(parents=True, exist_ok=True, mode=0o750)
         share_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
-        disk = data_disk(image)
+        taps: list[TapState] = []
+        net_index = 0
+        if self.named:
+            net_index = hostnet.attach(self.labdir.path)
+            taps = [TapState(hostnet.tap(net_index), hostnet.BRIDGE, hostnet.MTU)]
+        lab = _vm_lab(memory_mib, cpus, self.name, net_index)
+        node = lab.nodes[0]
+        disk = data_disk(image, self.name)
         if not disk.exists():
             progress(f"engine data disk {disk} ({DATA_DISK_SIZE}, sparse)")
             disk.parent.mkdir(parents=True, exist_ok=True)
@@ -229,8 +310,9 @@ class DockerHostVM:
             nodes={VM_NODE: NodeState(ssh_port=port, argv=argv)},
         )
         self.labdir.save_state(state)
-        progress(f"starting the Docker host VM ({chosen}, {memory_mib} MiB, {cpus} CPUs)")
-        state.nodes[VM_NODE].pid = self.machine.launch(argv, [], "", VM_NODE)
+        progress(f"starting {self.title} ({chosen}, {memory_mib} MiB, {cpus} CPUs)")
+        state.nodes[VM_NODE].pid = self.machine.launch(
+            argv, taps, hostnet.NETNS if taps else "", VM_NODE)
         state.nodes[VM_NODE].started = time.time()
         self.labdir.save_state(state)
         return state
@@ -238,24 +320,30 @@ class DockerHostVM:
     def _start_engine(self, progress: Progress, deadline: float,
                       timings: dict[str, Any]) -> None:
         started = time.monotonic()
-        progress("starting dockerd in the VM")
+        progress(f"starting dockerd in {self.title}")
         result = self.run(["sh", "-s"], input=_script("docker-host-init.sh"),
                           timeout=max(30.0, deadline - time.monotonic()))
         if "labctl: engine ready" not in result.stdout:
             raise LabctlError(
-                f"the Docker engine in the Docker host VM did not start:\n"
+                f"the Docker engine in {self.title} did not start:\n"
                 f"{result.stdout}{result.stderr}",
-                hint="`labctl docker-host status`; the engine log is /var/log/dockerd.log in "
-                "the VM (`labctl docker-host exec -- tail /var/log/dockerd.log`)",
+                hint=f"`labctl docker-host status`; the engine log is /var/log/dockerd.log in "
+                f"the VM (`labctl docker-host exec{self._name_option} -- tail "
+                f"/var/log/dockerd.log`)",
             )
         timings["engine_seconds"] = round(time.monotonic() - started, 1)
         self._forward_socket()
         while not self.engine_answers():
             if time.monotonic() > deadline:
                 raise LabctlError(f"the engine socket {self.socket} does not answer",
-                                  hint="`labctl docker-host down` and `up` again")
+                                  hint=f"`labctl docker-host down{self._name_option}` and "
+                                  "`up` again")
             time.sleep(0.2)
         self._prune_orphans(progress)
+
+    @property
+    def _name_option(self) -> str:
+        return f" --name {self.name}" if self.named else ""
 
     def _forward_socket(self) -> None:
         """Ask the VM's ssh master to forward the engine's unix socket to ours (0600)."""
@@ -310,11 +398,14 @@ class DockerHostVM:
         self.socket.unlink(missing_ok=True)
         if self.labdir.remove():
             removed.append(f"directory {self.labdir.path}")
+        if self.named:
+            removed += hostnet.release()
         return removed
 
     def status(self) -> dict[str, Any]:
         state = self._state()
-        info: dict[str, Any] = {"directory": str(self.labdir.path), "running": False}
+        info: dict[str, Any] = {"name": self.name, "directory": str(self.labdir.path),
+                                "running": False}
         if state is None:
             info["state"] = "absent" if not self.labdir.path.exists() else "unreadable"
             return info
@@ -328,6 +419,7 @@ class DockerHostVM:
             "accel": state.accel,
             **(vars(state.vm) if state.vm else {}),
             "socket": str(self.socket),
+            **({"host_address": self.host_address} if self.named else {}),
             "engine": "answering" if running and self.engine_answers() else "not answering",
         })
         if running and info["engine"] == "answering":

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import labctl.providers.hostbinds as hostbinds
+import labctl.providers.swarm as swarm
 from labctl.data import data_path
 from labctl.dockerhost.engine import Engine, local_base_url, resolve_engine
 from labctl.dockerhost.sdk import sdk
@@ -222,6 +223,16 @@ def ensure_node_image(client: Any, image: Image, progress: Progress) -> str:
     return tag
 
 
+def _container_facts(client: Any, tag: str) -> str:
+    """"MAJOR:MINOR of rdma_cm, then the RDMA modules loaded", read in a throwaway
+    container: sysfs shows the engine's kernel, so this works on any host, remote too."""
+    script = ("cat /sys/class/misc/rdma_cm/dev 2>/dev/null; "
+              "for m in rdma_rxe siw; do [ -d /sys/module/$m ] && echo $m; done; true")
+    out = client.containers.run(tag, ["sh", "-c", script], network_mode="none", remove=True)
+    words = out.decode(errors="replace").split()
+    return " ".join("rxe" if w == "rdma_rxe" else w for w in words)
+
+
 def _failure(node: str, reason: str, logs: str) -> LabctlError:
     tail = "".join(logs.splitlines(keepends=True)[-25:])
     return LabctlError(f"node {node}: {reason}\n--- container log tail ---\n{tail}",
@@ -271,24 +282,36 @@ class DockerProvider(Provider):
                           hint=f"`labctl down --lab {self.lab.name}`")
 
     # --- create --------------------------------------------------------------------------
+    @property
+    def multi_host(self) -> bool:
+        return swarm.is_multi_host(self.lab)
+
+    def _images(self, client: Any, progress: Progress, prefix: str = "") -> dict[str, str]:
+        images: dict[str, str] = {}
+        for node in self.lab.nodes:
+            name = image_label(node.image, node.packages)
+            if name in images:
+                continue
+            progress(f"{prefix}image {name}: checking cache")
+            image = build_image(node_recipe(node.image, node.packages), self.mirror,
+                                progress=self._prefixed(progress, f"{prefix}image {name}: "))
+            images[name] = ensure_node_image(client, image,
+                                             self._prefixed(progress, prefix))
+        return images
+
     def create(self, progress: Progress) -> None:
+        if self.multi_host:
+            self._create_multi(progress)
+            return
         state = LabState(provider=self.name, phase=Phase.CREATING,
                          netns=labnet.netns_name(self.lab.name))
         self.labdir.save_state(state)
-        engine = resolve_engine(self.engine_option, progress)
+        engine = resolve_engine(self._single_engine_option(), progress)
         state.engine = engine.to_state()
         self.labdir.save_state(state)
         client = engine.client(timeout=900)
         try:
-            images: dict[str, str] = {}
-            for node in self.lab.nodes:
-                name = image_label(node.image, node.packages)
-                if name in images:
-                    continue
-                progress(f"image {name}: checking cache")
-                image = build_image(node_recipe(node.image, node.packages), self.mirror,
-                                    progress=self._prefixed(progress, f"image {name}: "))
-                images[name] = ensure_node_image(client, image, progress)
+            images = self._images(client, progress)
             facts = engine.helper("facts")
             if any(n.rdma == "rxe" for n in self.lab.nodes) and not facts.get("rdma_rxe"):
                 raise LabctlError(f"rdma_rxe is not loaded in {engine.where}",
@@ -330,6 +353,88 @@ class DockerProvider(Provider):
         finally:
             client.close()
 
+    def _single_engine_option(self) -> str:
+        """--engine, unless the lab's `hosts:` put every node on one host."""
+        ref = swarm.single_host_engine(self.lab)
+        if ref is None:
+            return self.engine_option
+        if ref in ("local", "vm:default"):
+            return ref.removeprefix("vm:").replace("default", "vm")
+        raise UnsupportedError(
+            f"all nodes of this lab are on one host ({ref}): links on one host need "
+            "labctl's plumbing beside the engine, which it has for the default Docker host "
+            "VM (vm:default) and a local engine only",
+            hint="place the nodes on two or more hosts (a swarm lab), or drop hosts:")
+
+    def _create_multi(self, progress: Progress) -> None:
+        """Nodes on several hosts: one swarm, an overlay network per segment (swarm.py)."""
+        if any(n.mounts for n in self.lab.nodes):
+            raise UnsupportedError("host folders (mounts) are not supported in multi-host "
+                                   "labs: each host would need the folder",
+                                   hint="use `labctl cp`")
+        state = LabState(provider=self.name, phase=Phase.CREATING)
+        self.labdir.save_state(state)
+        hosts, clients, manager = swarm.form(self.lab, self.labdir, progress)
+        try:
+            images: dict[str, dict[str, str]] = {}
+            facts: dict[str, str] = {}
+            for host in sorted(set(hosts.placement.values())):
+                images[host] = self._images(clients[host], progress, f"{host}: ")
+                facts[host] = _container_facts(clients[host], next(iter(images[host].values())))
+                needs = {n.rdma for n in self.lab.nodes if hosts.placement[n.name] == host}
+                for module in sorted(needs - {"none"}):
+                    if module not in facts[host].split():
+                        raise LabctlError(f"{'rdma_rxe' if module == 'rxe' else module} is not "
+                                          f"loaded on host {host} ({hosts.hosts[host].engine})",
+                                          hint="modprobe it there; `labctl doctor` checks "
+                                          "every host")
+            ids = swarm.create_networks(self.lab, clients[manager], progress)
+            for host, host_images in images.items():
+                rdma_cm = facts[host].split()[0] if ":" in facts[host] else ""
+                plan = plan_lab(self.lab, host_images, rdma_cm)
+                for cplan in plan.containers:
+                    if hosts.placement[cplan.node] != host:
+                        continue
+                    c = clients[host]
+                    kwargs = dict(cplan.create)
+                    kwargs.pop("network_mode")
+                    net_kwargs, more = swarm.container_networking(self.lab, cplan.node, ids, c)
+                    kwargs["labels"] = {**kwargs["labels"], f"{LABEL}.host": host}
+                    progress(f"{cplan.node}: creating container {kwargs['name']} on {host}")
+                    try:
+                        container = c.containers.create(**kwargs, **net_kwargs)
+                        for net_id, address, mac in more:
+                            c.api.connect_container_to_network(
+                                container.id, net_id, ipv4_address=address, mac_address=mac)
+                    except sdk().errors.APIError as exc:
+                        raise LabctlError(f"cannot create container {kwargs['name']} on "
+                                          f"{host}: {exc.explanation}",
+                                          hint="`labctl down` removes what was made") from None
+                    state.nodes[cplan.node] = NodeState(
+                        container=kwargs["name"], id=container.id,
+                        rdma_dev=kwargs["labels"][f"{LABEL}.rdma-dev"])
+                    self.labdir.save_state(state)
+                    container.put_archive("/", node_payload(kwargs["environment"]))
+                    state.nodes[cplan.node].started = time.time()
+                    swarm.start(container, host, progress)
+            self.labdir.save_state(state)
+        finally:
+            for c in clients.values():
+                c.close()
+
+    def _host_clients(self) -> dict[str, Any]:
+        """host -> client, for a multi-host lab (hosts that do not answer are missing)."""
+        from labctl.dockerhost.hosts import HostsRecord, hosts_file
+
+        record = HostsRecord.load(hosts_file(self.labdir))
+        clients = {}
+        for name, host in (record.hosts if record else {}).items():
+            try:
+                clients[name] = swarm.client(host, timeout=30)
+            except LabctlError:
+                continue
+        return clients
+
     # --- readiness -----------------------------------------------------------------------
     def _containers(self, client: Any) -> dict[str, Any]:
         """This lab's containers, found by their labels (exact values, not name prefixes)."""
@@ -346,16 +451,26 @@ class DockerProvider(Provider):
         data = container.logs(since=since) if since else container.logs()
         return str(data.decode(errors="replace"))
 
+    def _open_clients(self, state: LabState) -> list[Any]:
+        if self.multi_host:
+            return list(self._host_clients().values())
+        return [self._engine(state).client()]
+
+    def _containers_of(self, clients: list[Any]) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for client in clients:
+            found.update(self._containers(client))
+        return found
+
     def wait_ready(self, timeout: float, progress: Progress) -> None:
         state = self.labdir.load_state()
-        engine = self._engine(state)
-        client = engine.client()
+        clients = self._open_clients(state)
         deadline = time.monotonic() + timeout
         started = time.monotonic()
         try:
             pending = set(state.nodes)
             while pending:
-                containers = self._containers(client)
+                containers = self._containers_of(clients)
                 stages = {}
                 for node in sorted(pending):
                     container = containers.get(node)
@@ -384,7 +499,8 @@ class DockerProvider(Provider):
                          + ", ".join(f"{n} {s}" for n, s in stages.items()))
                 time.sleep(0.2)
         finally:
-            client.close()
+            for client in clients:
+                client.close()
         state.phase = Phase.UP
         state.ready_seconds = round(time.monotonic() - started, 1)
         self.labdir.save_state(state)
@@ -392,6 +508,10 @@ class DockerProvider(Provider):
     def set_link_state(self, node: str, ifname: str, up: bool) -> None:
         """The veth's bridge end down: the node's interface loses its carrier (its rxe
         port goes DOWN), as qemu's set_link does for VM nodes."""
+        if self.multi_host:
+            raise UnsupportedError("link set is not supported in multi-host labs (an overlay "
+                                   "network has no per-node cable)",
+                                   hint="`labctl exec NODE -- ip link set eth1 down` instead")
         state = self.labdir.load_state()
         veth = veth_name(self.lab.node(node), ifname)
         self._engine(state).helper("link", state.netns or labnet.netns_name(self.lab.name),
@@ -400,6 +520,10 @@ class DockerProvider(Provider):
     def repair(self, nodes: list[str], progress: Progress) -> None:
         """Start stopped containers again; a restarted container has a new netns, so its
         veths are made again (its rxe is made by its init, as at the first start)."""
+        if self.multi_host:
+            raise UnsupportedError("repair is not supported in multi-host labs",
+                                   hint=f"`labctl down --lab {self.lab.name}`, then `labctl "
+                                   "up` again")
         state = self.labdir.load_state()
         engine = self._engine(state)
         client = engine.client()
@@ -433,6 +557,8 @@ class DockerProvider(Provider):
     # --- status, exec, destroy -----------------------------------------------------------
     def nodes(self) -> list[NodeRuntime]:
         state = self.labdir.load_state()
+        if self.multi_host:
+            return self._nodes_multi(state)
         try:
             engine = self._engine(state)
             client = engine.client(timeout=30)
@@ -459,9 +585,50 @@ class DockerProvider(Provider):
         finally:
             client.close()
 
+    def _nodes_multi(self, state: LabState) -> list[NodeRuntime]:
+        from labctl.dockerhost.hosts import HostsRecord, hosts_file
+
+        record = HostsRecord.load(hosts_file(self.labdir))
+        placement = record.placement if record else {}
+        clients = self._host_clients()
+        try:
+            containers = self._containers_of(list(clients.values()))
+            result = []
+            for node in self.lab.nodes:
+                host = placement.get(node.name, "?")
+                details = {"container": container_name(self.lab.name, node.name),
+                           "host": host}
+                container = containers.get(node.name)
+                if container is None:
+                    why = (f"host {host} does not answer" if host not in clients
+                           else "never started" if node.name not in state.nodes
+                           else "its container is gone")
+                    result.append(NodeRuntime(node.name, NodeStatus.ABSENT, why, details))
+                    continue
+                if container.status != "running":
+                    result.append(NodeRuntime(node.name, NodeStatus.STOPPED,
+                                              f"container {container.status}", details))
+                    continue
+                logs = self._logs(container, state.nodes.get(node.name))
+                result.append(runtime_from_boot_log(node.name, logs, details))
+            return result
+        finally:
+            for client in clients.values():
+                client.close()
+
+    def _base_url(self, node: str) -> str:
+        if not self.multi_host:
+            return self._engine().base_url
+        from labctl.dockerhost.hosts import HostsRecord, hosts_file
+
+        record = HostsRecord.load(hosts_file(self.labdir))
+        if record is None or node not in record.placement:
+            raise LabctlError(f"lab {self.lab.name} has no record of node {node}'s host",
+                              hint=f"`labctl down --lab {self.lab.name}`")
+        return record.hosts[record.placement[node]].base_url
+
     def exec_argv(self, node: str, command: list[str], *, tty: bool = False) -> list[str]:
-        engine = self._engine()
-        argv = ["docker", "-H", engine.base_url, "exec", "-i"]
+        argv = ["docker", "-H", self._base_url(node), "exec", "-i"]
         if tty:
             argv.append("-t")
         return [*argv, container_name(self.lab.name, node), *(command or ["bash", "-l"])]
@@ -488,6 +655,8 @@ class DockerProvider(Provider):
 
     def _destroy_engine_side(self) -> list[str]:
         """Remove the lab's containers (by label) and its netns in the engine's kernel."""
+        if self.multi_host:
+            return swarm.destroy(self.lab.name, self.labdir)
         try:
             engine: Engine | None = self._engine()
         except CorruptStateError:

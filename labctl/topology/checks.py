@@ -136,6 +136,7 @@ def cross_check(topo: Topology, source: str | None = None) -> Checked:
         _assign_pool_subnets,
         _check_segment_sizes,
         _check_routes,
+        _check_hosts,
     ):
         step(checked)
     if checked.problems:
@@ -463,6 +464,43 @@ def _check_route(
     return None
 
 
+def _check_hosts(c: Checked) -> None:
+    """`hosts:` is a docker provider key; every node's `host:` names one of them; no two
+    hosts share an engine (one engine cannot be two swarm nodes)."""
+    hosts = c.topo.hosts
+    if hosts and c.topo.provider != "docker":
+        c.problem(("hosts",), f"hosts need provider: docker (this lab's provider is "
+                  f"{c.topo.provider})", "remove hosts:, or set provider: docker")
+        return
+    seen: dict[str, str] = {}
+    for name, engine in hosts.items():
+        if engine in seen:
+            c.problem(("hosts", name), f"hosts {seen[engine]} and {name} name the same "
+                      f"engine {engine}", "give each host its own engine")
+        seen.setdefault(engine, name)
+    for name, spec in c.specs.items():
+        if spec.host is None:
+            continue
+        if not hosts:
+            c.problem(("nodes", name, "host"), f"node {name} names host {spec.host}, but "
+                      "the topology has no hosts:", "add hosts: {NAME: ENGINE, ...} "
+                      "(docs/multi-host.md)")
+        elif spec.host not in hosts:
+            known = sorted(hosts)
+            c.problem(("nodes", name, "host"), f"unknown host {show(spec.host)}"
+                      + did_you_mean(spec.host, known), f"hosts: {', '.join(known)}")
+
+
+def placement(topo: Topology, specs: dict[str, NodeSpec]) -> dict[str, str]:
+    """node -> host: its own `host:`, else round-robin over `hosts` in node order (the
+    k-th node of the file, counting from 0, goes to the (k mod n)-th host)."""
+    hosts = list(topo.hosts)
+    if not hosts:
+        return {}
+    return {name: spec.host or hosts[k % len(hosts)]
+            for k, (name, spec) in enumerate(specs.items())}
+
+
 def build_lab(c: Checked, source: str | None) -> Lab:
     """The Lab of a checked topology: defaults applied, addresses and MACs assigned."""
     topo, d = c.topo, c.topo.defaults
@@ -512,10 +550,14 @@ def build_lab(c: Checked, source: str | None) -> Lab:
                 routes=tuple(Route(str(to), str(via)) for to, via in c.routes.get(name, ())),
             )
         )
+    # Only labs with hosts: carry them, so every other lab.json stays as it was.
+    options = ({"hosts": dict(topo.hosts), "placement": placement(topo, c.specs)}
+               if topo.hosts else {})
     return Lab(
         name=topo.name,
         provider=topo.provider,
         source=source if source is not None else c.file,
         nodes=tuple(nodes),
         segments=tuple(segments),
+        provider_options=options,
     )

@@ -29,6 +29,11 @@ LINK_NAME_RE = r"^[a-z][a-z0-9-]{0,14}$"
 IMAGE_RE = r"^[a-z0-9][a-z0-9._-]*$"
 IFNAME_RE = r"eth[1-9][0-9]?"
 ENDPOINT_RE = rf"^[a-z][a-z0-9-]{{0,14}}:{IFNAME_RE}$"
+HOST_NAME_RE = r"^[a-z][a-z0-9-]{0,14}$"
+# A host's engine: `local`, a labctl Docker host VM (`vm:NAME`), an ssh:// or unix:// engine
+# URL, or a docker context name. Plain characters only: it reaches the Docker SDK and ssh.
+ENGINE_RE = (r"^(local|vm:[a-z][a-z0-9]{0,7}|ssh://[A-Za-z0-9._-]+@?[A-Za-z0-9._-]*(:[0-9]{1,5})?"
+             r"|unix:///[A-Za-z0-9._/-]+|[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$")
 
 RDMA_TYPES = ("rxe", "siw", "none")
 PROVIDERS = ("qemu", "docker", "vagrant")
@@ -48,6 +53,8 @@ PRIVATE_NETWORKS = tuple(
 # there would make the node's routes ambiguous; the pool skips it, explicit subnets may not.
 MANAGEMENT_NETWORK = ipaddress.IPv4Network("10.0.2.0/24")
 
+HostName = Annotated[str, Field(pattern=HOST_NAME_RE)]
+EngineRef = Annotated[str, Field(pattern=ENGINE_RE, max_length=200)]
 Rdma = Literal["rxe", "siw", "none"]
 Provider = Literal["qemu", "docker", "vagrant"]
 
@@ -249,6 +256,13 @@ class NodeSpec(_Strict):
         "only), e.g. [eth1, eth2]: rxe0 on eth1, rxe1 on eth2. qemu nodes only.",
         examples=[["eth1", "eth2"]],
     )
+    host: HostName | None = Field(
+        title="Host",
+        default=None,
+        description="Docker provider with `hosts`: the host (a key of `hosts`) whose engine "
+        "runs this node; default: round-robin over `hosts` in node order.",
+        examples=["h2"],
+    )
 
 
 class LinkSpec(_Strict):
@@ -323,6 +337,16 @@ class Topology(_Strict):
         title="Links",
         default_factory=list,
         description="Data segments, each an L2 network of its own.",
+    )
+    hosts: dict[HostName, EngineRef] = Field(
+        title="Hosts",
+        default_factory=dict,
+        description="Docker provider: the Docker engines a lab spreads over, by host name: "
+        "`local`, `vm:NAME` (a labctl Docker host VM, `labctl docker-host up --name NAME`), "
+        "an engine URL (ssh://user@host) or a docker context name. With two or more hosts "
+        "in use, links are Docker Swarm overlay networks (docs/multi-host.md).",
+        examples=[{"h1": "vm:sw1", "h2": "vm:sw2"}],
+        json_schema_extra={"additionalProperties": False},
     )
 
     # The composed YAML document this topology was read from, when it was read from a file:

@@ -17,6 +17,7 @@ from labctl.topology.errors import DEFAULT_HINT, TopologyError
 from labctl.topology.locate import MAX_SHOWN, LineIndex, Loc, field_path
 from labctl.topology.model import (
     ENDPOINT_RE,
+    ENGINE_RE,
     IFNAME_RE,
     IMAGE_RE,
     LAB_NAME_RE,
@@ -161,6 +162,11 @@ def _explain_pattern(pattern: str, value: str) -> tuple[str, str]:
     if pattern == f"^{IFNAME_RE}$":
         return (f"must be a data interface eth1..eth99 {got}",
                 "eth0 is the management interface; list data interfaces, e.g. [eth1, eth2]")
+    if pattern == ENGINE_RE:
+        return (f"must be local, vm:NAME, ssh://user@host[:port], unix:///path or a docker "
+                f"context name {got}",
+                "tcp:// engines are refused: an unauthenticated Docker API is root for "
+                "anyone who reaches it (use ssh://)")
     return f"must match {pattern} {got}", DEFAULT_HINT
 
 

@@ -155,7 +155,8 @@ def test_validate_and_topologies_by_name_from_any_directory(
     assert "rdma siw on eth1" in out
     code, out, err = run_cli(monkeypatch, capsys, "validate", "no-such-lab")
     assert code == 2
-    assert "shipped topologies: docker-two-node, four-node, routed, siw-pair" in _flat(err)
+    assert ("shipped topologies: docker-two-node, four-node, multi-host, routed, siw-pair"
+            in _flat(err))
     code, out, err = run_cli(monkeypatch, capsys, "topologies")
     assert code == 0, err
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]

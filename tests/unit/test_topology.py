@@ -117,7 +117,8 @@ def test_schema_describes_the_format() -> None:
     assert schema["required"] == ["name", "nodes"]
     assert schema["additionalProperties"] is False
     props = schema["properties"]
-    assert set(props) == {"name", "provider", "defaults", "addressing", "nodes", "links"}
+    assert set(props) == {"name", "provider", "defaults", "addressing", "nodes", "links",
+                          "hosts"}
     assert all("description" in p for p in props.values())
     assert all("title" in p for p in props.values() if "$ref" not in p)
     for model in schema["$defs"].values():

@@ -1,0 +1,91 @@
+"""The Docker hosts' network: one bridge in a labctl-made netns joining the named VMs.
+
+Named Docker host VMs (`labctl docker-host up --name N`) get a second NIC (eth1) on this
+bridge, so a swarm across them (its control traffic on 2377/tcp and 7946/tcp+udp, its
+VXLAN data on 4789/udp) travels only inside the namespace `labctl-docker_hosts` (an
+underscore: no lab can have that name) and the VMs. Nothing reaches the host's own
+interfaces. The netns is made by the first named VM and deleted with the last one.
+
+Each VM has an index K (the smallest free one, recorded in its directory): tap tK-eth1,
+address 10.250.0.K/24, a MAC derived from K. The MTU is jumbo: VXLAN adds 50 bytes to
+every frame of an overlay network, so with 9100 here any lab segment MTU up to 9000 fits
+unfragmented and rxe reports the same active MTU as on one host.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+from labctl.errors import LabctlError
+from labctl.lab.labdir import blocking_lock
+from labctl.net import labnet
+from labctl.paths import state_root
+
+NETNS = "labctl-docker_hosts"
+BRIDGE = "br0"
+SUBNET = ipaddress.IPv4Network("10.250.0.0/24")
+MTU = 9100
+INDEX_FILE = "hostnet-index"
+MAX_INDEX = 200
+
+
+def lock_path() -> Path:
+    return state_root().parent / "docker-hosts-net.lock"
+
+
+def address(index: int) -> str:
+    return str(SUBNET.network_address + index)
+
+
+def cidr(index: int) -> str:
+    return f"{address(index)}/{SUBNET.prefixlen}"
+
+
+def mac(index: int) -> str:
+    # Locally administered, distinct from lab MACs (02:...) and management MACs.
+    return f"0a:4c:48:00:00:{index:02x}"
+
+
+def tap(index: int) -> str:
+    return labnet.tap_name(index, "eth1")
+
+
+def recorded_index(vm_path: Path) -> int:
+    try:
+        return int((vm_path / INDEX_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def _vm_paths() -> list[Path]:
+    root = state_root().parent
+    if not root.is_dir():
+        return []
+    return [p for p in root.iterdir() if p.is_dir() and p.name.startswith("docker-host-")]
+
+
+def attach(vm_path: Path) -> int:
+    """Make sure the netns and its bridge exist; give the VM at `vm_path` an index."""
+    with blocking_lock(lock_path()):
+        if not labnet.namespace_exists(NETNS):
+            labnet.create_netns(NETNS)
+            labnet.add_bridge(NETNS, BRIDGE, MTU)
+        index = recorded_index(vm_path)
+        if index:
+            return index
+        used = {recorded_index(p) for p in _vm_paths()}
+        free = [i for i in range(1, MAX_INDEX + 1) if i not in used]
+        if not free:
+            raise LabctlError(f"{MAX_INDEX} Docker host VMs already have an address",
+                              hint="`labctl docker-host down --name N` for some")
+        (vm_path / INDEX_FILE).write_text(f"{free[0]}\n")
+        return free[0]
+
+
+def release() -> list[str]:
+    """Delete the netns once no named VM has a directory left (call after removing one)."""
+    with blocking_lock(lock_path()):
+        if any(recorded_index(p) for p in _vm_paths()):
+            return []
+        return [f"netns {NETNS}"] if labnet.delete_netns(NETNS) else []
