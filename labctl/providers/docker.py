@@ -400,23 +400,40 @@ class DockerProvider(Provider):
                     kwargs.pop("network_mode")
                     net_kwargs, more = swarm.container_networking(self.lab, cplan.node, ids, c)
                     kwargs["labels"] = {**kwargs["labels"], f"{LABEL}.host": host}
-                    progress(f"{cplan.node}: creating container {kwargs['name']} on {host}")
-                    try:
-                        container = c.containers.create(**kwargs, **net_kwargs)
-                        for net_id, address, mac in more:
-                            c.api.connect_container_to_network(
-                                container.id, net_id, ipv4_address=address, mac_address=mac)
-                    except sdk().errors.APIError as exc:
-                        raise LabctlError(f"cannot create container {kwargs['name']} on "
-                                          f"{host}: {exc.explanation}",
-                                          hint="`labctl down` removes what was made") from None
-                    state.nodes[cplan.node] = NodeState(
-                        container=kwargs["name"], id=container.id,
-                        rdma_dev=kwargs["labels"][f"{LABEL}.rdma-dev"])
-                    self.labdir.save_state(state)
-                    container.put_archive("/", node_payload(kwargs["environment"]))
-                    state.nodes[cplan.node].started = time.time()
-                    swarm.start(container, host, progress)
+                    for attempt in range(1, swarm.START_ATTEMPTS + 1):
+                        progress(f"{cplan.node}: creating container {kwargs['name']} on "
+                                 f"{host}")
+                        try:
+                            container = c.containers.create(**kwargs, **net_kwargs)
+                            for net_id, address, mac in more:
+                                c.api.connect_container_to_network(
+                                    container.id, net_id, ipv4_address=address,
+                                    mac_address=mac)
+                        except sdk().errors.APIError as exc:
+                            raise LabctlError(f"cannot create container {kwargs['name']} "
+                                              f"on {host}: {exc.explanation}",
+                                              hint="`labctl down` removes what was made"
+                                              ) from None
+                        state.nodes[cplan.node] = NodeState(
+                            container=kwargs["name"], id=container.id,
+                            rdma_dev=kwargs["labels"][f"{LABEL}.rdma-dev"])
+                        self.labdir.save_state(state)
+                        container.put_archive("/", node_payload(kwargs["environment"]))
+                        state.nodes[cplan.node].started = time.time()
+                        try:
+                            container.start()
+                            break
+                        except sdk().errors.APIError as exc:
+                            if (not swarm.attachment_failed(exc)
+                                    or attempt == swarm.START_ATTEMPTS):
+                                raise LabctlError(
+                                    f"cannot start container {kwargs['name']} on {host}: "
+                                    f"{exc.explanation}",
+                                    hint="`labctl doctor` checks the swarm ports; `labctl "
+                                    "down` removes what was made") from None
+                            progress(f"{cplan.node}: overlay attachment failed on {host} "
+                                     f"({exc.explanation}); creating the container again")
+                            container.remove(force=True)
             self.labdir.save_state(state)
         finally:
             for c in clients.values():

@@ -263,19 +263,18 @@ def _wait_nodes_ready(manager: Any, node_ids: set[str], progress: Progress,
         time.sleep(1)
 
 
-def start(container: Any, host: str, progress: Progress, attempts: int = 4) -> None:
-    """Start a container; a worker asks a manager for its overlay attachment within 20 s
-    (dockerd's own bound): on a loaded host that times out now and then (measured under
-    TCG with every core busy), so that one error is retried."""
-    for attempt in range(1, attempts + 1):
-        try:
-            container.start()
-            return
-        except sdk().errors.APIError as exc:
-            if "attaching to network failed" not in str(exc) or attempt == attempts:
-                raise
-            progress(f"{container.name} on {host}: network attachment timed out, "
-                     f"retrying ({attempt} of {attempts - 1})")
+# A worker (and a manager for itself) asks the swarm for a container's overlay attachment
+# within dockerd's own 20 s bound: on a loaded host that times out now and then (measured
+# under TCG with every core busy: "attaching to network failed ... context deadline
+# exceeded", and on starting the same container again "network ... not found"). The
+# container is then made again, from scratch, a bounded number of times.
+START_ATTEMPTS = 3
+
+
+def attachment_failed(exc: Exception) -> bool:
+    text = str(exc)
+    return "attaching to network failed" in text or (
+        "network" in text and "not found" in text)
 
 
 def form(lab: Lab, labdir: LabDir, progress: Progress) -> tuple[HostsRecord, dict[str, Any],
@@ -340,8 +339,9 @@ def _shared_with_other_labs(lab: str, record: HostRecord) -> bool:
 
 
 def destroy(lab: str, labdir: LabDir) -> list[str]:
-    """Containers on every host, then the networks, then a swarm labctl made. An
-    unreachable host: the others are cleaned, then LabctlError (state kept for a retry)."""
+    """Containers on every host, then the networks, then a swarm labctl made. A host that
+    does not answer (or fails a step): the others are cleaned, then LabctlError, with the
+    records kept so that `down` can be run again."""
     hosts = HostsRecord.load(hosts_file(labdir))
     if hosts is None:
         return []
@@ -355,44 +355,62 @@ def destroy(lab: str, labdir: LabDir) -> list[str]:
             clients[name] = client(record, timeout=60)
         except LabctlError as exc:
             failed[name] = exc.message
+
+    def step(name: str, what: Any) -> None:
+        """One host's step; an engine error marks the host failed instead of aborting."""
+        if name in failed:
+            return
+        try:
+            what()
+        except Exception as exc:  # the SDK raises many kinds; each is reported below
+            failed[name] = f"{exc.__class__.__name__}: {exc}"
+
     selector = {"label": f"{LABEL}.lab={lab}"}
-    for name, c in clients.items():
+
+    def containers(name: str, c: Any) -> None:
         for container in c.containers.list(all=True, filters=selector):
             if container.labels.get(f"{LABEL}.lab") == lab:
                 container.remove(force=True)
                 removed.append(f"container {container.name} on {name}")
-    for c in clients.values():
-        if not _swarm_info(c).get("ControlAvailable"):
-            continue
+
+    def networks(c: Any) -> None:
         for net in c.networks.list(filters=selector):
             if net.attrs.get("Labels", {}).get(f"{LABEL}.lab") == lab:
                 _remove_network(net)
                 removed.append(f"network {net.name}")
-        break
+
+    def leave(name: str, record: HostRecord, c: Any) -> None:
+        if _swarm_info(c).get("LocalNodeState") == "active":
+            c.swarm.leave(force=True)
+            removed.append(f"swarm membership of {name}")
+        if record.gwbridge_created:
+            # Made by swarm init/join for the host's swarm endpoints: goes with it.
+            for net in c.networks.list(names=[GWBRIDGE]):
+                _remove_network(net)
+                removed.append(f"network {GWBRIDGE} on {name}")
+            record.gwbridge_created = False
+        record.swarm_created = False
+        hosts.save(hosts_file(labdir))
+
+    for name, c in clients.items():
+        step(name, lambda n=name, c=c: containers(n, c))
+    managers = [h for h in clients if h not in failed
+                and _swarm_info(clients[h]).get("ControlAvailable")]
+    if managers:
+        step(managers[0], lambda: networks(clients[managers[0]]))
     # Workers first: a manager that leaves first would strand them.
-    for name in sorted(clients, key=lambda h: bool(_swarm_info(clients[h]).get(
-            "ControlAvailable"))):
+    for name in sorted(clients, key=lambda h: h in managers):
         record = hosts.hosts[name]
         if record.swarm_created and not _shared_with_other_labs(lab, record):
-            if _swarm_info(clients[name]).get("LocalNodeState") == "active":
-                clients[name].swarm.leave(force=True)
-                removed.append(f"swarm membership of {name}")
-            if record.gwbridge_created:
-                # Made by swarm init/join for the host's swarm endpoints: goes with it.
-                for net in clients[name].networks.list(names=[GWBRIDGE]):
-                    _remove_network(net)
-                    removed.append(f"network {GWBRIDGE} on {name}")
-                record.gwbridge_created = False
-            record.swarm_created = False
-            hosts.save(hosts_file(labdir))
+            step(name, lambda n=name, r=record, c=clients[name]: leave(n, r, c))
     for c in clients.values():
         c.close()
     if failed:
         raise LabctlError(
-            "cannot reach " + "; ".join(f"{h}: {m}" for h, m in failed.items())
-            + (f"\nremoved on the others: {', '.join(removed)}" if removed else ""),
-            hint="start that host's engine, then `labctl down` again (the lab's records "
-            "are kept)")
+            "cannot clean up " + "; ".join(f"{h}: {m}" for h, m in failed.items())
+            + (f"\nremoved: {', '.join(removed)}" if removed else ""),
+            hint="start that host's engine (or wait for it), then `labctl down` again "
+            "(the lab's records are kept)")
     (labdir.path / TOKENS_FILE).unlink(missing_ok=True)
     return removed
 

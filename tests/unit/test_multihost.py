@@ -179,7 +179,7 @@ def test_down_with_an_unreachable_host_fails_and_keeps_the_records(state_root: P
     record.save(labdir.path / "hosts.json")
     with pytest.raises(LabctlError) as info:
         destroy("mh", labdir)
-    assert info.value.message.startswith("cannot reach h1: ")
+    assert info.value.message.startswith("cannot clean up h1: ")
     assert "`labctl down` again" in info.value.hint
     assert HostsRecord.load(labdir.path / "hosts.json") == record
 
