@@ -6,7 +6,8 @@ RC pingpong and rping (RDMA CM) pass across the hosts, the swarm's join token st
 the lab directory (0600), and `down` leaves nothing on either host (containers, networks,
 swarm membership, docker_gwbridge). VMs this module started are stopped at the end; a
 developer's running ones are left alone. Names: LABCTL_SWARM_TEST_LAB (lab),
-LABCTL_SWARM_TEST_VMS (two VM names, comma-separated).
+LABCTL_SWARM_TEST_VMS (two VM names, comma-separated). Collected only with
+LABCTL_TEST_MULTIHOST=1 (tests/integration/conftest.py): not yet part of CI.
 """
 
 from __future__ import annotations
