@@ -592,15 +592,19 @@ class DockerProvider(Provider):
                     result.append(NodeRuntime(node.name, NodeStatus.ABSENT, why))
                     continue
                 details = {"container": container.name, "engine": engine.where}
-                if container.status != "running":
-                    result.append(NodeRuntime(node.name, NodeStatus.STOPPED,
-                                              f"container {container.status}", details))
-                    continue
-                logs = self._logs(container, state.nodes.get(node.name))
-                result.append(runtime_from_boot_log(node.name, logs, details))
+                result.append(self._runtime(node.name, container, state, details))
             return result
         finally:
             client.close()
+
+    def _runtime(self, node: str, container: Any, state: LabState,
+                 details: dict[str, str]) -> NodeRuntime:
+        """An existing container's node: stopped, or what its boot log says."""
+        if container.status != "running":
+            return NodeRuntime(node, NodeStatus.STOPPED, f"container {container.status}",
+                               details)
+        return runtime_from_boot_log(node, self._logs(container, state.nodes.get(node)),
+                                     details)
 
     def _nodes_multi(self, state: LabState) -> list[NodeRuntime]:
         from labctl.dockerhost.hosts import HostsRecord, hosts_file
@@ -622,12 +626,7 @@ class DockerProvider(Provider):
                            else "its container is gone")
                     result.append(NodeRuntime(node.name, NodeStatus.ABSENT, why, details))
                     continue
-                if container.status != "running":
-                    result.append(NodeRuntime(node.name, NodeStatus.STOPPED,
-                                              f"container {container.status}", details))
-                    continue
-                logs = self._logs(container, state.nodes.get(node.name))
-                result.append(runtime_from_boot_log(node.name, logs, details))
+                result.append(self._runtime(node.name, container, state, details))
             return result
         finally:
             for client in clients.values():

@@ -91,6 +91,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"integration test skipped in CI (as root), which is a failure: {reason}"
 
 
+def host_folders(tmp_path_factory: pytest.TempPathFactory, prefix: str) -> dict[str, Path]:
+    """Two host folders for nodes' mounts ("rw" and "ro"), each with a file written on the
+    host (from-host.txt: "host rw" / "host ro")."""
+    base = tmp_path_factory.mktemp(prefix)
+    result = {"rw": base / "rw", "ro": base / "ro"}
+    for mode, path in result.items():
+        path.mkdir()
+        (path / "from-host.txt").write_text(f"host {mode}\n")
+    return result
+
+
 def make_topology(directory: Path, source: str, name: str, **changes: object) -> Path:
     """A shipped topology under another lab name (and other top-level `changes`)."""
     data = yaml.safe_load((REPO / "topologies" / source).read_text())

@@ -28,7 +28,7 @@ from labctl.lab import lifecycle
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir
 from tests.integration.capturecheck import assert_pingpong_on_the_wire
-from tests.integration.conftest import REPO, labctl, make_topology, passed_run
+from tests.integration.conftest import REPO, host_folders, labctl, make_topology, passed_run
 
 pytestmark = pytest.mark.integration
 
@@ -39,12 +39,7 @@ NODES = ("node1", "node2")
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Host folders for the nodes' mounts, each with a file written on the host."""
-    base = tmp_path_factory.mktemp("docker-folders")
-    result = {"rw": base / "rw", "ro": base / "ro"}
-    for mode, path in result.items():
-        path.mkdir()
-        (path / "from-host.txt").write_text(f"host {mode}\n")
-    return result
+    return host_folders(tmp_path_factory, "docker-folders")
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from labctl.lab import lifecycle
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir
 from labctl.providers import libvirtd
-from tests.integration.conftest import labctl, make_topology, passed_run
+from tests.integration.conftest import host_folders, labctl, make_topology, passed_run
 from tests.integration.leftovers import lab_leftovers
 
 
@@ -76,12 +76,7 @@ def _lab_dnsmasq() -> list[str]:
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Host folders for the lab's mounts (under root's 0700 pytest directory, which
     libvirt-qemu could not enter), each with a file written on the host."""
-    base = tmp_path_factory.mktemp("vagrant-folders")
-    result = {"rw": base / "rw", "ro": base / "ro"}
-    for mode, path in result.items():
-        path.mkdir()
-        (path / "from-host.txt").write_text(f"host {mode}\n")
-    return result
+    return host_folders(tmp_path_factory, "vagrant-folders")
 
 
 @pytest.fixture(scope="module")
