@@ -231,6 +231,20 @@ def test_a_stopped_container_is_repaired_by_up(handle: LabHandle,
     assert result.returncode == 0, result.stderr
 
 
+def test_host_folders_both_ways(handle: LabHandle, folders: dict[str, Path]) -> None:
+    """Through the Docker host VM: a file written on the host is read in the container,
+    one written in the container is read on the host, and `:ro` refuses writes (one
+    `docker exec`: each costs seconds under TCG)."""
+    script = ("cat /mnt/rw/from-host.txt /mnt/ro/from-host.txt; "
+              "echo node1 > /mnt/rw/from-node1.txt || echo 'rw write failed'; "
+              "echo no > /mnt/ro/x.txt && echo 'ro write passed'; true")
+    result = handle.run("node1", ["sh", "-c", script], timeout=120)
+    assert result.stdout == "host rw\nhost ro\n", result.stdout + result.stderr
+    assert "Read-only file system" in result.stderr
+    assert (folders["rw"] / "from-node1.txt").read_text() == "node1\n"
+    assert not (folders["ro"] / "x.txt").exists()
+
+
 def test_zz_down_leaves_nothing_in_the_engine(docker_lab: dict[str, float]) -> None:
     begin = time.monotonic()
     result = labctl("down", "--lab", LAB, check=True, timeout=300)
@@ -262,17 +276,3 @@ def test_doctor_tells_the_truth_about_this_host() -> None:
         assert "Docker host VM" in checks["host kernel RDMA"]["todo"]
     if DockerHostVM().running():
         assert checks["per-netns rxe (VM)"]["result"] == "ok", checks["per-netns rxe (VM)"]
-
-
-def test_host_folders_both_ways(handle: LabHandle, folders: dict[str, Path]) -> None:
-    """Through the Docker host VM: a file written on the host is read in the container,
-    one written in the container is read on the host, and `:ro` refuses writes (one
-    `docker exec`: each costs seconds under TCG)."""
-    script = ("cat /mnt/rw/from-host.txt /mnt/ro/from-host.txt; "
-              "echo node1 > /mnt/rw/from-node1.txt || echo 'rw write failed'; "
-              "echo no > /mnt/ro/x.txt && echo 'ro write passed'; true")
-    result = handle.run("node1", ["sh", "-c", script], timeout=120)
-    assert result.stdout == "host rw\nhost ro\n", result.stdout + result.stderr
-    assert "Read-only file system" in result.stderr
-    assert (folders["rw"] / "from-node1.txt").read_text() == "node1\n"
-    assert not (folders["ro"] / "x.txt").exists()
