@@ -76,7 +76,7 @@ def test_status_shows_each_nodes_host(multihost_lab: dict[str, float]) -> None:
     hosts = {n["name"]: n["details"]["host"] for n in status["nodes"]}
     assert hosts == {"node1": "h1", "node2": "h2"}
     assert {n["state"] for n in status["nodes"]} == {"running"}
-    assert {d["active_mtu"] for n in status["nodes"] for d in n["devices"]} == {1024}
+    assert {d["active_mtu"] for n in status["nodes"] for d in n["devices"]} == {"1024"}
     table = labctl("status", "--lab", LAB, check=True).stdout
     assert "host" in table and "h1" in table and "h2" in table
 
