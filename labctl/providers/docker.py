@@ -335,12 +335,7 @@ class DockerProvider(Provider):
                     raise LabctlError(f"cannot create container {kwargs['name']}: {exc}",
                                       hint="`labctl down` first if a lab of this name "
                                       "was left behind") from None
-                state.nodes[node.name] = NodeState(
-                    container=kwargs["name"], id=container.id,
-                    rdma_dev=kwargs["labels"][f"{LABEL}.rdma-dev"])
-                self.labdir.save_state(state)
-                container.put_archive("/", node_payload(kwargs["environment"]))
-                state.nodes[node.name].started = time.time()
+                self._record_and_load(state, node.name, kwargs, container)
                 container.start()
                 container.reload()
                 pids[node.name] = int(container.attrs["State"]["Pid"])
@@ -414,12 +409,7 @@ class DockerProvider(Provider):
                                               f"on {host}: {exc.explanation}",
                                               hint="`labctl down` removes what was made"
                                               ) from None
-                        state.nodes[cplan.node] = NodeState(
-                            container=kwargs["name"], id=container.id,
-                            rdma_dev=kwargs["labels"][f"{LABEL}.rdma-dev"])
-                        self.labdir.save_state(state)
-                        container.put_archive("/", node_payload(kwargs["environment"]))
-                        state.nodes[cplan.node].started = time.time()
+                        self._record_and_load(state, cplan.node, kwargs, container)
                         try:
                             container.start()
                             break
@@ -596,6 +586,16 @@ class DockerProvider(Provider):
             return result
         finally:
             client.close()
+
+    def _record_and_load(self, state: LabState, node: str, kwargs: dict[str, Any],
+                         container: Any) -> None:
+        """A created container in the lab's state (saved before it starts, so `down` finds
+        it), then the node-side payload put in and its start time stamped."""
+        state.nodes[node] = NodeState(container=kwargs["name"], id=container.id,
+                                      rdma_dev=kwargs["labels"][f"{LABEL}.rdma-dev"])
+        self.labdir.save_state(state)
+        container.put_archive("/", node_payload(kwargs["environment"]))
+        state.nodes[node].started = time.time()
 
     def _runtime(self, node: str, container: Any, state: LabState,
                  details: dict[str, str]) -> NodeRuntime:
