@@ -76,10 +76,18 @@ VM_NAME_RE = r"[a-z][a-z0-9]{0,7}"
 DIR_PREFIX = "docker-host"
 
 
+# docker-host-share (the host folders' share) sits beside the VMs' directories: "share"
+# cannot name a VM.
+SHARE_SUFFIX = "share"
+
+
 def check_vm_name(name: str) -> str:
     if name != DEFAULT_NAME and not re.fullmatch(VM_NAME_RE, name):
         raise UsageError(f"bad Docker host VM name {name!r}",
                          hint="a lowercase letter then up to 7 of a-z, 0-9")
+    if name == SHARE_SUFFIX:
+        raise UsageError(f"bad Docker host VM name {name!r}: labctl's host-folder share "
+                         "uses it", hint="choose another name")
     return name
 
 
@@ -89,7 +97,7 @@ def _dirname(name: str) -> str:
 
 def share_dir() -> Path:
     """The host folders' share, one for every Docker host VM: they all run on this host."""
-    return state_root().parent / "docker-host-share"
+    return state_root().parent / f"{DIR_PREFIX}-{SHARE_SUFFIX}"
 
 
 def vm_dir(name: str = DEFAULT_NAME) -> LabDir:
@@ -122,7 +130,7 @@ def vm_names() -> list[str]:
             names.insert(0, DEFAULT_NAME)
         elif path.name.startswith(f"{DIR_PREFIX}-"):
             rest = path.name.removeprefix(f"{DIR_PREFIX}-")
-            if re.fullmatch(VM_NAME_RE, rest):
+            if re.fullmatch(VM_NAME_RE, rest) and rest != SHARE_SUFFIX:
                 names.append(rest)
     return names
 

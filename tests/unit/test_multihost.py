@@ -63,14 +63,15 @@ def test_named_vms_have_their_own_paths(state_root: Path) -> None:
     assert data_disk(FakeImage()).name == "docker-host-abc.docker.ext4"  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("bad", ["", "Sw1", "sw-1", "toolongname", "../x", "1sw"])
+@pytest.mark.parametrize("bad", ["", "Sw1", "sw-1", "toolongname", "../x", "1sw", "share"])
 def test_bad_vm_names_are_usage_errors(bad: str, state_root: Path) -> None:
     with pytest.raises(UsageError):
         DockerHostVM(bad)
 
 
 def test_vm_names_lists_default_first(state_root: Path) -> None:
-    for name in ("docker-host-sw2", "docker-host", "docker-host-sw1", "docker-host-Bad", "labs"):
+    for name in ("docker-host-sw2", "docker-host", "docker-host-sw1", "docker-host-Bad", "labs",
+                 "docker-host-share"):  # the host folders' share, not a VM
         (state_root.parent / name).mkdir(parents=True, exist_ok=True)
     (state_root.parent / "docker-host.lock").touch()
     assert vm_names() == ["default", "sw1", "sw2"]
