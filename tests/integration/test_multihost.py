@@ -1,13 +1,15 @@
 """A docker lab across two Docker engines: two named Docker host VMs joined by labctl's
-hosts network, one container node on each, linked by a Docker Swarm overlay network.
+hosts network, and topologies/three-node-switch.yaml spread over them (node1 and node3 on
+h1, node2 on h2, round-robin), its switch (MTU 9000) a Docker Swarm overlay network.
 
-topologies/multi-host.yaml under a lab name of its own: status shows each node's host,
-RC pingpong and rping (RDMA CM) pass across the hosts, the swarm's join token stays in
-the lab directory (0600), and `down` leaves nothing on either host (containers, networks,
-swarm membership, docker_gwbridge). VMs this module started are stopped at the end; a
+Under a lab name of its own: status shows each node's host and rxe's active MTU 4096 (the
+overlay carries 9000-byte frames: VXLAN's 50 bytes fit in the hosts network's 9100), RC
+pingpong passes between every pair (two across the hosts, one inside h1) with 4 KiB
+packets, rping (RDMA CM) passes across the hosts, the swarm's join token stays in the lab
+directory (0600), and `down` leaves nothing on either host (containers, networks, swarm
+membership, docker_gwbridge). VMs this module started are stopped at the end; a
 developer's running ones are left alone. Names: LABCTL_SWARM_TEST_LAB (lab),
-LABCTL_SWARM_TEST_VMS (two VM names, comma-separated). Collected only with
-LABCTL_TEST_MULTIHOST=1 (tests/integration/conftest.py): not yet part of CI.
+LABCTL_SWARM_TEST_VMS (two VM names, comma-separated).
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def multihost_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
         pytest.skip(f"this machine cannot run the Docker host VMs (qemu): {missing}")
     vms = [DockerHostVM(n) for n in VMS]
     started = [vm.name for vm in vms if not vm.running()]
-    topology = make_topology(tmp_path_factory.mktemp("multihost"), "multi-host.yaml", LAB,
+    topology = make_topology(tmp_path_factory.mktemp("multihost"), "three-node-switch.yaml",
+                             LAB, provider="docker",
                              hosts={"h1": f"vm:{VMS[0]}", "h2": f"vm:{VMS[1]}"})
     lifecycle.destroy(LAB)  # left by an interrupted earlier run
     timings: dict[str, float] = {}
@@ -74,28 +77,34 @@ def test_status_shows_each_nodes_host(multihost_lab: dict[str, float]) -> None:
     result = labctl("status", "--lab", LAB, "--json", check=True)
     (status,) = json.loads(result.stdout)["labs"]
     hosts = {n["name"]: n["details"]["host"] for n in status["nodes"]}
-    assert hosts == {"node1": "h1", "node2": "h2"}
+    assert hosts == {"node1": "h1", "node2": "h2", "node3": "h1"}
     assert {n["state"] for n in status["nodes"]} == {"running"}
-    assert {d["active_mtu"] for n in status["nodes"] for d in n["devices"]} == {"1024"}
+    # JSON keeps the inspector's strings
+    assert {d["active_mtu"] for n in status["nodes"] for d in n["devices"]} == {"4096"}
     table = labctl("status", "--lab", LAB, check=True).stdout
     assert "host" in table and "h1" in table and "h2" in table
 
 
 def test_each_node_runs_on_its_own_engine(multihost_lab: dict[str, float]) -> None:
-    for vm, node in zip(VMS, ("node1", "node2"), strict=True):
+    for vm, nodes in zip(VMS, (("node1", "node3"), ("node2",)), strict=True):
         client = _client(vm)
         try:
-            names = [c.name for c in client.containers.list(
-                filters={"label": f"labctl.lab={LAB}"})]
-            assert names == [f"labctl-{LAB}-{node}"]
+            names = sorted(c.name for c in client.containers.list(
+                filters={"label": f"labctl.lab={LAB}"}))
+            assert names == [f"labctl-{LAB}-{node}" for node in nodes]
             assert client.info()["Swarm"]["LocalNodeState"] == "active"
         finally:
             client.close()
 
 
-def test_rc_pingpong_across_hosts(multihost_lab: dict[str, float]) -> None:
-    record = passed_run(LAB, "pingpong", "--transport", "rc", "--iters", "50", "--size", "1024")
-    assert (record["server"], record["client"]) == ("node1", "node2")
+def test_rc_pingpong_between_every_pair(multihost_lab: dict[str, float]) -> None:
+    result = labctl("run", "pingpong", "--transport", "rc", "--iters", "50", "--size", "8192",
+                    "--mtu", "4096", "--pairs", "all", "--lab", LAB, "--json", check=True,
+                    timeout=600)
+    records = json.loads(result.stdout)
+    pairs = {(r["server"], r["client"]): r["status"] for r in records}
+    assert pairs == {("node1", "node2"): "passed", ("node1", "node3"): "passed",
+                     ("node2", "node3"): "passed"}, result.stdout
 
 
 def test_rping_across_hosts(multihost_lab: dict[str, float]) -> None:
