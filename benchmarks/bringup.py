@@ -143,11 +143,11 @@ def main() -> None:
     rows, profiles = [], {}
     with tempfile.TemporaryDirectory() as workdir:
         for topology in args.topologies:
+            name = Path(topology).stem  # the file's, also under --lab
             if args.lab:
                 topology = renamed(topology, args.lab, Path(workdir))
             profile: dict[str, list[float]] = {}
             f = bench_topology(topology, args.runs, args.iters, profile)
-            name = Path(topology).stem
             rows.append(f"| {name} | {fmt(f['up'])} | {fmt(f['ready'])} | "
                         f"{fmt(f['rss'], 'MiB')} | {fmt(f['down'])} | "
                         f"{fmt(f['usec_per_iter'], 'us')} | {fmt(f['load'], '')} |")

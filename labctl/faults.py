@@ -27,7 +27,7 @@ STEPS = (
     "disk",  # per node: its disk overlay exists, its initrd not yet
     "qemu-started",  # per node: qemu runs, its pid not yet recorded in state.json
     "launched",  # per node: qemu runs and its pid is recorded
-    "booted",  # every node reported ready; no ssh master yet
+    "booted",  # every node reported ready; ssh masters may still be opening
     "master",  # per node: its ssh master runs
 )
 

@@ -49,7 +49,6 @@ from labctl.providers.machine import (
     mounts_env,
     node_argv,
     node_machine,
-    start_masters,
     wait_machines_ready,
 )
 from labctl.providers.node import node_env
@@ -273,8 +272,8 @@ class DockerHostVM:
             state = self._launch(image, memory_mib, cpus, accel, progress)
             boot = time.monotonic()
             machines = {VM_NODE: self.machine}
-            wait_machines_ready(machines, state, timeout, progress, what=self.title)
-            start_masters(machines, self.labdir.ssh_config, boot + timeout, what=self.title)
+            wait_machines_ready(machines, state, self.labdir.ssh_config, timeout, progress,
+                                what=self.title)
             state.phase = Phase.UP
             self.labdir.save_state(state)
             timings["boot_seconds"] = round(time.monotonic() - boot, 1)

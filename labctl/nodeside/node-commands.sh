@@ -13,9 +13,11 @@ site=/usr/lib/python3/dist-packages
 if [ -d "$site" ]; then
     echo "$code" > "$site/labctl-node.pth" || exit 1
 fi
-mkdir -p /usr/local/bin || exit 1
+# Shell builtins write the files: each program started costs a node tens of ms under TCG.
+[ -d /usr/local/bin ] || mkdir -p /usr/local/bin || exit 1
 for tool in devinfo devices asyncwatch; do
-    cat > "/usr/local/bin/labctl-$tool" <<EOF_TOOL || exit 1
+    while IFS= read -r line; do printf '%s\n' "$line"; done > "/usr/local/bin/labctl-$tool" \
+        <<EOF_TOOL || exit 1
 #!/bin/sh
 # labctl's Python ibv_$tool (pyverbs): the same output as the C tool. Started lean: -S
 # (site costs ~0.3 s under TCG; labctl.verbs loads it when it needs pyverbs) and -c
@@ -23,5 +25,6 @@ for tool in devinfo devices asyncwatch; do
 PYTHONPATH="$code\${PYTHONPATH:+:\$PYTHONPATH}" \\
     exec python3 -S -c 'from labctl.verbs.__main__ import cli; cli()' $tool "\$@"
 EOF_TOOL
-    chmod 0755 "/usr/local/bin/labctl-$tool" || exit 1
 done
+chmod 0755 /usr/local/bin/labctl-devinfo /usr/local/bin/labctl-devices \
+    /usr/local/bin/labctl-asyncwatch || exit 1

@@ -13,6 +13,9 @@
 # VM nodes report on the serial console, the others on stdout (container log, journal).
 # Every step is checked; anything unchecked that fails still ends in a "fail" line (EXIT
 # trap), and VM and container nodes then stay up for diagnosis instead of vanishing.
+# Under emulation (TCG) every program started costs 30-300 ms of a node's boot: shell
+# builtins read sysfs, and one modprobe, one mount and one `ip -batch` do the work of many
+# (docs/performance.md, "Bring-up profile").
 set -eu
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
@@ -48,13 +51,10 @@ must() {  # must WHAT COMMAND...: run COMMAND, or fail naming WHAT
 
 if [ "$KIND" = vm ]; then
     STEP=mounts
-    must "mount /proc" mount -t proc proc /proc
-    must "mount /sys" mount -t sysfs sysfs /sys
-    must "mkdir" mkdir -p /dev/pts /dev/shm /run /tmp
-    must "mount /dev/pts" mount -t devpts devpts /dev/pts
-    for dir in /run /tmp /dev/shm; do
-        must "mount $dir" mount -t tmpfs tmpfs "$dir"
-    done
+    must "mkdir /dev/pts /dev/shm" mkdir -p /dev/pts /dev/shm /run /tmp
+    # /proc /sys /dev/pts /run /tmp /dev/shm
+    must "mount -a -T vm-fstab.conf (/proc /sys /dev/pts /run /tmp /dev/shm)" \
+        mount -a -T /opt/labctl/labctl/nodeside/vm-fstab.conf
 fi
 test -r /etc/labctl/node.env || fail "missing /etc/labctl/node.env"
 . /etc/labctl/node.env
@@ -67,7 +67,7 @@ if [ "$ACTION" = stop ]; then  # vagrant: the unit's ExecStop
     exit 0
 fi
 if [ "$KIND" = vm ]; then
-    must "hostname $LABCTL_NODE" hostname "$LABCTL_NODE"
+    echo "$LABCTL_NODE" > /proc/sys/kernel/hostname || fail "hostname $LABCTL_NODE"
     echo "$LABCTL_NODE" > /etc/hostname
 fi
 # labctl-devinfo & co, and `python3 -m labctl.verbs` without PYTHONPATH (a Vagrant node
@@ -78,7 +78,8 @@ fi
 
 modules=""
 case "$KIND" in
-    vm) modules="virtio_net ib_uverbs rdma_ucm" ;;
+    # virtio_rng: entropy from the host, or sshd waits seconds for the CRNG
+    vm) modules="virtio_rng virtio_net ib_uverbs rdma_ucm" ;;
     vagrant) modules="ib_uverbs rdma_ucm" ;;
 esac
 case "$KIND:$LABCTL_RDMA" in
@@ -88,19 +89,19 @@ case "$KIND:$LABCTL_RDMA" in
 esac
 if [ -n "$modules" ]; then
     step modules
-    # Entropy from the host (virtio-rng): otherwise sshd waits seconds for the CRNG.
-    if [ "$KIND" = vm ]; then modprobe virtio_rng 2>/dev/null || true; fi
-    for module in $modules; do
-        modprobe "$module" || fail "modprobe $module (kernel $(uname -r))"
-    done
+    # shellcheck disable=SC2086  # one word per module
+    if ! modprobe -a $modules; then
+        for module in $modules; do
+            [ -d "/sys/module/$module" ] || fail "modprobe $module (kernel $(uname -r))"
+        done
+        fail "modprobe -a $modules (kernel $(uname -r))"
+    fi
 fi
 
 # Host folders (qemu nodes): virtio-9p shares named labctlN, "TAG,DST,MODE" words.
 if [ "$KIND" = vm ] && [ -n "${LABCTL_MOUNTS:-}" ]; then
     step folders
-    for module in 9pnet_virtio 9p; do
-        modprobe "$module" || fail "modprobe $module (kernel $(uname -r))"
-    done
+    must "modprobe 9pnet_virtio 9p (kernel $(uname -r))" modprobe -a 9pnet_virtio 9p
     for spec in $LABCTL_MOUNTS; do
         IFS=, read -r tag dst mode <<EOF_MOUNT
 $spec
@@ -112,11 +113,12 @@ EOF_MOUNT
 fi
 
 step network
-must "ip link set lo up" ip link set lo up
 if [ "$KIND" = vagrant ]; then udevadm settle --timeout=30 || true; fi
-dev_by_mac() {  # mac -> the interface's current name
+dev_by_mac() {  # mac -> the interface's current name (builtins only: no program started)
     for dev in /sys/class/net/*; do
-        if [ "$(cat "$dev/address" 2>/dev/null)" = "$1" ]; then
+        address=
+        read -r address 2>/dev/null < "$dev/address" || true
+        if [ "$address" = "$1" ]; then
             echo "${dev##*/}"
             return 0
         fi
@@ -131,8 +133,13 @@ for spec in $LABCTL_IFACES; do   # name,mac,address/len,mtu
 done
 # Container NICs appear when labctl plumbs them (after every container started).
 case "$KIND" in container) ticks=6000 ;; *) ticks=300 ;; esac
-# Two passes: temporary names first, so that no rename hits a name still in use.
+# Every change goes into one `ip -4 -batch` (IPv4 only: labctl's addresses are). Renames in
+# two passes: temporary names first, so that no rename hits a name still in use.
+nl='
+'
+batch="link set lo up$nl"
 n=0
+finals=""
 for nic in $nics; do
     name=${nic%%,*}; mac=${nic#*,}
     tries=0
@@ -142,32 +149,45 @@ for nic in $nics; do
         sleep 0.05
     done
     if [ "$cur" != "$name" ]; then
-        must "ip link set $cur down" ip link set "$cur" down
-        must "rename $cur to labctl$n" ip link set "$cur" name "labctl$n"
+        batch="${batch}link set $cur down${nl}link set $cur name labctl$n$nl"
+        finals="$finals labctl$n,$name"
     fi
     n=$((n + 1))
 done
-for nic in $nics; do
-    name=${nic%%,*}; mac=${nic#*,}
-    cur=$(dev_by_mac "$mac") || fail "NIC $name ($mac) vanished"
-    if [ "$cur" != "$name" ]; then
-        must "rename $cur to $name (is $name taken?)" ip link set "$cur" name "$name"
-    fi
+for rename in $finals; do
+    batch="${batch}link set ${rename%,*} name ${rename#*,}$nl"
 done
 if [ "$KIND" = vm ]; then
-    must "ip addr add 10.0.2.15/24 dev eth0" ip addr replace 10.0.2.15/24 dev eth0
-    must "ip link set eth0 up" ip link set eth0 up
+    batch="${batch}addr replace 10.0.2.15/24 dev eth0${nl}link set eth0 up$nl"
 fi
 for spec in $LABCTL_IFACES; do
     IFS=, read -r name mac addr mtu <<EOF_SPEC
 $spec
 EOF_SPEC
-    must "ip link set $name mtu $mtu" ip link set "$name" mtu "$mtu"
-    must "ip addr flush dev $name" ip -4 addr flush dev "$name"
-    must "ip addr add $addr dev $name" ip addr add "$addr" dev "$name"
-    must "ip link set $name up" ip link set "$name" up
+    batch="${batch}link set $name mtu $mtu${nl}addr flush dev $name$nl"
+    batch="${batch}addr add $addr dev $name${nl}link set $name up$nl"
     if [ "$KIND" = vagrant ]; then say "$name $mac $addr mtu $mtu"; fi
 done
+# ip's stdout says nothing. Its error names the failed line ("Command failed -:N"), except
+# for the errors ip exits on at once (a malformed address): then every line is shown.
+if ! errors=$(ip -4 -batch - 2>&1 >/dev/null <<EOF_BATCH
+$batch
+EOF_BATCH
+); then
+    case "$errors" in
+        *"Command failed -:"*) number=${errors##*-:} ;;
+        *) number=all ;;
+    esac
+    i=0; failed=
+    while IFS= read -r line; do
+        i=$((i + 1))
+        if [ "$number" = all ]; then say "network: ip $line"; fi
+        if [ "$i" = "$number" ]; then failed="ip $line: "; fi
+    done <<EOF_LINES
+$batch
+EOF_LINES
+    fail "$failed${errors%%"$nl"*} (network setup: is a name taken?)"
+fi
 
 # Routed labs: a router forwards between its segments; nodes reach the segments they are
 # not on through the gateways labctl worked out (LABCTL_ROUTES: "to,via to,via ...").
@@ -189,16 +209,14 @@ fi
 
 if [ "$KIND" = vm ]; then
     step sshd
-    must "mkdir /root/.ssh" mkdir -p /root/.ssh /run/sshd /etc/ssh/sshd_config.d
-    chmod 700 /root/.ssh
-    must "authorized_keys" install -m 0600 /etc/labctl/authorized_keys /root/.ssh/authorized_keys
-    # The host key labctl made for this node (its known_hosts pins it): none made here.
-    must "host key" install -m 0600 /etc/labctl/ssh_host_ed25519_key /etc/ssh/ssh_host_ed25519_key
-    # The same in the config, so `sshd -T` and any sshd started later agree: keys only.
-    printf '%s\n' 'PasswordAuthentication no' 'KbdInteractiveAuthentication no' \
-        'PermitRootLogin prohibit-password' > /etc/ssh/sshd_config.d/00-labctl.conf
+    # The payload put /root/.ssh/authorized_keys, the host key labctl made for this node
+    # (its known_hosts pins it) and sshd_config.d/00-labctl.conf (keys only, no PAM) in place.
+    # No PAM: its account and motd modules start programs at every login, seconds of an
+    # emulated node's time; root logs in by key, with no limits to apply.
+    must "mkdir /run/sshd" mkdir -p /run/sshd  # sshd's privilege separation directory
     must "sshd did not start" /usr/sbin/sshd -o PasswordAuthentication=no \
         -o KbdInteractiveAuthentication=no -o PermitRootLogin=prohibit-password -o UseDNS=no \
+        -o UsePAM=no -o PrintLastLog=no \
         -o HostKey=/etc/ssh/ssh_host_ed25519_key -o ListenAddress=10.0.2.15
 fi
 
@@ -218,7 +236,10 @@ if [ "$LABCTL_RDMA" != none ] && [ -n "$LABCTL_RDMA_DEV" ]; then
     done
     for dev in "$LABCTL_RDMA_DEV" $(for e in ${LABCTL_RDMA_EXTRA:-}; do echo "${e%,*}"; done); do
         tries=0
-        until grep -qs ACTIVE "/sys/class/infiniband/$dev/ports/1/state"; do
+        while :; do
+            state=
+            read -r state 2>/dev/null < "/sys/class/infiniband/$dev/ports/1/state" || true
+            case "$state" in *ACTIVE) break ;; esac
             tries=$((tries + 1))
             if [ "$tries" -gt 1000 ]; then fail "$dev port not ACTIVE"; fi
             sleep 0.02
@@ -228,21 +249,48 @@ if [ "$LABCTL_RDMA" != none ] && [ -n "$LABCTL_RDMA_DEV" ]; then
     # The ready line carries what `labctl up` shows, so it needs no extra round trip.
     for gid in "$ports"/gids/*; do
         index=${gid##*/}
-        case "$(cat "$gid" 2>/dev/null)" in
+        value=; type=
+        read -r value 2>/dev/null < "$gid" || true
+        case "$value" in
             0000:0000:0000:0000:0000:ffff:*)
-                if [ "$(cat "$ports/gid_attrs/types/$index" 2>/dev/null)" = "RoCE v2" ]; then
+                read -r type 2>/dev/null < "$ports/gid_attrs/types/$index" || true
+                if [ "$type" = "RoCE v2" ]; then
                     facts="$facts gid=$index"
                     break
                 fi ;;
         esac
     done
-    mtu=$(ibv_devinfo -d "$LABCTL_RDMA_DEV" -i 1 2>/dev/null \
-        | sed -n 's/^[[:space:]]*active_mtu:[[:space:]]*\([0-9]*\).*/\1/p') || mtu=
-    facts="$facts mtu=${mtu:-?} state=$(sed 's/.*: //' "$ports/state")"
+    mtu=
+    # "active_mtu:  1024 (3)"
+    while read -r key value _; do
+        if [ "$key" = active_mtu: ]; then mtu=$value; fi
+    done <<EOF_DEVINFO
+$(ibv_devinfo -d "$LABCTL_RDMA_DEV" -i 1 2>/dev/null)
+EOF_DEVINFO
+    state=
+    read -r state < "$ports/state"
+    facts="$facts mtu=${mtu:-?} state=${state#*: }"
 fi
 trap - EXIT
 say "ready $facts"
 if [ "$KIND" = vagrant ]; then exit 0; fi
+ssh_client_in() {  # an established connection to this node's sshd (port 22 = 0016)
+    while read -r _ local _ st _; do
+        case "$local:$st" in *:0016:01) return 0 ;; esac
+    done < /proc/net/tcp
+    return 1
+}
+if [ "$KIND" = vm ]; then
+    # labctl opens its ssh master right after the ready line, and the helper's start below
+    # (a second of CPU under TCG) would slow that handshake by half a second: wait for the
+    # connection and most of the handshake first (at most 30 s).
+    tries=0
+    until ssh_client_in || [ "$tries" -ge 100 ]; do
+        sleep 0.3
+        tries=$((tries + 1))
+    done
+    sleep 2
+fi
 # The inspector's helper (labctl/verbs/helper.py) imports pyverbs once, so that devinfo
 # need not (seconds under TCG). At the lowest priority, after ready: it must not slow the
 # bring-up; until it listens (or if it fails) the inspector runs on its own.

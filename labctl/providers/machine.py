@@ -20,7 +20,7 @@ import signal
 import socket
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,9 +94,25 @@ def machine_payload(env: dict[str, str], authorized_key: str, host_key: bytes) -
         mode = 0o755 if path.suffix == ".sh" else 0o644
         archive.file(f"payload/opt/labctl/{rel}", path.read_bytes(), mode)
     archive.file("payload/etc/labctl/node.env", env_file(env))
-    archive.file("payload/etc/labctl/authorized_keys", (authorized_key + "\n").encode(), 0o600)
-    archive.file("payload/etc/labctl/ssh_host_ed25519_key", host_key, 0o600)
+    # sshd's files where it reads them, with their modes: no program to place them at boot
+    # (each costs a node tens of ms under TCG). Parents first, else /root would get 0755.
+    archive.directory("payload/root", 0o700)
+    archive.directory("payload/root/.ssh", 0o700)
+    archive.file("payload/root/.ssh/authorized_keys", (authorized_key + "\n").encode(), 0o600)
+    # the host key labctl made for this node: its known_hosts pins it
+    archive.file("payload/etc/ssh/ssh_host_ed25519_key", host_key, 0o600)
+    archive.file("payload/etc/ssh/sshd_config.d/00-labctl.conf", SSHD_CONFIG.encode())
     return archive.render()
+
+
+# The options node-init.sh starts sshd with, also in its config so that `sshd -T` and any
+# sshd started later agree: keys only, no PAM (its modules start programs at every login).
+SSHD_CONFIG = """PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UsePAM no
+PrintLastLog no
+"""
 
 
 class QemuMachine:
@@ -345,6 +361,12 @@ def node_machine(lab_name: str, node: str, node_dir: Path) -> QemuMachine:
     return QemuMachine(node_dir, f"labctl-{lab_name}-{node}")
 
 
+# The node kernel's command line. cryptomgr.notests: the kernel's self-tests of its crypto
+# algorithms took about 1 s of a TCG node's boot (measured, docs/performance.md); they
+# verify the kernel's own code at every boot, which a lab node need not repeat.
+KERNEL_APPEND = "console=ttyS0 quiet loglevel=3 panic=-1 cryptomgr.notests"
+
+
 def node_argv(lab: Lab, node: Node, machine: QemuMachine, image: Image, accel: str,
               port: int, extra_drives: tuple[str, ...] = ()) -> list[str]:
     """One node's qemu argv (the Docker host VM adds its data disk)."""
@@ -352,53 +374,74 @@ def node_argv(lab: Lab, node: Node, machine: QemuMachine, image: Image, accel: s
     shares = tuple(Share(share_tag(i), m.source, m.readonly) for i, m in enumerate(node.mounts))
     return machine.argv(
         accel=accel, memory_mib=node.memory_mib, cpus=node.cpus, kernel=image.kernel,
-        append=f"console=ttyS0 quiet loglevel=3 panic=-1 labctl.node={node.name}",
+        append=KERNEL_APPEND + f" labctl.node={node.name}",
         ssh_port=port, mgmt_mac=mgmt_mac(lab.name, node), nics=nics, extra_drives=extra_drives,
         shares=shares)
 
 
+# node-init.sh's stages after sshd started: the ssh master can connect.
+AFTER_SSHD = frozenset({"rdma"})
+
+
 def wait_machines_ready(
-    machines: dict[str, QemuMachine], state: LabState, timeout: float, progress: Progress,
-    what: str = "node",
+    machines: dict[str, QemuMachine], state: LabState, ssh_config: Path, timeout: float,
+    progress: Progress, what: str = "node",
 ) -> float:
     """Wait until every machine's console says ready (recording its facts) and its ssh
-    master runs; raise with the console tail otherwise. Returns the seconds it took."""
+    master runs; raise with the console tail otherwise. Returns the seconds it took.
+
+    Each master starts as soon as its machine's sshd runs (the stages after "sshd"), while
+    that machine and the others finish booting: a master costs a node about a second of
+    emulated crypto, which then overlaps with the rest of the bring-up."""
     deadline = time.monotonic() + timeout
     started = time.monotonic()
     pending = set(machines)
-    while pending:
-        stages = {}
-        for name in sorted(pending):
-            machine, info = machines[name], state.nodes[name]
-            console = machine.console()
-            if machine.is_ready(console):
-                pending.discard(name)
-                record_ready(info, console)
-                continue
-            failed = machine.boot_failed(console)
-            if failed is not None:
-                raise machine.failure(f"{what} {name}", failed)
-            if not machine.owns(info.pid):
-                raise machine.failure(f"{what} {name}", machine.exit_reason(info.ssh_port))
-            stages[name] = machine.stage(console)
-        if not pending:
-            break
-        if time.monotonic() > deadline:
-            slow = sorted(pending)[0]
-            raise machines[slow].failure(
-                f"{what} {slow}", f"not ready after {timeout:.0f} s (last stage: {stages[slow]})")
-        progress(f"booting ({time.monotonic() - started:.0f} s): "
-                 + ", ".join(f"{n} {s}" for n, s in stages.items()))
-        time.sleep(0.2)
-    fault_point("booted")
-    return time.monotonic() - started
 
-
-def start_masters(machines: dict[str, QemuMachine], ssh_config: Path, deadline: float,
-                  what: str = "node") -> None:
-    def one(name: str) -> None:
+    def connect(name: str) -> None:
         machines[name].start_master(ssh_config, name, deadline, f"{what} {name}")
         fault_point("master", name)
 
+    # Leaving the block waits for the masters being opened: none outlives a failure (the
+    # caller's cleanup would miss it).
     with ThreadPoolExecutor(max_workers=len(machines) or 1) as pool:
-        list(pool.map(one, machines))
+        masters: list[Future[None]] = []
+        connecting: set[str] = set()
+        while pending:
+            stages = {}
+            for name in sorted(pending):
+                machine, info = machines[name], state.nodes[name]
+                console = machine.console()
+                ready = machine.is_ready(console)
+                stage = machine.stage(console)
+                if name not in connecting and (ready or stage in AFTER_SSHD):
+                    connecting.add(name)
+                    masters.append(pool.submit(connect, name))
+                if ready:
+                    pending.discard(name)
+                    record_ready(info, console)
+                    continue
+                failed = machine.boot_failed(console)
+                if failed is not None:
+                    raise machine.failure(f"{what} {name}", failed)
+                if not machine.owns(info.pid):
+                    raise machine.failure(f"{what} {name}",
+                                          machine.exit_reason(info.ssh_port))
+                stages[name] = stage
+            for master in masters:  # a node whose ssh failed: no need to wait for the rest
+                if master.done():
+                    master.result()
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                slow = sorted(pending)[0]
+                raise machines[slow].failure(
+                    f"{what} {slow}",
+                    f"not ready after {timeout:.0f} s (last stage: {stages[slow]})")
+            progress(f"booting ({time.monotonic() - started:.0f} s): "
+                     + ", ".join(f"{n} {s}" for n, s in stages.items()))
+            time.sleep(0.05)  # reading the consoles costs next to nothing
+        fault_point("booted")
+        progress("opening management connections")
+        for master in masters:
+            master.result()
+    return time.monotonic() - started

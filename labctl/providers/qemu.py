@@ -35,7 +35,6 @@ from labctl.providers.machine import (
     mounts_env,
     node_argv,
     node_machine,
-    start_masters,
     tail,
     wait_machines_ready,
 )
@@ -187,9 +186,7 @@ class QemuProvider(Provider):
         state = self.labdir.load_state()
         started = time.monotonic()
         machines = {name: self.machine(name) for name in state.nodes}
-        wait_machines_ready(machines, state, timeout, progress)
-        progress("opening management connections")
-        start_masters(machines, self.labdir.ssh_config, started + timeout)
+        wait_machines_ready(machines, state, self.labdir.ssh_config, timeout, progress)
         state.phase = Phase.UP
         state.ready_seconds = round(time.monotonic() - started, 1)
         self.labdir.save_state(state)

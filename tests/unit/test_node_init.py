@@ -52,7 +52,7 @@ def _run(netns: str, tmp_path: Path, ifaces: str, rdma: str = "none",
     script = tmp_path / "node-init.sh"
     script.write_text(SCRIPT.read_text().replace("/etc/labctl/node.env", str(env_file))
                       .replace("udevadm settle --timeout=30", "true")
-                      .replace('modprobe "$module"', "true")
+                      .replace("modprobe -a $modules", "true")
                       .replace("*) ticks=300", "*) ticks=10"))
     return subprocess.run(["ip", "netns", "exec", netns, "sh", str(script), "start"],
                           capture_output=True, text=True, check=False, timeout=60,
@@ -73,7 +73,20 @@ def test_names_addresses_and_reports_ready(netns: str, tmp_path: Path) -> None:
 def test_a_failing_ip_step_is_reported_not_ignored(netns: str, tmp_path: Path) -> None:
     result = _run(netns, tmp_path, f"eth1,{MAC},192.0.2.1/99,1400")
     assert result.returncode == 1
-    assert "labctl: fail ip addr add 192.0.2.1/99 dev eth1" in result.stdout
+    # ip exits at once on a malformed prefix: every command is shown, then its error
+    assert "labctl: network: ip addr add 192.0.2.1/99 dev eth1" in result.stdout
+    assert 'labctl: fail Error: inet prefix is expected rather than "192.0.2.1/99"' \
+        in result.stdout, result.stdout
+    assert "labctl: ready" not in result.stdout
+
+
+@needs_netns
+def test_a_failing_ip_command_is_named(netns: str, tmp_path: Path) -> None:
+    """An error ip reports per line (an MTU the veth refuses) names that line."""
+    result = _run(netns, tmp_path, f"eth1,{MAC},192.0.2.1/24,70000")
+    assert result.returncode == 1
+    assert "labctl: fail ip link set eth1 mtu 70000: Error: " in result.stdout, result.stdout
+    assert "labctl: network: ip" not in result.stdout
     assert "labctl: ready" not in result.stdout
 
 

@@ -270,7 +270,7 @@ def test_node_up_names_and_addresses_data_nics_by_mac(
     script = (
         scripts["node-up"]
         .replace("/etc/labctl/node.env", str(tmp_path / "node.env"))
-        .replace('modprobe "$module"', "true")
+        .replace("modprobe -a $modules", "true")
         .replace("udevadm settle --timeout=30", "true")
     )
     (tmp_path / "up.sh").write_text(script)

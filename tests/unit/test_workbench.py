@@ -209,7 +209,8 @@ def test_node_init_mounts_each_share(tmp_path: Path) -> None:
     script = (Path(__file__).parents[2] / "labctl/nodeside/node-init.sh").read_text()
     assert 'mount -t 9p \\\n            -o "trans=virtio,version=9p2000.L,msize=262144,$mode"' \
         in script
-    assert "modprobe \"$module\" || fail \"modprobe $module" in script
+    assert 'must "modprobe 9pnet_virtio 9p (kernel $(uname -r))" modprobe -a 9pnet_virtio 9p' \
+        in script
 
 
 def test_docker_binds_folders_with_the_local_engine(tmp_path: Path) -> None:
