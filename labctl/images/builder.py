@@ -31,13 +31,13 @@ from labctl.images.cpio import CpioWriter
 from labctl.images.recipes import RECIPES, Recipe
 from labctl.paths import cache_root
 
-BUILDER_VERSION = "3"
+BUILDER_VERSION = "4"  # 4: boot modules stored without their signatures
 # Modules stage 1 needs to mount the root disk (their dependencies are resolved by modprobe).
 STAGE1_MODULES = ("virtio_blk", "ext4")
 # Modules every node loads at boot: stored uncompressed, since decompressing them under
 # emulation costs about a second per node.
 NODE_MODULES = ("virtio_net", "virtio_rng", "ib_uverbs", "rdma_ucm", "rdma_rxe", "ib_umad",
-                "sch_netem")
+                "sch_netem", "9pnet_virtio", "9p")  # 9p: nodes with host folders
 HOST_TOOLS = {"mmdebstrap": "mmdebstrap", "mkfs.ext4": "e2fsprogs"}
 
 Progress = Callable[[str], None]
@@ -166,6 +166,25 @@ def _module_files(rootdir: Path, kernel: str, modules: tuple[str, ...]) -> list[
     return ordered
 
 
+MODULE_SIG_MAGIC = b"~Module signature appended~\n"
+MODULE_SIG_INFO = 12  # struct module_signature, its last 4 bytes the signature's length
+
+
+def unsigned_module(data: bytes) -> bytes:
+    """A module without the signature Debian appends to it. Checking it cost 0.1-0.2 s
+    per module under TCG (measured: insmod of ib_umad 0.19-0.29 s signed, 0.08-0.11 s
+    not), and a node loads about 18 at boot. The kernel loads it all the same (it enforces
+    no signatures) and marks itself tainted (E), as siw's own module already does."""
+    if not data.endswith(MODULE_SIG_MAGIC):
+        return data
+    info_end = len(data) - len(MODULE_SIG_MAGIC)
+    sig_len = int.from_bytes(data[info_end - 4:info_end], "big")
+    body_end = info_end - MODULE_SIG_INFO - sig_len
+    if body_end <= 0:
+        raise ValueError("malformed module signature")
+    return data[:body_end]
+
+
 def _write_initrd(rootdir: Path, kernel: str, target: Path) -> None:
     archive = CpioWriter()
     for directory in ("bin", "dev", "proc", "sys", "newroot", "modules"):
@@ -179,7 +198,7 @@ def _write_initrd(rootdir: Path, kernel: str, target: Path) -> None:
             data = lzma.decompress(data)
         name = path.name.removesuffix(".xz")
         names.append(name)
-        archive.file(f"modules/{name}", data)
+        archive.file(f"modules/{name}", unsigned_module(data))
     archive.file("modules/order", ("\n".join(names) + "\n").encode())
     target.write_bytes(archive.render())
 
@@ -187,8 +206,10 @@ def _write_initrd(rootdir: Path, kernel: str, target: Path) -> None:
 def _decompress_node_modules(rootdir: Path, kernel: str) -> None:
     for path in _module_files(rootdir, kernel, NODE_MODULES):
         if path.suffix == ".xz":
-            path.with_suffix("").write_bytes(lzma.decompress(path.read_bytes()))
+            path.with_suffix("").write_bytes(unsigned_module(lzma.decompress(path.read_bytes())))
             path.unlink()
+        else:
+            path.write_bytes(unsigned_module(path.read_bytes()))
     subprocess.run(["chroot", str(rootdir), "depmod", kernel], check=True)
 
 
