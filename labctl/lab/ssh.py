@@ -78,8 +78,11 @@ def write_config(path: Path, key: Path, ports: dict[str, int], known_hosts: Path
     os.chmod(path, 0o600)
 
 
-def ssh_argv(config: Path, node: str, command: list[str], *, tty: bool = False) -> list[str]:
-    argv = ["ssh", "-F", str(config), "-tt" if tty else "-T", node, "--"]
+def ssh_argv(config: Path, node: str, command: list[str], *, tty: bool = False,
+             options: dict[str, str] | None = None) -> list[str]:
+    argv = ["ssh", "-F", str(config),
+            *(f"-o{key}={value}" for key, value in (options or {}).items()),
+            "-tt" if tty else "-T", node, "--"]
     # ssh joins its arguments with spaces for the remote shell: quote each one.
     return [*argv, shlex.join(command)] if command else argv
 

@@ -274,25 +274,7 @@ fi
 trap - EXIT
 say "ready $facts"
 if [ "$KIND" = vagrant ]; then exit 0; fi
-ssh_client_in() {  # an established connection to this node's sshd (port 22 = 0016)
-    while read -r _ local _ st _; do
-        case "$local:$st" in *:0016:01) return 0 ;; esac
-    done < /proc/net/tcp
-    return 1
-}
-if [ "$KIND" = vm ]; then
-    # labctl opens its ssh master right after the ready line, and the helper's start below
-    # (a second of CPU under TCG) would slow that handshake by half a second: wait for the
-    # connection and most of the handshake first (at most 30 s).
-    tries=0
-    until ssh_client_in || [ "$tries" -ge 100 ]; do
-        sleep 0.3
-        tries=$((tries + 1))
-    done
-    sleep 2
-fi
-# The inspector's helper (labctl/verbs/helper.py) imports pyverbs once, so that devinfo
-# need not (seconds under TCG). At the lowest priority, after ready: it must not slow the
-# bring-up; until it listens (or if it fails) the inspector runs on its own.
-nice -n 19 python3 -m labctl.verbs helper </dev/null >/run/labctl-verbs-helper.log 2>&1 &
+# The inspector's helper: a container's own, now; a VM's from labctl once the lab is up
+# (labctl/nodeside/start-helper.sh says why).
+if [ "$KIND" = container ]; then sh /opt/labctl/labctl/nodeside/start-helper.sh; fi
 while :; do sleep 3600; done

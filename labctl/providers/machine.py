@@ -33,7 +33,7 @@ from labctl.lab import ssh
 from labctl.lab.state import LabState, TapState
 from labctl.net import labnet
 from labctl.providers.base import FAIL, READY, STAGE, Progress, record_ready
-from labctl.providers.node import env_file, mgmt_mac, node_code_files
+from labctl.providers.node import NODE_CODE, env_file, mgmt_mac, node_code_files
 from labctl.providers.qmp import qmp_command
 from labctl.topology.resolved import Lab, Node
 
@@ -136,6 +136,12 @@ class QemuMachine:
     @property
     def qmp_socket(self) -> Path:
         return self.dir / "qmp.sock"
+
+    @property
+    def helper_log(self) -> Path:
+        """What went wrong starting the inspector's helper from the host (see start_detached);
+        the helper's own log is the node's /run/labctl-verbs-helper.log."""
+        return self.dir / "helper-start.log"
 
     @property
     def initrd(self) -> Path:
@@ -377,6 +383,24 @@ def node_argv(lab: Lab, node: Node, machine: QemuMachine, image: Image, accel: s
         append=KERNEL_APPEND + f" labctl.node={node.name}",
         ssh_port=port, mgmt_mac=mgmt_mac(lab.name, node), nics=nics, extra_drives=extra_drives,
         shares=shares)
+
+
+# The inspector's helper is started by labctl in VM nodes once every node is ready (the
+# script says why); it returns at once, the helper imports pyverbs in the background.
+START_HELPER = ["sh", f"{NODE_CODE}/labctl/nodeside/start-helper.sh"]
+
+
+def start_detached(argvs: dict[Path, list[str]]) -> None:
+    """Start each command in the background (`setsid -f`: it outlives labctl) and return at
+    once, its stderr appended to its log file (the key).
+
+    For the inspector's helpers: waiting for four nodes' ssh sessions after bring-up cost
+    `up` 2-5 s under TCG (each session slowed by the other nodes' helpers importing), and a
+    node without its helper is only slower to inspect."""
+    for log, argv in argvs.items():
+        with open(log, "ab") as err:
+            subprocess.run(["setsid", "-f", *argv], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=err, check=False)
 
 
 # node-init.sh's stages after sshd started: the ssh master can connect.

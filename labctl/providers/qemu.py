@@ -28,6 +28,7 @@ from labctl.providers.base import (
     runtime_from_boot_log,
 )
 from labctl.providers.machine import (
+    START_HELPER,
     QemuMachine,
     check_qemu_host,
     free_port,
@@ -35,6 +36,7 @@ from labctl.providers.machine import (
     mounts_env,
     node_argv,
     node_machine,
+    start_detached,
     tail,
     wait_machines_ready,
 )
@@ -190,6 +192,13 @@ class QemuProvider(Provider):
         state.phase = Phase.UP
         state.ready_seconds = round(time.monotonic() - started, 1)
         self.labdir.save_state(state)
+        # Through the node's master; never as a master of its own (ControlMaster=no): a
+        # start that outlived `down`'s closing of the masters must not persist as one.
+        start_detached({
+            self.machine(name).helper_log: ssh.ssh_argv(self.labdir.ssh_config, name,
+                                                        START_HELPER,
+                                                        options={"ControlMaster": "no"})
+            for name, info in state.nodes.items() if info.rdma_dev})
 
     # --- status, exec, destroy -----------------------------------------------------------
     def nodes(self) -> list[NodeRuntime]:

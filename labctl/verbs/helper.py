@@ -1,13 +1,14 @@
 """A node-side helper that keeps pyverbs imported and forks one child per request.
 
 Importing pyverbs costs seconds under TCG, ten times what `ibv_devinfo` itself takes. The
-helper (`python3 -m labctl.verbs helper`, started by node-init.sh once the node is ready)
-pays it once; `python3 -m labctl.verbs devinfo ...` then connects to its unix socket and
-hands over its argv, its environment and its stdout/stderr file descriptors (SCM_RIGHTS).
-A forked child runs the same `main()` as the direct path, writing straight to those
-descriptors, so the bytes are the direct path's; the helper answers with the exit status.
-When no helper listens (not started yet, still importing, gone) the client falls back to
-running the command itself: the helper only changes how fast the answer comes.
+helper (`python3 -m labctl.verbs helper`, started by labctl/nodeside/start-helper.sh once
+the lab is up) pays it once; `python3 -m labctl.verbs devinfo ...` then connects to its
+unix socket and hands over its argv, its environment and its stdout/stderr file
+descriptors (SCM_RIGHTS). A forked child runs the same `main()` as the direct path,
+writing straight to those descriptors, so the bytes are the direct path's; the helper
+answers with the exit status. When no helper listens (not started yet, still importing,
+gone) the client falls back to running the command itself: the helper only changes how
+fast the answer comes.
 
 Protocol, one request per connection: the client sends b"LVH1\\0", then NUL-terminated
 fields: the number of argv items, the argv items (the command first), then "KEY=VALUE"
@@ -296,6 +297,24 @@ def _child(argv: list[str], env: dict[str, str], fds: list[int],
     return status & 0xFF
 
 
+def single_instance_lock(path: str) -> int | None:
+    """Hold `PATH.lock` for the helper's life; None if another helper holds it.
+
+    A second helper would replace the first one's socket and leave it running unreachable
+    (labctl starts the helper after every bring-up, repairs included). The lock goes with
+    the process: a killed helper never blocks the next one."""
+    import fcntl
+
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def main(argv: list[str], run: Callable[[list[str]], int]) -> int:
     """`python3 -m labctl.verbs helper [SOCKET]`: import pyverbs, then serve until killed;
     `run` is the dispatcher of labctl.verbs (passed in: no import cycle)."""
@@ -305,6 +324,10 @@ def main(argv: list[str], run: Callable[[list[str]], int]) -> int:
         return 2
     import contextlib
 
+    lock = single_instance_lock(path)
+    if lock is None:
+        sys.stderr.write(f"labctl.verbs helper: one already serves {path}\n")
+        return 0
     preload()
     warm_up()
     # Started at low priority so that it does not slow the node's bring-up; the children

@@ -299,3 +299,20 @@ def test_lean_entry_point_is_the_module() -> None:
     assert (lean.returncode, lean.stdout, lean.stderr) == (
         module.returncode, module.stdout, module.stderr)
     assert lean.returncode == 255 and lean.stdout == devinfo.usage()
+
+
+def test_one_helper_per_socket(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """labctl starts the helper after every bring-up (repairs too): a second start must not
+    replace the first one's socket, and it returns before importing anything."""
+    path = str(tmp_path / "run" / "verbs.sock")
+    held = helper.single_instance_lock(path)
+    assert held is not None
+    assert helper.single_instance_lock(path) is None
+    monkeypatch.setattr(helper, "preload", lambda: pytest.fail("a second helper imported"))
+    assert helper.main(["helper", path], verbs_main.dispatch) == 0
+    assert "one already serves" in capsys.readouterr().err
+    os.close(held)  # the first helper ends: the next start takes over
+    again = helper.single_instance_lock(path)
+    assert again is not None
+    os.close(again)
