@@ -8,8 +8,8 @@ with LABCTL_CYCLES cycles (default 3).
 Each cycle runs up and destroy in this process (labctl/lab/lifecycle.py, as the CLI calls
 them), so that a file descriptor, thread or child process labctl forgets shows up here.
 Counted before the first cycle, while each lab is up, and after each `down`:
-  lab:  its netns, links inside it (bridges, taps), qemu processes, ssh masters, lab
-        directory, lock file, sockets of the lab's ControlPath
+  lab:  its netns, links inside it (bridges, taps), qemu processes, ssh masters and
+        sessions, lab directory, lock file, sockets of the lab's ControlPath
   self: this process's open fds, threads, child processes (zombies included)
   host: the host's interfaces (name, flags, mtu, master, addresses), routes (IPv4 and
         IPv6, every table), policy rules, and net.* sysctls (global, all, default)
@@ -87,13 +87,16 @@ def lab_snapshot(name: str) -> dict[str, list[str]]:
     procs = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True,
                            check=True).stdout.splitlines()
     labdir = state_root() / name
+    ssh = [p for p in procs if "ssh" in p and f"{labdir}/" in p]
     ns = labnet.netns_name(name)
     has_ns = ns in labnet.lab_namespaces()
     return {
         "netns": [ns] if has_ns else [],
         "links in netns": [n for n in labnet.links_in(ns) if n != "lo"] if has_ns else [],
         "qemu": [str(pid) for pid in qemu_pids_in(labdir)],
-        "ssh masters": [p.strip() for p in procs if "ssh" in p and f"{labdir}/" in p],
+        "ssh masters": [p.strip() for p in ssh if "ControlMaster=yes" in p],
+        # the helper starts `up` leaves running (start_detached); gone after `down`
+        "ssh sessions": [p.strip() for p in ssh if "ControlMaster=yes" not in p],
         "lab dir": [str(labdir)] if labdir.exists() else [],
         "lock": [str(labdir / "lock")] if (labdir / "lock").exists() else [],
     }

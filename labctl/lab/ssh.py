@@ -7,8 +7,11 @@ user who grabs a forwarded port cannot pose as a node.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import shlex
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -122,3 +125,39 @@ def close_masters(config: Path, nodes: list[str], wait: float = 5.0) -> None:
     deadline = time.monotonic() + wait
     while any(config.parent.glob("cm-*")) and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def clients_of(config: Path) -> list[int]:
+    """Pids of the ssh processes started with `-F CONFIG` (found in /proc): the masters,
+    sessions, and helper starts that `up` left running in the background."""
+    wanted = os.fsencode(config)
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"ssh") and any(
+                flag == b"-F" and value == wanted for flag, value in itertools.pairwise(argv)):
+            found.append(int(proc.name))
+    return sorted(found)
+
+
+def end_clients(config: Path, wait: float = 2.0) -> list[int]:
+    """Terminate every ssh process of `config` still running (its node is gone, or going:
+    they would end on their own, but `down` must leave nothing, not soon nothing); return
+    their pids once they have exited (bounded: SIGKILL after `wait`)."""
+    pids = clients_of(config)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            for pid in pids:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)  # our child (in-process up): reap it
+            if not set(pids) & set(clients_of(config)):
+                return pids
+            time.sleep(0.02)
+    return pids

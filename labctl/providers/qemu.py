@@ -253,6 +253,10 @@ def destroy_machines(labdir: LabDir, lab_name: str, state: LabState | None) -> l
         for pid in sorted({info.pid if info else 0, machine.pidfile_pid()} - {0}):
             if machine.stop(pid):
                 removed.append(f"qemu {name} (pid {pid})")
+    if labdir.ssh_config.exists():
+        # sessions the masters did not carry: up's detached helper starts (start_detached)
+        for pid in ssh.end_clients(labdir.ssh_config):
+            removed.append(f"ssh session (pid {pid})")
     ns = (state.netns if state and state.netns else "") or labnet.netns_name(lab_name)
     if labnet.delete_netns(ns):
         removed.append(f"netns {ns}")

@@ -28,8 +28,8 @@ from tests.integration.conftest import LAB_NAME, REPO, labctl
 pytestmark = pytest.mark.integration
 LAB = os.environ.get("LABCTL_TEST_REL_LAB", "itest-rel")
 CYCLES = int(os.environ.get("LABCTL_CYCLES", "3"))
-NOTHING = {"netns": [], "links in netns": [], "qemu": [], "ssh masters": [], "lab dir": [],
-           "lock": []}
+NOTHING = {"netns": [], "links in netns": [], "qemu": [], "ssh masters": [], "ssh sessions": [],
+           "lab dir": [], "lock": []}
 
 
 @pytest.fixture(scope="module")

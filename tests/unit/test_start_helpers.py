@@ -1,13 +1,17 @@
 """labctl starts the inspector's helper in every VM node once the lab is up
 (labctl/providers/machine.py start_detached): in the background, returning at once, with
-what the start said on stderr kept in a log. Real processes stand in for the ssh commands."""
+what the start said on stderr kept in a log. Real processes stand in for the ssh commands;
+`down` ends the starts still running (real ssh clients that connect nowhere)."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
+from labctl.lab import ssh
+from labctl.lab.labdir import LabDir
 from labctl.providers.machine import start_detached
+from labctl.providers.qemu import destroy_machines
 
 
 def _wait_for(path: Path, timeout: float = 10) -> str:
@@ -36,3 +40,35 @@ def test_a_failed_start_is_in_its_nodes_log(tmp_path: Path) -> None:
     while "refused" not in log.read_text() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert log.read_text() == "an earlier start\nssh: connect: Connection refused\n"
+
+
+def _ssh_waiting(config: Path) -> None:
+    """A real ssh client that outlives `up` (as a helper start on a slow node does): its
+    proxy command never answers (and ends with it), so it waits, sending nothing anywhere."""
+    start_detached({config.parent / "start.log": [
+        "ssh", "-F", str(config), "-o", "ProxyCommand=sh -c 'cat >/dev/null; true'",
+        "-o", "ConnectTimeout=120", "-T", "node1", "--", "true"]})
+
+
+def test_down_ends_the_ssh_sessions_the_masters_did_not_carry(tmp_path: Path) -> None:
+    labdir = LabDir("ut-sessions", root=tmp_path)
+    labdir.path.mkdir(parents=True)
+    labdir.ssh_config.write_text(f"Host node1\n  ControlPath {labdir.path}/cm-%n\n")
+    other = tmp_path / "other" / "ssh_config"  # another lab's: not to be touched
+    other.parent.mkdir()
+    other.write_text("Host node1\n")
+    _ssh_waiting(labdir.ssh_config)
+    _ssh_waiting(other)
+    deadline = time.monotonic() + 10
+    while not (ssh.clients_of(labdir.ssh_config) and ssh.clients_of(other)):
+        assert time.monotonic() < deadline, "the ssh clients did not start"
+        time.sleep(0.02)
+    [pid] = ssh.clients_of(labdir.ssh_config)
+    try:
+        removed = destroy_machines(labdir, "ut-sessions", None)
+        assert removed == [f"ssh session (pid {pid})"]
+        assert ssh.clients_of(labdir.ssh_config) == []
+        assert len(ssh.clients_of(other)) == 1
+    finally:
+        ssh.end_clients(other)
+    assert ssh.clients_of(other) == []
