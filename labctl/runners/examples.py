@@ -112,6 +112,20 @@ def _pingpong(transport: str, server_impl: str = "c", client_impl: str = "c") ->
     )
 
 
+# --- connection setup failures (ExampleSpec.setup_failed) ---------------------------------
+# What each RDMA CM client prints when its connect fails, as seen in a siw-pair lab
+# (rdma-core 56.1) with the server stopped after it listened (siw's initiator gives up after
+# 10 s without the MPA reply) and with no server at all (refused). riostream's
+# "rpoll: Invalid argument" is a CI run's (docs/reliability.md item 13).
+RPING_SETUP_FAILED = ("wait for CONNECTED state", "rdma_connect: ")
+UCMATOSE_SETUP_FAILED = ("cmatose: failure connecting", "cmatose: event: RDMA_CM_EVENT_UNREACHABLE",
+                         "cmatose: event: RDMA_CM_EVENT_REJECTED",
+                         "cmatose: event: RDMA_CM_EVENT_CONNECT_ERROR")
+RDMA_CLIENT_SETUP_FAILED = ("rdma_connect: ",)
+RSTREAM_SETUP_FAILED = ("rpoll: ", "rconnect: ", "async rconnect: ")  # client_connect()
+RCOPY_SETUP_FAILED = ("rconnect failed",)
+
+
 # --- rping (librdmacm) ---------------------------------------------------------------------
 def _rping_args(ctx: RunContext) -> list[str]:
     args = ["-a", ctx.server.address, "-C", str(ctx.opt("count", 10))]
@@ -133,6 +147,7 @@ RPING = ExampleSpec(
     parse_server=parse_rping,
     devices=RDMA_DEVICES,
     ready_probe=lambda ctx: _CM_LISTEN,
+    setup_failed=RPING_SETUP_FAILED,
     key_figure="pings",
     timeout=90.0,
 )
@@ -168,7 +183,7 @@ def _perftest(test: str) -> ExampleSpec:
         name="perftest",
         variant=test,
         # with -R; see spec.py. The second is siw's (iWARP) refusal, as perftest prints it.
-        setup_rejected=("Event: RDMA_CM_EVENT_REJECTED; error: 8",
+        setup_failed=("Event: RDMA_CM_EVENT_REJECTED; error: 8",
                         "ERRNO: Connection refused."),
         # perftest's header rule comes first once connected (with -R: after RDMA CM's connect)
         connected_marker="-" * 40,
@@ -266,6 +281,7 @@ RDMA_SERVER = ExampleSpec(
     parse_server=parse_rdma_server,
     devices=RDMA_DEVICES,
     ready_probe=lambda ctx: _CM_LISTEN,
+    setup_failed=RDMA_CLIENT_SETUP_FAILED,
     key_figure="end",
     timeout=30.0,  # the exchange takes 2-5 s under TCG; a bound reached is the race below
     timeout_race=("a side disconnected as soon as it had the peer's message, before rxe "
@@ -302,6 +318,7 @@ def _cmatose(program: str) -> ExampleSpec:
         devices=RDMA_DEVICES if rc else ROCE_ONLY,
         unsupported_reason="" if rc else UD_UNSUPPORTED,
         ready_probe=lambda ctx: _CM_LISTEN,
+        setup_failed=UCMATOSE_SETUP_FAILED if rc else (),  # udaddy (UD) makes no connection
         key_figure="return_status",
         timeout=90.0,
     )
@@ -349,6 +366,7 @@ def _rstream(program: str) -> ExampleSpec:
         devices=RDMA_DEVICES if program == "riostream" else ROCE_ONLY,
         unsupported_reason="" if program == "riostream" else RSTREAM_ON_SIW,
         ready_probe=lambda ctx: _CM_LISTEN,
+        setup_failed=RSTREAM_SETUP_FAILED,
         key_figure="usec_per_xfer",
         timeout=90.0,
     )
@@ -395,6 +413,7 @@ RCOPY = ExampleSpec(
     parse_server=parse_rcopy,
     devices=RDMA_DEVICES,
     ready_probe=lambda ctx: _CM_LISTEN,
+    setup_failed=RCOPY_SETUP_FAILED,
     key_figure="bytes",
     timeout=90.0,
 )

@@ -19,13 +19,14 @@ from labctl.topology.resolved import Interface, Node
 
 READY_WAIT_SECONDS = 30.0
 READY_SLICE_SECONDS = 2.0
-# A run that failed by a known race (ExampleSpec.setup_rejected, .timeout_race,
+# A run that failed by a known race (ExampleSpec.setup_failed, .timeout_race,
 # .connected_marker) is tried again with a fresh server and client, at most this often in
 # all; the record says how many attempts it took and why the earlier ones failed.
 MAX_ATTEMPTS = 3
 # The reason of a run whose client finished but whose server was still waiting, stopped by
 # the runner after a grace period.
 SERVER_STALLED = "server still waiting"
+SETUP_FAILED = "the connection setup failed although the server listened"
 
 
 @dataclass
@@ -229,8 +230,8 @@ def _worth_another_attempt(spec: ExampleSpec, result: RunResult) -> str:
     """Why a fresh server/client pair may pass where this one failed; "" if it may not."""
     if result.status != "failed":
         return ""
-    if any(signature in result.client_output for signature in spec.setup_rejected):
-        return "connection setup rejected although the server listened"
+    if any(signature in result.client_output for signature in spec.setup_failed):
+        return SETUP_FAILED
     timed_out = result.reason.startswith("client exited with 124")
     if spec.timeout_race and timed_out:
         return spec.timeout_race

@@ -251,7 +251,7 @@ WRITE_BW = ["timeout", "120", "stdbuf", "-oL", "ib_write_bw", "-d", "rxe0", "-R"
 # perftest -R's connect rejected with reason 8 (IB_CM_REJ_INVALID_SERVICE_ID: no listener)
 # although its server listened and printed "Waiting for client to connect": seen twice in
 # loaded loops, cause not known (docs/reliability.md). The runner tries such a setup again
-# too (ExampleSpec.setup_rejected).
+# too (ExampleSpec.setup_failed).
 CM_REJECTED = "Event: RDMA_CM_EVENT_REJECTED; error: 8"
 
 

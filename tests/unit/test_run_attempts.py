@@ -10,7 +10,7 @@ import pytest
 
 from labctl.runners import execute
 from labctl.runners.examples import EXAMPLES
-from labctl.runners.execute import MAX_ATTEMPTS, RunResult, _worth_another_attempt
+from labctl.runners.execute import MAX_ATTEMPTS, SETUP_FAILED, RunResult, _worth_another_attempt
 from labctl.runners.spec import Endpoint
 from labctl.topology.load import load_lab
 
@@ -43,7 +43,7 @@ def test_a_timeout_is_final_for_examples_without_a_known_race() -> None:
 
 def test_a_rejected_setup_is_tried_again_only_where_declared() -> None:
     rejected = "Event: RDMA_CM_EVENT_REJECTED; error: 8"
-    assert rejected in PERFTEST_R.setup_rejected
+    assert rejected in PERFTEST_R.setup_failed
     assert _worth_another_attempt(PERFTEST_R, _failed("client exited with 1", rejected))
     assert _worth_another_attempt(PINGPONG, _failed("client exited with 1", rejected)) == ""
 
@@ -82,7 +82,7 @@ def test_a_perftest_client_failed_before_it_connected_is_tried_again(reason: str
                                                                       output: str) -> None:
     why = _worth_another_attempt(PERFTEST_R, _failed(reason, output))
     assert why in ("the client failed before its connection was set up",
-                   "connection setup rejected although the server listened")
+                   SETUP_FAILED)
     assert _worth_another_attempt(PINGPONG, _failed(reason, output)) == ""
 
 
@@ -92,8 +92,80 @@ def test_a_refused_siw_connect_is_tried_again() -> None:
     refused = ("Failed to connect through RDMA CM.\nERRNO: Connection refused.\n"
                "Failed to handle RDMA CM event.\nERRNO: Connection refused.\n")
     why = _worth_another_attempt(PERFTEST_R, _failed("client exited with 255", refused))
-    assert why == "connection setup rejected although the server listened"
+    assert why == SETUP_FAILED
     assert _worth_another_attempt(PINGPONG, _failed("client exited with 255", refused)) == ""
+
+
+# Each RDMA CM client's output when its connect failed, as the programs printed it in a
+# siw-pair lab (rdma-core 56.1, 2026-11-24): "timed out" with the server stopped after it
+# listened (siw gives up after 10 s without the MPA reply: the slow-server race), "refused"
+# with no server. riostream's "Invalid argument" is CI's (ee1861b): the server held a cm_id
+# in CONNECT with its QP in ERR. The exit codes are the programs' own.
+CONNECT_FAILED = [
+    ("riostream", "client exited with 8",
+     "rpoll: Invalid argument\nname      bytes   xfers   iters   total       time     Gb/sec"
+     "    usec/xfer\n"),
+    ("riostream", "client exited with 8",
+     "rpoll: Connection timed out\nname      bytes   xfers   iters   total       time     "
+     "Gb/sec    usec/xfer\n"),
+    ("rstream", "client exited with 8",
+     "rpoll: Connection refused\nname      bytes   xfers   iters   total       time     "
+     "Gb/sec    usec/xfer\n"),
+    ("ucmatose", "client exited with 146",
+     "cmatose: starting client\ncmatose: connecting\n"
+     "cmatose: event: RDMA_CM_EVENT_UNREACHABLE, error: -110\ntest complete\n"
+     "return status -110\n"),
+    ("ucmatose", "client exited with 255",
+     "cmatose: failure connecting: Connection refused\ncmatose: starting client\n"
+     "cmatose: connecting\ntest complete\nreturn status -1\n"),
+    ("rdma-server", "client exited with 255",
+     "rdma_connect: Connection timed out\nrdma_client: start\nrdma_client: end -1\n"),
+    ("rping", "client exited with 255",
+     "cma event RDMA_CM_EVENT_UNREACHABLE, error -110\nwait for CONNECTED state 4\n"
+     "connect error -1\n"),
+    # refused, rping then hangs until its bound
+    ("rping", "client exited with 124 (timed out)",
+     "rdma_connect: Connection refused\nconnect error -1\n"),
+    ("rcopy", "client exited with 255", "rconnect failed\n: Connection timed out\n"),
+]
+SPEC_OF = {"riostream": EXAMPLES[("riostream", "rsocket")],
+           "rstream": EXAMPLES[("rstream", "rsocket")],
+           "ucmatose": EXAMPLES[("ucmatose", "rc")], "rdma-server": RDMA_SERVER,
+           "rping": EXAMPLES[("rping", "rc")], "rcopy": EXAMPLES[("rcopy", "rsocket")]}
+
+
+@pytest.mark.parametrize(("example", "reason", "output"), CONNECT_FAILED)
+def test_a_client_whose_connect_failed_is_tried_again(example: str, reason: str,
+                                                      output: str) -> None:
+    assert _worth_another_attempt(SPEC_OF[example], _failed(reason, output)) == SETUP_FAILED
+    # the same words mean nothing to a program that does not print them on a connect
+    assert _worth_another_attempt(PINGPONG, _failed(reason, output)) == ""
+
+
+# Failures after the connection was set up stay final. Built from each program's messages
+# in rdma-core's librdmacm/examples (perror and printf texts), not seen in a lab.
+AFTER_CONNECT = [
+    ("riostream", "client exited with 1", "name      bytes   xfers   iters   total       time"
+     "     Gb/sec    usec/xfer\nriowrite: Connection reset by peer\n"),
+    ("ucmatose", "client exited with 1", "cmatose: starting client\ncmatose: connecting\n"
+     "receiving data transfers\ncmatose: failed polling CQ: -1\n"),
+    ("rdma-server", "client exited with 255",
+     "rdma_client: start\nrdma_get_recv_comp: Connection reset by peer\n"),
+    ("rping", "client exited with 255", "ping data: rdma-ping-0: ABCDEFGHIJKL\n"
+     "cq completion failed status 5\n"),
+    ("rcopy", "client exited with 255", "opening...transferring"),
+]
+
+
+@pytest.mark.parametrize(("example", "reason", "output"), AFTER_CONNECT)
+def test_a_client_that_failed_after_it_connected_is_final(example: str, reason: str,
+                                                          output: str) -> None:
+    assert _worth_another_attempt(SPEC_OF[example], _failed(reason, output)) == ""
+
+
+def test_udaddy_declares_no_connect_failure() -> None:
+    """UD makes no connection: nothing in udaddy's output is a failed connect."""
+    assert EXAMPLES[("udaddy", "ud")].setup_failed == ()
 
 
 def test_a_passed_run_is_never_tried_again() -> None:
