@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lab bring-up figures: warm `labctl up` to all devices ACTIVE, qemu RSS per node,
+"""Lab bring-up figures: warm `labctl up` to all devices ACTIVE, qemu RSS and PSS per node,
 `labctl down`, and RC pingpong cost per iteration, for two- and four-node labs.
 
 Run as root from the repository:  python3 benchmarks/bringup.py --runs 3
@@ -44,14 +44,17 @@ def timed(*args: str, env: dict[str, str] | None = None) -> float:
     return time.monotonic() - started
 
 
-def qemu_rss_mib(lab: str) -> list[float]:
-    """Resident memory of the lab's qemu processes (found exactly, by their -pidfile)."""
-    rss = []
+def qemu_memory_mib(lab: str) -> tuple[list[float], list[float]]:
+    """Resident (Rss) and proportional (Pss) memory of the lab's qemu processes (found
+    exactly, by their -pidfile). Pss splits a page shared by N processes N ways (the mapped
+    kernel file, qemu's libraries): the memory a node really adds to the host."""
+    rss, pss = [], []
     for pid in qemu_pids_in(LabDir(lab).path):
-        status = Path(f"/proc/{pid}/status").read_text()
-        kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))
-        rss.append(int(kib) / 1024)
-    return rss
+        rollup = dict(line.split()[:2] for line in
+                      Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:])
+        rss.append(int(rollup["Rss:"]) / 1024)
+        pss.append(int(rollup["Pss:"]) / 1024)
+    return rss, pss
 
 
 # guest-clock milestones of one boot, in order
@@ -97,7 +100,7 @@ def renamed(topology: str, lab: str, workdir: Path) -> str:
 def bench_topology(topology: str, runs: int, iters: int,
                    profile: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
     lab = json.loads(labctl("validate", topology, "--json").stdout)["name"]
-    figures: dict[str, list[float]] = {"up": [], "ready": [], "rss": [], "down": [],
+    figures: dict[str, list[float]] = {"up": [], "ready": [], "rss": [], "pss": [], "down": [],
                                        "usec_per_iter": [], "load": []}
     for _ in range(runs):
         labctl("down", "--lab", lab)
@@ -111,7 +114,9 @@ def bench_topology(topology: str, runs: int, iters: int,
                      "--json")
         if run.returncode == 0:
             figures["usec_per_iter"].append(json.loads(run.stdout)["figures"]["usec_per_iter"])
-        figures["rss"] += qemu_rss_mib(lab)  # after the pingpong: a node in use
+        rss, pss = qemu_memory_mib(lab)  # after the pingpong: a node in use
+        figures["rss"] += rss
+        figures["pss"] += pss
         figures["down"].append(timed("down", "--lab", lab))
     return figures
 
@@ -149,12 +154,12 @@ def main() -> None:
             profile: dict[str, list[float]] = {}
             f = bench_topology(topology, args.runs, args.iters, profile)
             rows.append(f"| {name} | {fmt(f['up'])} | {fmt(f['ready'])} | "
-                        f"{fmt(f['rss'], 'MiB')} | {fmt(f['down'])} | "
+                        f"{fmt(f['rss'], 'MiB')} | {fmt(f['pss'], 'MiB')} | {fmt(f['down'])} | "
                         f"{fmt(f['usec_per_iter'], 'us')} | {fmt(f['load'], '')} |")
             profiles[name] = profile
     print("| topology | labctl up (to ACTIVE) | boot to ready | qemu RSS per node | "
-          "labctl down | RC 4 KiB usec/iter | load average before up |")
-    print("|---|---|---|---|---|---|---|")
+          "qemu PSS per node | labctl down | RC 4 KiB usec/iter | load average before up |")
+    print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     for name, profile in profiles.items():
         print(f"\nbring-up profile of {name}: guest seconds since power-on, "

@@ -8,7 +8,6 @@ user who grabs a forwarded port cannot pose as a node.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import shlex
 import signal
@@ -17,6 +16,7 @@ import time
 from pathlib import Path
 
 from labctl.errors import LabctlError
+from labctl.lab.procs import pids_with_option
 
 SSH_OPTIONS = {
     "User": "root",
@@ -131,16 +131,7 @@ def clients_of(config: Path) -> list[int]:
     """Pids of the ssh processes started with `-F CONFIG` (found in /proc): the masters,
     sessions, and helper starts that `up` left running in the background."""
     wanted = os.fsencode(config)
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv[0].endswith(b"ssh") and any(
-                flag == b"-F" and value == wanted for flag, value in itertools.pairwise(argv)):
-            found.append(int(proc.name))
-    return sorted(found)
+    return pids_with_option(b"-F", lambda value: value == wanted, program=b"ssh")
 
 
 def end_clients(config: Path, wait: float = 2.0) -> list[int]:

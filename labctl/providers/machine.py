@@ -30,6 +30,7 @@ from labctl.faults import fault_point
 from labctl.images.builder import Image
 from labctl.images.cpio import CpioWriter
 from labctl.lab import ssh
+from labctl.lab.procs import pids_with_option
 from labctl.lab.state import LabState, TapState
 from labctl.net import labnet
 from labctl.providers.base import FAIL, READY, STAGE, Progress, record_ready
@@ -334,16 +335,8 @@ def qemu_pids_in(labdir: Path) -> list[int]:
     """Pids of the qemu processes of the lab directory `labdir` (their -pidfile is
     LABDIR/nodes/NODE/qemu.pid), found in /proc: for counting, not for identity checks."""
     nodes = labdir / "nodes"
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        for flag, value in itertools.pairwise(argv):
-            if flag == b"-pidfile" and Path(value.decode(errors="replace")).parent.parent == nodes:
-                found.append(int(proc.name))
-    return sorted(found)
+    return pids_with_option(
+        b"-pidfile", lambda value: Path(value.decode(errors="replace")).parent.parent == nodes)
 
 
 def check_qemu_host() -> None:
