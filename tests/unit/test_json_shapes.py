@@ -398,3 +398,21 @@ def test_every_json_output_has_a_model_and_a_doc() -> None:
     doc = (ROOT / "docs" / "json.md").read_text()
     missing = [c for c in commands if f"`labctl {c}" not in doc]
     assert missing == [], f"docs/json.md does not describe {missing}"
+
+
+def test_doctor_says_whether_nodes_share_pages_through_ksm(tmp_path: Path) -> None:
+    """KSM on: how much is shared; off: a warning with the host-wide switch; no KSM in the
+    kernel: skipped. doctor reads these files only (labctl never turns KSM on)."""
+    from labctl.cli.doctor import check_ksm
+
+    assert check_ksm(tmp_path / "missing").result == "skipped"
+    (tmp_path / "run").write_text("1\n")
+    (tmp_path / "pages_sharing").write_text("87296\n")
+    on = check_ksm(tmp_path)
+    assert (on.result, on.detail) == ("ok", "on: 341 MiB of pages shared now")
+    (tmp_path / "run").write_text("0\n")
+    off = check_ksm(tmp_path)
+    assert off.result == "warn" and f"echo 1 > {tmp_path}/run" in off.todo, off
+    (tmp_path / "pages_sharing").write_text("garbage\n")
+    odd = check_ksm(tmp_path)
+    assert (odd.result, odd.detail) == ("skipped", f"{tmp_path}/pages_sharing holds no number")
