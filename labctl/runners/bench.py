@@ -296,10 +296,12 @@ def best_point(points: list[SizePoint]) -> dict[str, Any] | None:
     return found
 
 
+# The share of the ICRC was traced in the guests (docs/performance.md, "ICRC / TCG cost").
 EMULATION_NOTE = (
     "emulation-bound: the nodes run under TCG (no KVM), so every figure is the emulated "
-    "CPU's cost of rxe's software transport (packet building, ICRC over each packet, the "
-    "virtio NIC), not RDMA's; compare implementations with each other, not with hardware")
+    "CPU's cost of rxe's software transport (building and parsing each packet, its "
+    "requester, responder and completer work, the virtio NIC; the ICRC is about 8 % of it), "
+    "not RDMA's; compare implementations with each other, not with hardware")
 
 
 def summarize(server: str, client: str, iters: int, rounds: int,
