@@ -8,18 +8,26 @@ from collections.abc import Callable
 from pathlib import Path
 
 
+def argv_of(pid: int | str) -> list[bytes] | None:
+    """The command line of process `pid` (None if it is gone or not ours to read)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+
+
+def has_option(argv: list[bytes], flag: bytes, matches: Callable[[bytes], bool]) -> bool:
+    """True if `argv` has `flag` followed by a value that `matches` accepts."""
+    return any(key == flag and matches(value) for key, value in itertools.pairwise(argv))
+
+
 def pids_with_option(flag: bytes, matches: Callable[[bytes], bool],
                      program: bytes = b"") -> list[int]:
     """Sorted pids of the processes whose argv has `flag` followed by a value that `matches`
     accepts (and whose argv[0] ends with `program`, if given)."""
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-        if not argv[0].endswith(program):
-            continue
-        if any(key == flag and matches(value) for key, value in itertools.pairwise(argv)):
+        argv = argv_of(proc.name)
+        if argv and argv[0].endswith(program) and has_option(argv, flag, matches):
             found.append(int(proc.name))
     return sorted(found)

@@ -13,7 +13,6 @@ once it is gone), reads its console's boot report and opens its ssh master.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import shutil
 import signal
@@ -30,7 +29,7 @@ from labctl.faults import fault_point
 from labctl.images.builder import Image
 from labctl.images.cpio import CpioWriter
 from labctl.lab import ssh
-from labctl.lab.procs import pids_with_option
+from labctl.lab.procs import argv_of, has_option, pids_with_option
 from labctl.lab.state import LabState, TapState
 from labctl.net import labnet
 from labctl.providers.base import FAIL, READY, STAGE, Progress, record_ready
@@ -249,12 +248,9 @@ class QemuMachine:
         machine whose name merely contains ours)."""
         if pid <= 0:
             return False
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            return False
+        argv = argv_of(pid)
         want = str(self.pidfile).encode()
-        return any(a == b"-pidfile" and b == want for a, b in itertools.pairwise(argv))
+        return argv is not None and has_option(argv, b"-pidfile", lambda value: value == want)
 
     def pidfile_pid(self) -> int:
         """The pid qemu wrote to its -pidfile (0 if none)."""
