@@ -7,7 +7,9 @@ Run as root from the repository, with a lab up:
 In the node (one timing program there, commands run in turn so that a drift of the host's
 load hits all of them alike; the direct path in rounds of its own, with C, after the rest):
   c          ibv_devinfo -v
-  helper     labctl-devinfo -v     (python3 -S; the node's helper has pyverbs imported)
+  helper     labctl-devinfo -v     (in a qemu node the image's compiled client of the node's
+             helper, which has pyverbs imported; elsewhere the Python wrapper below)
+  wrapper    /usr/local/lib/labctl/labctl-devinfo -v   (python3 -S; through the helper too)
   module     python3 -m labctl.verbs devinfo -v   (with site; through the helper too)
   direct     LABCTL_VERBS_DIRECT=1 labctl-devinfo -v   (imports pyverbs itself: the old path)
 Through the CLI on the host, in turn:
@@ -35,6 +37,7 @@ LABCTL = [sys.executable, "-m", "labctl"]
 NODE_COMMANDS = {
     "c": "ibv_devinfo -v",
     "helper": "labctl-devinfo -v",
+    "wrapper": "/usr/local/lib/labctl/labctl-devinfo -v",
     "module": "python3 -m labctl.verbs devinfo -v",
     "direct": "LABCTL_VERBS_DIRECT=1 labctl-devinfo -v",
 }

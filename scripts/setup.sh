@@ -14,9 +14,11 @@ packages=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs zstd cpio openssh-clie
 # with vagrant-libvirt and libvirt (daemon, qemu driver, virsh, dnsmasq-base for the
 # management network's DHCP, iptables for libvirt's isolated networks) labctl boots vagrant
 # labs here, starting libvirtd itself (docs/vagrant.md; no service is enabled);
-# tshark checks labctl's RDMA decoder against Wireshark's (bookworm: 21 MB, 121 MiB, ~50 s).
+# tshark checks labctl's RDMA decoder against Wireshark's (bookworm: 21 MB, 121 MiB, ~50 s);
+# gcc and libc6-dev let the unit tests build the nodes' compiled inspector client
+# (labctl/images/verbs-client.c; node images build it themselves, in their own chroot).
 optional=(vagrant vagrant-libvirt libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients
-          dnsmasq-base iptables tshark)
+          dnsmasq-base iptables tshark gcc libc6-dev)
 missing=()
 # Each check captures the command's output first, then tests it: `cmd | grep -q` under
 # pipefail fails when grep exits at its first match and cmd then dies of SIGPIPE (that

@@ -16,6 +16,7 @@ import hashlib
 import json
 import lzma
 import os
+import shlex
 import shutil
 import struct
 import subprocess
@@ -38,6 +39,8 @@ STAGE1_MODULES = ("virtio_blk", "ext4")
 # emulation costs about a second per node.
 NODE_MODULES = ("virtio_net", "virtio_rng", "ib_uverbs", "rdma_ucm", "rdma_rxe", "ib_umad",
                 "sch_netem", "9pnet_virtio", "9p")  # 9p: nodes with host folders
+# labctl-devinfo and labctl-devices in a node: a compiled client of the inspector's helper.
+CLIENT_SOURCE = "verbs-client.c"
 HOST_TOOLS = {"mmdebstrap": "mmdebstrap", "mkfs.ext4": "e2fsprogs"}
 
 Progress = Callable[[str], None]
@@ -68,7 +71,8 @@ def image_key(recipe: Recipe, mirror: str | None) -> str:
         "builder": BUILDER_VERSION,
         "recipe": [recipe.suite, recipe.kernel_suite, sorted(recipe.packages)],
         "mirror": mirror or "",
-        "hooks": [_resource_text("hooks", h) for h in ("kernel.sh", "siw.sh", "trim.sh")],
+        "hooks": [_resource_text("hooks", h) for h in ("kernel.sh", "build.sh", "trim.sh")],
+        "client": _resource_text(CLIENT_SOURCE),
         "init": _resource_text("initramfs-init.sh"),
         "modules": [STAGE1_MODULES, NODE_MODULES],
     }
@@ -126,7 +130,8 @@ def _mmdebstrap(
 ) -> None:
     hooks = resources.files("labctl.images").joinpath("hooks")
     kernel_hook = Path(str(hooks.joinpath("kernel.sh")))
-    siw_hook = Path(str(hooks.joinpath("siw.sh")))
+    build_hook = Path(str(hooks.joinpath("build.sh")))
+    client = Path(str(resources.files("labctl.images").joinpath(CLIENT_SOURCE)))
     trim_hook = Path(str(hooks.joinpath("trim.sh")))
     argv = [
         "mmdebstrap",
@@ -137,8 +142,8 @@ def _mmdebstrap(
         "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*",
         f'--customize-hook=sh {kernel_hook} "$1" {recipe.kernel_suite}',
-        # soft-iWARP: Debian's kernels lack it, so every image builds it from source
-        f'--customize-hook=sh {siw_hook} "$1" {recipe.kernel_suite}',
+        # soft-iWARP (Debian's kernels lack it) and labctl's compiled inspector client
+        f'--customize-hook=sh {build_hook} "$1" {recipe.kernel_suite} {shlex.quote(str(client))}',
         f'--customize-hook=sh {trim_hook} "$1"',
         recipe.suite,
         str(rootdir),

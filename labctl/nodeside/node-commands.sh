@@ -14,17 +14,31 @@ if [ -d "$site" ]; then
     echo "$code" > "$site/labctl-node.pth" || exit 1
 fi
 # Shell builtins write the files: each program started costs a node tens of ms under TCG.
-[ -d /usr/local/bin ] || mkdir -p /usr/local/bin || exit 1
-for tool in devinfo devices asyncwatch; do
-    while IFS= read -r line; do printf '%s\n' "$line"; done > "/usr/local/bin/labctl-$tool" \
-        <<EOF_TOOL || exit 1
+# A qemu node's image has labctl-devinfo and labctl-devices as links to a compiled client of
+# the inspector's helper (labctl/images/verbs-client.c), which runs the Python wrapper of
+# the same name in $lib when the helper cannot answer. Other nodes get the wrapper itself.
+lib=/usr/local/lib/labctl
+for dir in /usr/local/bin "$lib"; do
+    [ -d "$dir" ] || mkdir -p "$dir" || exit 1
+done
+wrapper() {  # the Python wrapper of labctl-$1
+    while IFS= read -r line; do printf '%s\n' "$line"; done <<EOF_TOOL
 #!/bin/sh
-# labctl's Python ibv_$tool (pyverbs): the same output as the C tool. Started lean: -S
+# labctl's Python ibv_$1 (pyverbs): the same output as the C tool. Started lean: -S
 # (site costs ~0.3 s under TCG; labctl.verbs loads it when it needs pyverbs) and -c
 # instead of -m (runpy costs 0.1-0.25 s).
 PYTHONPATH="$code\${PYTHONPATH:+:\$PYTHONPATH}" \\
-    exec python3 -S -c 'from labctl.verbs.__main__ import cli; cli()' $tool "\$@"
+    exec python3 -S -c 'from labctl.verbs.__main__ import cli; cli()' $1 "\$@"
 EOF_TOOL
+}
+written=""
+for tool in devinfo devices asyncwatch; do
+    wrapper "$tool" > "$lib/labctl-$tool" || exit 1
+    written="$written $lib/labctl-$tool"
+    # -L: the image's link to the compiled client; writing through it would replace the client.
+    if [ ! -L "/usr/local/bin/labctl-$tool" ]; then
+        wrapper "$tool" > "/usr/local/bin/labctl-$tool" || exit 1
+        written="$written /usr/local/bin/labctl-$tool"
+    fi
 done
-chmod 0755 /usr/local/bin/labctl-devinfo /usr/local/bin/labctl-devices \
-    /usr/local/bin/labctl-asyncwatch || exit 1
+chmod 0755 $written || exit 1

@@ -125,7 +125,14 @@ def call(
             return None  # nothing ran yet (e.g. fd 1 or 2 closed): run it here
         reply = b""
         while True:
-            chunk = sock.recv(256)
+            try:
+                chunk = sock.recv(256)
+            except ConnectionResetError:
+                # The helper closed without reading all of the request (too large, or it
+                # ended), after its "F" reply or none: it ran nothing.
+                if not reply or reply.startswith(b"F"):
+                    return None
+                raise
             if not chunk:
                 break
             reply += chunk
@@ -233,7 +240,11 @@ def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
 
 def _handle(conn: socket.socket, listener: socket.socket,
             run: Callable[[list[str]], int]) -> None:
-    data, fds = _receive(conn)
+    try:
+        data, fds = _receive(conn)
+    except ProtocolError as exc:  # too large: the client runs the command itself
+        conn.sendall(f"F {exc}\n".encode())
+        return
     try:
         argv, env = decode_request(data)
         if len(fds) != 2:

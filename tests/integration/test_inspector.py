@@ -174,7 +174,7 @@ def test_helper_and_direct_paths_are_the_c_tools_bytes(
         "helper": lab_handle.node_python3("-S", "-c", HELPER_ONLY, "devinfo", *args),
         "labctl's call": node_argv("devinfo", *args),
         "direct": _direct_argv("devinfo", *args),
-        "node command": ["labctl-devinfo", *args],
+        "python wrapper": ["/usr/local/lib/labctl/labctl-devinfo", *args],
     }
     for name, argv in paths.items():
         ours = lab_handle.run(node, argv, timeout=120)
@@ -182,6 +182,22 @@ def test_helper_and_direct_paths_are_the_c_tools_bytes(
             f"{name} path differs for devinfo {args}:\n{_diff(c.stdout, ours.stdout)}"
             f"\nexit {ours.returncode} (C {c.returncode}); stderr: {ours.stderr}"
         )
+
+
+def test_the_node_commands_are_the_compiled_client(lab_handle: LabHandle) -> None:
+    """In a qemu node, labctl-devinfo and labctl-devices (what labctl's own calls run) are
+    the image's compiled client of the helper; with the helper told off they still answer,
+    through the Python wrapper they fall back to."""
+    node = _rdma_nodes(lab_handle)[0]
+    _wait_helper(lab_handle, node)
+    for tool in ("devinfo", "devices"):
+        path = lab_handle.run(node, ["readlink", "-f", f"/usr/local/bin/labctl-{tool}"],
+                              timeout=30)
+        assert path.stdout.strip() == "/usr/local/lib/labctl/labctl-verbs-client", path
+    c = lab_handle.run(node, ["ibv_devices"], timeout=60)
+    for argv in (["labctl-devices"], ["env", "LABCTL_VERBS_DIRECT=1", "labctl-devices"]):
+        ours = lab_handle.run(node, argv, timeout=120)
+        assert (ours.returncode, ours.stdout) == (c.returncode, c.stdout), (argv, ours.stderr)
 
 
 def test_timing(lab_handle: LabHandle) -> None:

@@ -193,6 +193,16 @@ def test_commands_outside_the_helper_are_refused(served: Path, tmp_path: Path) -
     assert _call(served, tmp_path, ["asyncwatch"])[0] is None
 
 
+def test_a_request_over_the_limit_is_refused_and_run_here(served: Path,
+                                                          tmp_path: Path) -> None:
+    # The helper answers "F" and closes before reading the rest: the client sees the reply
+    # or a reset, and either way runs the command itself.
+    big = {f"BIG{i}": "x" * (120 << 10) for i in range(10)}
+    assert sum(map(len, big.values())) > helper.MAX_REQUEST
+    assert _call(served, tmp_path, ["devinfo", "-l"], env=big)[0] is None
+    assert _call(served, tmp_path, ["devinfo", "-l"], env={})[0] == 0  # and it still serves
+
+
 def test_a_crash_in_the_child_is_reported_and_the_helper_lives(
     tmp_path: Path
 ) -> None:
@@ -290,7 +300,11 @@ def test_lean_entry_point_is_the_module() -> None:
 
     from labctl.cli.inspect import NODE_ENTRY, node_argv
 
-    assert node_argv("devinfo", "-v")[-4:] == ["-c", NODE_ENTRY, "devinfo", "-v"]
+    assert node_argv("asyncwatch", "-d")[-4:] == ["-c", NODE_ENTRY, "asyncwatch", "-d"]
+    assert node_argv("capture")[-2:] == [NODE_ENTRY, "capture"]
+    # the node commands (a compiled client in qemu nodes, this same entry in the others)
+    assert node_argv("devinfo", "-v") == ["labctl-devinfo", "-v"]
+    assert node_argv("devices") == ["labctl-devices"]
     env = {**os.environ, "PYTHONPATH": str(RECORDS.parents[2])}
     lean = subprocess.run([sys.executable, "-S", "-c", NODE_ENTRY, "devinfo", "-x"],
                           capture_output=True, text=True, env=env, check=False)
@@ -316,3 +330,130 @@ def test_one_helper_per_socket(tmp_path: Path, capsys: pytest.CaptureFixture[str
     again = helper.single_instance_lock(path)
     assert again is not None
     os.close(again)
+
+
+# ----------------------------------------------------------- the compiled client (C)
+# labctl/images/verbs-client.c is labctl-devinfo and labctl-devices in qemu node images.
+# Built here with the host's cc, with the socket and fallback paths of a temporary
+# directory, and run against a real helper serving recorded devices.
+CLIENT_SOURCE = Path(__file__).parents[2] / "labctl/images/verbs-client.c"
+FALLBACK = "#!/bin/sh\necho \"fallback $0 $*\"\nexit 5\n"
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory with bin/labctl-devinfo and bin/labctl-devices (links to the client),
+    lib/ (the fallback wrappers: they say they ran) and run/ (the helper's socket)."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler on this machine (scripts/setup.sh installs gcc)")
+    root = tmp_path_factory.mktemp("client")
+    for sub in ("bin", "lib", "run"):
+        (root / sub).mkdir()
+    binary = root / "lib" / "labctl-verbs-client"
+    subprocess.run(
+        [cc, "-O2", "-Wall", "-Wextra", "-Werror", f'-DSOCKET_PATH="{root}/run/verbs.sock"',
+         f'-DFALLBACK_DIR="{root}/lib"', "-o", str(binary), str(CLIENT_SOURCE)],
+        check=True, capture_output=True, text=True,
+    )
+    for tool in ("devinfo", "devices"):
+        (root / "bin" / f"labctl-{tool}").symlink_to(binary)
+        (root / "lib" / f"labctl-{tool}").write_text(FALLBACK)
+        (root / "lib" / f"labctl-{tool}").chmod(0o755)
+    return root
+
+
+def _run_client(client: Path, tool: str, *args: str,
+                env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    import subprocess
+
+    proc = subprocess.run([str(client / "bin" / f"labctl-{tool}"), *args], capture_output=True,
+                          text=True, timeout=30, env=env if env is not None else {})
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@contextmanager
+def _serving_client(client: Path, run: Callable[[list[str]], int] | None = None
+                    ) -> Iterator[None]:
+    path = client / "run" / "verbs.sock"
+    path.unlink(missing_ok=True)  # a stopped helper's socket stays behind
+    snap = Snapshot.from_json((RECORDS / "rxe-node1.json").read_text())
+
+    def recorded(argv: list[str]) -> int:
+        if argv[0] == "devices":
+            from labctl.verbs import devices
+
+            return devices.main(argv, snap)
+        return devinfo.main(argv, source=lambda *_a, **_k: snap)
+
+    pid = _start(path, run or recorded)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+
+
+def test_compiled_client_prints_the_c_tools_bytes_and_status(client: Path) -> None:
+    cases = json.loads((RECORDS / "rxe-node1" / "cases.json").read_text())
+    assert {spec["tool"] for spec in cases.values()} == {"devinfo", "devices"}
+    with _serving_client(client):
+        for case, spec in cases.items():
+            status, out, err = _run_client(client, spec["tool"], *spec["args"])
+            assert out == (RECORDS / "rxe-node1" / f"{case}.out").read_text(), case
+            assert status == spec["rc"], (case, err)
+            assert "fallback" not in out
+
+
+def test_compiled_client_forwards_the_environment(client: Path) -> None:
+    # POSIXLY_CORRECT stops getopt at the first operand, as in the C tool: "-l" is then
+    # not an option, and the output differs from the permuted parse.
+    with _serving_client(client):
+        permuted = _run_client(client, "devinfo", "x", "-l")
+        posix = _run_client(client, "devinfo", "x", "-l", env={"POSIXLY_CORRECT": "1"})
+    assert permuted != posix
+
+
+def test_compiled_client_runs_the_python_wrapper_without_a_helper(client: Path) -> None:
+    (client / "run" / "verbs.sock").unlink(missing_ok=True)
+    status, out, _ = _run_client(client, "devinfo", "-v", "-d", "rxe0")
+    assert (status, out) == (5, f"fallback {client}/lib/labctl-devinfo -v -d rxe0\n")
+
+
+def test_compiled_client_runs_the_python_wrapper_when_told_direct(client: Path) -> None:
+    with _serving_client(client):
+        status, out, _ = _run_client(client, "devices", env={helper.DIRECT_ENV: "1"})
+    assert (status, out) == (5, f"fallback {client}/lib/labctl-devices \n")
+
+
+def test_compiled_client_runs_the_python_wrapper_when_the_helper_refuses(client: Path) -> None:
+    # A request over the helper's limit (an environment of 1.2 MiB) is answered "F": it
+    # runs nothing, so the command still runs, the slow way.
+    big = {f"BIG{i}": "x" * (120 << 10) for i in range(10)}
+    with _serving_client(client):
+        status, out, _ = _run_client(client, "devinfo", "-l", env=big)
+    assert (status, out) == (5, f"fallback {client}/lib/labctl-devinfo -l\n")
+
+
+def test_compiled_client_reports_a_vanished_child_and_does_not_run_twice(client: Path) -> None:
+    def vanish(_argv: list[str]) -> int:
+        sys.stdout.write("half")
+        sys.stdout.flush()
+        os._exit(7)
+
+    with _serving_client(client, vanish):
+        status, out, err = _run_client(client, "devinfo")
+    assert (status, out) == (1, "half")
+    assert err == "labctl.verbs: the helper ended without an exit status\n"
+
+
+def test_compiled_client_under_another_name_says_how_to_run_it(client: Path) -> None:
+    import subprocess
+
+    proc = subprocess.run([str(client / "lib" / "labctl-verbs-client")], capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 2
+    assert "run me as labctl-devinfo or labctl-devices" in proc.stderr
