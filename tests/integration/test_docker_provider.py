@@ -181,6 +181,11 @@ def test_inspector_matches_ibv_devinfo_in_a_container(handle: LabHandle) -> None
             assert c.returncode == py.returncode == 0, (c.stderr, py.stderr)
             assert py.stdout == c.stdout
             assert f"rxe_{LAB}_{node}" in c.stdout
+            # the node command: the image's compiled client, as in qemu nodes
+            client = handle.run(node, ["labctl-devinfo", *args], timeout=180)
+            assert (client.returncode, client.stdout) == (0, c.stdout), client.stderr
+    path = handle.run(NODES[0], ["readlink", "-f", "/usr/local/bin/labctl-devinfo"], timeout=60)
+    assert path.stdout.strip() == "/usr/local/lib/labctl/labctl-verbs-client", path
 
 
 def _port_state(handle: LabHandle, node: str) -> str:

@@ -185,9 +185,10 @@ def test_helper_and_direct_paths_are_the_c_tools_bytes(
 
 
 def test_the_node_commands_are_the_compiled_client(lab_handle: LabHandle) -> None:
-    """In a qemu node, labctl-devinfo and labctl-devices (what labctl's own calls run) are
-    the image's compiled client of the helper; with the helper told off they still answer,
-    through the Python wrapper they fall back to."""
+    """In a qemu node (and a container: the same root filesystem), labctl-devinfo and
+    labctl-devices (what labctl's own calls run) are the image's compiled client of the
+    helper; with the helper told off they still answer, through the Python wrapper they
+    fall back to."""
     node = _rdma_nodes(lab_handle)[0]
     _wait_helper(lab_handle, node)
     for tool in ("devinfo", "devices"):

@@ -302,7 +302,7 @@ def test_lean_entry_point_is_the_module() -> None:
 
     assert node_argv("asyncwatch", "-d")[-4:] == ["-c", NODE_ENTRY, "asyncwatch", "-d"]
     assert node_argv("capture")[-2:] == [NODE_ENTRY, "capture"]
-    # the node commands (a compiled client in qemu nodes, this same entry in the others)
+    # the node commands (a compiled client in qemu and container nodes, this entry in Vagrant's)
     assert node_argv("devinfo", "-v") == ["labctl-devinfo", "-v"]
     assert node_argv("devices") == ["labctl-devices"]
     env = {**os.environ, "PYTHONPATH": str(RECORDS.parents[2])}
@@ -333,7 +333,7 @@ def test_one_helper_per_socket(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 # ----------------------------------------------------------- the compiled client (C)
-# labctl/images/verbs-client.c is labctl-devinfo and labctl-devices in qemu node images.
+# labctl/images/verbs-client.c is labctl-devinfo and labctl-devices in the node image.
 # Built here with the host's cc, with the socket and fallback paths of a temporary
 # directory, and run against a real helper serving recorded devices.
 CLIENT_SOURCE = Path(__file__).parents[2] / "labctl/images/verbs-client.c"
