@@ -28,10 +28,10 @@ NODE_MODULE = "labctl.verbs"
 NODE_ENTRY = f"from {NODE_MODULE}.__main__ import cli; cli()"
 
 
-# The node commands for these (labctl/nodeside/node-commands.sh): in qemu and container
-# nodes a compiled client of the node's helper (labctl/images/verbs-client.c), 0.3-0.5 s
-# faster under TCG than starting python3; in Vagrant nodes the Python wrapper, the same
-# call as below.
+# The node commands for these (labctl/nodeside/node-commands.sh): in nodes booted from
+# labctl's node image a compiled client of the node's helper (labctl/images/verbs-client.c),
+# 0.3-0.5 s faster under TCG than starting python3; on a foreign Vagrant box the Python
+# wrapper, the same call as below.
 NODE_COMMANDS = ("devinfo", "devices")
 
 

@@ -4,9 +4,9 @@
  *
  * Why C: under TCG, Python's own start costs 0.3-0.5 s in a node, three times what the C
  * ibv_devinfo takes in all; the helper answers in 0.05-0.08 s. This client starts in a few
- * milliseconds. The image builder compiles it (labctl/images/hooks/build.sh), so qemu and
- * container nodes (the same root filesystem) have it; Vagrant nodes keep the Python
- * wrapper, which speaks the same protocol.
+ * milliseconds. The image builder compiles it (labctl/images/hooks/build.sh), so every node
+ * booted from labctl's node image has it (qemu, container and labctl's Vagrant box); a
+ * Vagrant node on another box keeps the Python wrapper, which speaks the same protocol.
  *
  * Run as labctl-TOOL (a symlink): sends "LVH1\0", then NUL-terminated fields (the number
  * of argv items, argv with the command first, the environment), with fds 1 and 2 passed

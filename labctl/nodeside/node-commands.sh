@@ -14,10 +14,10 @@ if [ -d "$site" ]; then
     echo "$code" > "$site/labctl-node.pth" || exit 1
 fi
 # Shell builtins write the files: each program started costs a node tens of ms under TCG.
-# The node image (qemu and container nodes) has labctl-devinfo and labctl-devices as links
-# to a compiled client of the inspector's helper (labctl/images/verbs-client.c), which runs
-# the Python wrapper of the same name in $lib when the helper cannot answer. Other nodes
-# (Vagrant's) get the wrapper itself.
+# labctl's node image (qemu, container and its Vagrant box's nodes) has labctl-devinfo and
+# labctl-devices as links to a compiled client of the inspector's helper
+# (labctl/images/verbs-client.c), which runs the Python wrapper of the same name in $lib
+# when the helper cannot answer. Other nodes (a foreign Vagrant box) get the wrapper itself.
 lib=/usr/local/lib/labctl
 for dir in /usr/local/bin "$lib"; do
     [ -d "$dir" ] || mkdir -p "$dir" || exit 1

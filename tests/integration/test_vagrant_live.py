@@ -171,6 +171,9 @@ def test_inspector_matches_ibv_devinfo(handle: LabHandle) -> None:
     assert c.returncode == 0, c.stderr
     assert py.stdout == c.stdout
     assert "rxe0" in c.stdout
+    # labctl's box is the node image: labctl devinfo ran its compiled client
+    path = handle.run("node1", ["readlink", "-f", "/usr/local/bin/labctl-devinfo"], timeout=60)
+    assert path.stdout.strip() == "/usr/local/lib/labctl/labctl-verbs-client", path
 
 
 def test_host_folders_both_ways(handle: LabHandle, folders: dict[str, Path]) -> None:

@@ -302,7 +302,7 @@ def test_lean_entry_point_is_the_module() -> None:
 
     assert node_argv("asyncwatch", "-d")[-4:] == ["-c", NODE_ENTRY, "asyncwatch", "-d"]
     assert node_argv("capture")[-2:] == [NODE_ENTRY, "capture"]
-    # the node commands (a compiled client in qemu and container nodes, this entry in Vagrant's)
+    # the node commands (a compiled client in labctl's node image, else this same entry)
     assert node_argv("devinfo", "-v") == ["labctl-devinfo", "-v"]
     assert node_argv("devices") == ["labctl-devices"]
     env = {**os.environ, "PYTHONPATH": str(RECORDS.parents[2])}
