@@ -128,11 +128,12 @@ def call(
             try:
                 chunk = sock.recv(256)
             except ConnectionResetError:
-                # The helper closed without reading all of the request (too large, or it
-                # ended), after its "F" reply or none: it ran nothing.
-                if not reply or reply.startswith(b"F"):
+                # The helper closed before reading all of the request (too large, or it
+                # ended), so it ran nothing. What came before it ("F ..." or nothing) is
+                # the reply.
+                if not reply:
                     return None
-                raise
+                break
             if not chunk:
                 break
             reply += chunk

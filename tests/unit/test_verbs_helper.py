@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from labctl.verbs import __main__ as verbs_main
-from labctl.verbs import devinfo, helper
+from labctl.verbs import devices, devinfo, helper
 from labctl.verbs.records import Snapshot
 
 RECORDS = Path(__file__).parent / "verbs_records"
@@ -87,6 +87,8 @@ def _recorded(name: str) -> Callable[[list[str]], int]:
         if argv[0] == "env":
             sys.stdout.write(json.dumps(dict(os.environ)))
             return 3
+        if argv[0] == "devices":
+            return devices.main(argv, snap)
         return devinfo.main(argv, source=lambda *_a, **_k: snap)
 
     return run
@@ -113,13 +115,16 @@ def _start(path: Path, run: Callable[[list[str]], int]) -> int:
 
 
 @contextmanager
-def _serving(path: Path, *extra: str) -> Iterator[None]:
-    """A helper on `path` serving the recorded rxe node; it also takes the test dispatcher's
-    `extra` commands (crash, vanish), which the real command list leaves out."""
+def _serving(path: Path, *extra: str,
+             run: Callable[[list[str]], int] | None = None) -> Iterator[None]:
+    """A helper on `path` serving the recorded rxe node (or running `run`); it also takes
+    the test dispatcher's `extra` commands (crash, vanish), which the real command list
+    leaves out."""
+    path.unlink(missing_ok=True)  # a stopped helper's socket stays behind
     old = helper.COMMANDS
     helper.COMMANDS = (*old, *extra)
     try:
-        pid = _start(path, _recorded("rxe-node1"))
+        pid = _start(path, run or _recorded("rxe-node1"))
     finally:
         helper.COMMANDS = old
     try:
@@ -375,32 +380,10 @@ def _run_client(client: Path, tool: str, *args: str,
     return proc.returncode, proc.stdout, proc.stderr
 
 
-@contextmanager
-def _serving_client(client: Path, run: Callable[[list[str]], int] | None = None
-                    ) -> Iterator[None]:
-    path = client / "run" / "verbs.sock"
-    path.unlink(missing_ok=True)  # a stopped helper's socket stays behind
-    snap = Snapshot.from_json((RECORDS / "rxe-node1.json").read_text())
-
-    def recorded(argv: list[str]) -> int:
-        if argv[0] == "devices":
-            from labctl.verbs import devices
-
-            return devices.main(argv, snap)
-        return devinfo.main(argv, source=lambda *_a, **_k: snap)
-
-    pid = _start(path, run or recorded)
-    try:
-        yield
-    finally:
-        os.kill(pid, signal.SIGTERM)
-        os.waitpid(pid, 0)
-
-
 def test_compiled_client_prints_the_c_tools_bytes_and_status(client: Path) -> None:
     cases = json.loads((RECORDS / "rxe-node1" / "cases.json").read_text())
     assert {spec["tool"] for spec in cases.values()} == {"devinfo", "devices"}
-    with _serving_client(client):
+    with _serving(client / "run" / "verbs.sock"):
         for case, spec in cases.items():
             status, out, err = _run_client(client, spec["tool"], *spec["args"])
             assert out == (RECORDS / "rxe-node1" / f"{case}.out").read_text(), case
@@ -411,7 +394,7 @@ def test_compiled_client_prints_the_c_tools_bytes_and_status(client: Path) -> No
 def test_compiled_client_forwards_the_environment(client: Path) -> None:
     # POSIXLY_CORRECT stops getopt at the first operand, as in the C tool: "-l" is then
     # not an option, and the output differs from the permuted parse.
-    with _serving_client(client):
+    with _serving(client / "run" / "verbs.sock"):
         permuted = _run_client(client, "devinfo", "x", "-l")
         posix = _run_client(client, "devinfo", "x", "-l", env={"POSIXLY_CORRECT": "1"})
     assert permuted != posix
@@ -424,7 +407,7 @@ def test_compiled_client_runs_the_python_wrapper_without_a_helper(client: Path) 
 
 
 def test_compiled_client_runs_the_python_wrapper_when_told_direct(client: Path) -> None:
-    with _serving_client(client):
+    with _serving(client / "run" / "verbs.sock"):
         status, out, _ = _run_client(client, "devices", env={helper.DIRECT_ENV: "1"})
     assert (status, out) == (5, f"fallback {client}/lib/labctl-devices \n")
 
@@ -433,7 +416,7 @@ def test_compiled_client_runs_the_python_wrapper_when_the_helper_refuses(client:
     # A request over the helper's limit (an environment of 1.2 MiB) is answered "F": it
     # runs nothing, so the command still runs, the slow way.
     big = {f"BIG{i}": "x" * (120 << 10) for i in range(10)}
-    with _serving_client(client):
+    with _serving(client / "run" / "verbs.sock"):
         status, out, _ = _run_client(client, "devinfo", "-l", env=big)
     assert (status, out) == (5, f"fallback {client}/lib/labctl-devinfo -l\n")
 
@@ -444,7 +427,7 @@ def test_compiled_client_reports_a_vanished_child_and_does_not_run_twice(client:
         sys.stdout.flush()
         os._exit(7)
 
-    with _serving_client(client, vanish):
+    with _serving(client / "run" / "verbs.sock", run=vanish):
         status, out, err = _run_client(client, "devinfo")
     assert (status, out) == (1, "half")
     assert err == "labctl.verbs: the helper ended without an exit status\n"
