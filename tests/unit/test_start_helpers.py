@@ -5,6 +5,7 @@ what the start said on stderr kept in a log. Real processes stand in for the ssh
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 
@@ -42,12 +43,17 @@ def test_a_failed_start_is_in_its_nodes_log(tmp_path: Path) -> None:
     assert log.read_text() == "an earlier start\nssh: connect: Connection refused\n"
 
 
-def _ssh_waiting(config: Path) -> None:
+def _ssh_waiting(config: Path) -> Path:
     """A real ssh client that outlives `up` (as a helper start on a slow node does): its
-    proxy command never answers (and ends with it), so it waits, sending nothing anywhere."""
+    proxy command never answers (and ends with it), so it waits, sending nothing anywhere.
+    Returns the file the proxy command creates once it runs: until then ssh's child for it
+    may not have exec'd yet, a second `ssh -F CONFIG` in /proc (seen under load in CI)."""
+    started = config.parent / "proxy-started"
+    proxy = f"sh -c ': > {shlex.quote(str(started))}; cat >/dev/null; true'"
     start_detached({config.parent / "start.log": [
-        "ssh", "-F", str(config), "-o", "ProxyCommand=sh -c 'cat >/dev/null; true'",
+        "ssh", "-F", str(config), "-o", f"ProxyCommand={proxy}",
         "-o", "ConnectTimeout=120", "-T", "node1", "--", "true"]})
+    return started
 
 
 def test_down_ends_the_ssh_sessions_the_masters_did_not_carry(tmp_path: Path) -> None:
@@ -57,10 +63,9 @@ def test_down_ends_the_ssh_sessions_the_masters_did_not_carry(tmp_path: Path) ->
     other = tmp_path / "other" / "ssh_config"  # another lab's: not to be touched
     other.parent.mkdir()
     other.write_text("Host node1\n")
-    _ssh_waiting(labdir.ssh_config)
-    _ssh_waiting(other)
+    started = [_ssh_waiting(labdir.ssh_config), _ssh_waiting(other)]
     deadline = time.monotonic() + 10
-    while not (ssh.clients_of(labdir.ssh_config) and ssh.clients_of(other)):
+    while not all(path.exists() for path in started):
         assert time.monotonic() < deadline, "the ssh clients did not start"
         time.sleep(0.02)
     [pid] = ssh.clients_of(labdir.ssh_config)
