@@ -5,9 +5,12 @@
 Run as root from the repository:  python3 benchmarks/bringup.py --runs 3
 Under another lab name:           python3 benchmarks/bringup.py --lab perf topologies/two-node.yaml
 Cold image build:                 python3 benchmarks/bringup.py --cold-image
-Prints a Markdown table (min / median / max over the runs) for docs/performance.md, and the
-bring-up profile: when each stage began in the nodes' own clocks (guest seconds since power
-on; kernel stages from dmesg, labctl's stages from the console's `labctl: stage` lines).
+Prints a Markdown table (min / median / max over the runs) for docs/performance.md, with
+memory measured right after the pingpong and again --settle seconds later (the node has
+dropped its page cache after the helper's import, and the balloon has reported the freed
+pages), and the bring-up profile: when each stage began in the nodes' own clocks (guest
+seconds since power on; kernel stages from dmesg, labctl's stages from the console's
+`labctl: stage` lines).
 """
 
 from __future__ import annotations
@@ -97,10 +100,11 @@ def renamed(topology: str, lab: str, workdir: Path) -> str:
     return str(path)
 
 
-def bench_topology(topology: str, runs: int, iters: int,
+def bench_topology(topology: str, runs: int, iters: int, settle: float,
                    profile: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
     lab = json.loads(labctl("validate", topology, "--json").stdout)["name"]
     figures: dict[str, list[float]] = {"up": [], "ready": [], "rss": [], "pss": [], "down": [],
+                                       "rss_settled": [], "pss_settled": [],
                                        "usec_per_iter": [], "load": []}
     for _ in range(runs):
         labctl("down", "--lab", lab)
@@ -117,6 +121,12 @@ def bench_topology(topology: str, runs: int, iters: int,
         rss, pss = qemu_memory_mib(lab)  # after the pingpong: a node in use
         figures["rss"] += rss
         figures["pss"] += pss
+        # Settled: the helper has imported, the node dropped its page cache after it
+        # (start-helper.sh --vm) and the balloon reported the freed pages (2 s delay).
+        time.sleep(settle)
+        rss, pss = qemu_memory_mib(lab)
+        figures["rss_settled"] += rss
+        figures["pss_settled"] += pss
         figures["down"].append(timed("down", "--lab", lab))
     return figures
 
@@ -137,6 +147,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--iters", type=int, default=500)
     parser.add_argument("--cold-image", action="store_true")
+    parser.add_argument("--settle", type=float, default=15.0,
+                        help="seconds after the pingpong before memory is measured again")
     parser.add_argument("--lab", help="run each topology under this lab name")
     parser.add_argument("topologies", nargs="*",
                         default=["topologies/two-node.yaml", "topologies/four-node.yaml"])
@@ -152,14 +164,17 @@ def main() -> None:
             if args.lab:
                 topology = renamed(topology, args.lab, Path(workdir))
             profile: dict[str, list[float]] = {}
-            f = bench_topology(topology, args.runs, args.iters, profile)
+            f = bench_topology(topology, args.runs, args.iters, args.settle, profile)
             rows.append(f"| {name} | {fmt(f['up'])} | {fmt(f['ready'])} | "
-                        f"{fmt(f['rss'], 'MiB')} | {fmt(f['pss'], 'MiB')} | {fmt(f['down'])} | "
-                        f"{fmt(f['usec_per_iter'], 'us')} | {fmt(f['load'], '')} |")
+                        f"{fmt(f['rss'], 'MiB')} | {fmt(f['pss'], 'MiB')} | "
+                        f"{fmt(f['rss_settled'], 'MiB')} | {fmt(f['pss_settled'], 'MiB')} | "
+                        f"{fmt(f['down'])} | {fmt(f['usec_per_iter'], 'us')} | "
+                        f"{fmt(f['load'], '')} |")
             profiles[name] = profile
     print("| topology | labctl up (to ACTIVE) | boot to ready | qemu RSS per node | "
-          "qemu PSS per node | labctl down | RC 4 KiB usec/iter | load average before up |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"qemu PSS per node | RSS {args.settle:.0f} s later | PSS {args.settle:.0f} s later | "
+          "labctl down | RC 4 KiB usec/iter | load average before up |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     for name, profile in profiles.items():
         print(f"\nbring-up profile of {name}: guest seconds since power-on, "

@@ -78,8 +78,11 @@ fi
 
 modules=""
 case "$KIND" in
-    # virtio_rng: entropy from the host, or sshd waits seconds for the CRNG
-    vm) modules="virtio_rng virtio_net ib_uverbs rdma_ucm" ;;
+    # virtio_rng: entropy from the host, or sshd waits seconds for the CRNG.
+    # virtio_balloon: free page reporting, the guest's free memory back to the host.
+    # tcp_diag: `ss` (the runners' check that a server listens) would load it at the
+    # first run, a modprobe under emulation in the middle of it.
+    vm) modules="virtio_rng virtio_net virtio_balloon ib_uverbs rdma_ucm tcp_diag" ;;
     vagrant) modules="ib_uverbs rdma_ucm" ;;
 esac
 case "$KIND:$LABCTL_RDMA" in

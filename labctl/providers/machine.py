@@ -2,17 +2,20 @@
 
 A QemuMachine owns one directory: qcow2 overlay on the image's root disk, an initrd
 (the image's stage 1 plus this machine's payload: settings, node-side code, ssh keys),
-the serial console log, qemu's own output, its QMP socket and pidfile. It plans its argv
-(machine_argv, plain data: golden-tested through the qemu provider's plan), launches qemu
-with tap file descriptors, tells whether a pid is its qemu (exactly: the `-pidfile`
-argument in /proc/PID/cmdline is this machine's pidfile, so node1 never matches node10,
-nor lab rv's node x-node1 lab rv-x's node1), stops it (TERM, then KILL, and returns only
-once it is gone), reads its console's boot report and opens its ssh master.
+boot/ (copies of the image's kernel and that initrd, which qemu boots from and which are
+emptied once it is ready), the serial console log, qemu's own output, its QMP socket and
+pidfile. It plans its argv (machine_argv, plain data: golden-tested through the qemu
+provider's plan), launches qemu with tap file descriptors, tells whether a pid is its
+qemu (exactly: the `-pidfile` argument in /proc/PID/cmdline is this machine's pidfile, so
+node1 never matches node10, nor lab rv's node x-node1 lab rv-x's node1), stops it (TERM,
+then KILL, and returns only once it is gone), reads its console's boot report and opens
+its ssh master.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -115,6 +118,27 @@ PrintLastLog no
 """
 
 
+PR_SET_THP_DISABLE = 41  # prctl(2)
+
+
+def uses_tcg(argv: list[str]) -> bool:
+    """True if the qemu argv emulates (TCG), as without -accel qemu does."""
+    return "-accel" not in argv or argv[argv.index("-accel") + 1].startswith("tcg")
+
+
+def inherit_thp(*, enabled: bool) -> None:
+    """Whether the programs labctl starts from now on may use transparent huge pages (the
+    setting passes to children and through exec; labctl's own process has it too, which it
+    does not need). For a TCG qemu: no. qemu asks for huge pages for guest RAM, and the
+    host's khugepaged then fills each 2 MiB range the guest has touched at all into a whole
+    huge page, undoing free page reporting: a node's RSS crept from 202 to 223 MiB in two
+    minutes, idle (docs/performance.md). Under KVM, huge pages speed up the guest's memory
+    access; under TCG, qemu's own software TLB stands between the guest and its RAM."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_THP_DISABLE, int(not enabled), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_THP_DISABLE)")
+
+
 class QemuMachine:
     def __init__(self, directory: Path, guest: str) -> None:
         self.dir = directory
@@ -148,6 +172,12 @@ class QemuMachine:
         return self.dir / "initrd"
 
     @property
+    def boot_dir(self) -> Path:
+        """What this qemu boots from: copies of its kernel and initrd made at each launch,
+        emptied once the machine is ready (release_boot_files)."""
+        return self.dir / "boot"
+
+    @property
     def disk(self) -> Path:
         return self.dir / "disk.qcow2"
 
@@ -175,6 +205,8 @@ class QemuMachine:
             "-device", f"virtio-net-pci,netdev=mgmt,mac={mgmt_mac}",
             # host entropy: the node's CRNG is ready at once (sshd would wait for it)
             "-device", "virtio-rng-pci",
+            # free page reporting: what the guest frees leaves qemu's RSS (see KERNEL_APPEND)
+            "-device", "virtio-balloon-pci,free-page-reporting=on",
         ]
         for i, share in enumerate(shares):
             # qemu's option syntax: a comma inside a value is written twice
@@ -216,17 +248,19 @@ class QemuMachine:
 
     # --- running it ----------------------------------------------------------------------
     def launch(self, argv: list[str], taps: list[TapState], netns: str, node: str) -> int:
-        """Start qemu with fresh taps in `netns`; return its pid once /proc shows its argv."""
+        """Start qemu with fresh taps in `netns` and fresh copies of the argv's kernel and
+        initrd; return its pid once /proc shows its argv."""
         if self.console_log.exists() and self.console_log.stat().st_size:
             self.console_log.replace(self.dir / "console.log.1")  # the previous boot
         self.console_log.write_bytes(b"")
+        real = self._boot_copies(argv)
         fds: dict[str, int] = {}
         try:
             for tap in taps:
                 fds[tap.name] = labnet.open_tap(netns, tap.name, tap.bridge, tap.mtu)
-            real = list(argv)
             for name, fd in fds.items():
                 real = [a.replace(f"{{fd:{name}}}", str(fd)) for a in real]
+            inherit_thp(enabled=not uses_tcg(real))
             with self.qemu_log.open("wb") as log:
                 proc = subprocess.Popen(real, stdin=subprocess.DEVNULL, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True,
@@ -242,6 +276,31 @@ class QemuMachine:
                 break
             time.sleep(0.01)
         return proc.pid
+
+    def _boot_copies(self, argv: list[str]) -> list[str]:
+        """`argv` booting copies of its -kernel and -initrd files, made now."""
+        real = list(argv)
+        self.boot_dir.mkdir(exist_ok=True)
+        for option in ("-kernel", "-initrd"):
+            at = real.index(option) + 1
+            copy = self.boot_dir / option.lstrip("-")
+            shutil.copyfile(real[at], copy)
+            real[at] = str(copy)
+        return real
+
+    def release_boot_files(self) -> None:
+        """Empty the copies of the kernel and initrd the running qemu booted from.
+
+        qemu maps both files whole and keeps them mapped, to load them into the guest again
+        at a reset: 56 MiB of the PVH `vmlinux` and 5.5 MiB of initrd in each node's RSS.
+        labctl's machines never reset in place (`-no-reboot`: a reboot ends qemu, and a
+        restart launches a new qemu on new copies), so these pages are dead weight.
+        Truncating a file takes its pages out of qemu's mapping and out of the host's page
+        cache; the copies are the machine's own, because the originals (the image's kernel,
+        the node's initrd) must stay whole for the next launch."""
+        for name in ("kernel", "initrd"):
+            with contextlib.suppress(FileNotFoundError):
+                os.truncate(self.boot_dir / name, 0)
 
     def owns(self, pid: int) -> bool:
         """True if `pid` runs and is this machine's qemu (not a recycled pid, not a
@@ -359,7 +418,10 @@ def node_machine(lab_name: str, node: str, node_dir: Path) -> QemuMachine:
 # The node kernel's command line. cryptomgr.notests: the kernel's self-tests of its crypto
 # algorithms took about 1 s of a TCG node's boot (measured, docs/performance.md); they
 # verify the kernel's own code at every boot, which a lab node need not repeat.
-KERNEL_APPEND = "console=ttyS0 quiet loglevel=3 panic=-1 cryptomgr.notests"
+# page_reporting_order=0: the balloon reports every free page, not only whole 2 MiB
+# blocks (the default), which a node's scattered frees seldom make (docs/performance.md).
+KERNEL_APPEND = ("console=ttyS0 quiet loglevel=3 panic=-1 cryptomgr.notests"
+                 " page_reporting.page_reporting_order=0")
 
 
 def node_argv(lab: Lab, node: Node, machine: QemuMachine, image: Image, accel: str,
@@ -375,8 +437,9 @@ def node_argv(lab: Lab, node: Node, machine: QemuMachine, image: Image, accel: s
 
 
 # The inspector's helper is started by labctl in VM nodes once every node is ready (the
-# script says why); it returns at once, the helper imports pyverbs in the background.
-START_HELPER = ["sh", f"{NODE_CODE}/labctl/nodeside/start-helper.sh"]
+# script says why), detached: `up` does not wait for its import of pyverbs, nor for the
+# node's drop of its page cache after it (--vm).
+START_HELPER = ["sh", f"{NODE_CODE}/labctl/nodeside/start-helper.sh", "--vm"]
 
 
 def start_detached(argvs: dict[Path, list[str]]) -> None:
@@ -432,6 +495,7 @@ def wait_machines_ready(
                 if ready:
                     pending.discard(name)
                     record_ready(info, console)
+                    machine.release_boot_files()
                     continue
                 failed = machine.boot_failed(console)
                 if failed is not None:

@@ -30,7 +30,8 @@ def lab_qemus(name: str) -> list[str]:
 
 def lab_leftovers(name: str) -> dict[str, list[str]]:
     """Everything of lab `name` still on the host (empty lists when it is gone)."""
-    procs = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    procs = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True,
+                           text=True).stdout  # -ww: whole command lines, never cut
     labdir = state_root() / name
     return {
         "netns": [n for n in netns.listnetns() if n == f"labctl-{name}"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 import testinfra
@@ -25,7 +26,10 @@ def test_up_reports_every_node_ready(lab_up: UpResult) -> None:
     # everything the session's teardown must remove (conftest.live_lab checks it did)
     made = lab_leftovers(LAB_NAME)
     assert made["netns"] and len(made["qemu"]) == 2 and made["labdir"]
-    assert len(made["ssh"]) == 2  # one master per node
+    # a master per node (beside them: up's detached helper starts, which may still run,
+    # and for a moment a forking ssh's child, its argv the same as its parent's)
+    assert {p.split()[-1] for p in made["ssh"] if "ControlMaster=yes" in p} == {
+        "node1", "node2"}
 
 
 def test_status_json_shows_active_rxe_on_both_nodes() -> None:
@@ -112,6 +116,44 @@ def test_management_port_listens_on_loopback_only(lab_handle: LabHandle) -> None
             line.split()[3] for line in sockets.splitlines() if line.split()[3].endswith(port)
         ]
         assert listeners == [f"127.0.0.1{port}"]
+
+
+def _mapping_rss_kib(pid: int, path: Path) -> list[int]:
+    """The Rss of each mapping of `path` in process `pid` (from /proc/PID/smaps)."""
+    found, inside = [], False
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+            inside = fields[-1] == str(path)
+        elif inside and fields[0] == "Rss:":
+            found.append(int(fields[1]))
+    return found
+
+
+def test_qemu_holds_no_pages_of_its_kernel_and_initrd_once_ready(
+        lab_handle: LabHandle) -> None:
+    # machine.release_boot_files: the 56 + 5.5 MiB qemu keeps mapped for a reset
+    state = lab_handle.labdir.load_state()
+    for name, info in state.nodes.items():
+        for boot_file in ("kernel", "initrd"):
+            copy = lab_handle.labdir.node_dir(name) / "boot" / boot_file
+            assert copy.stat().st_size == 0
+            assert _mapping_rss_kib(info.pid, copy) == [0]  # still mapped, nothing resident
+
+
+@pytest.mark.parametrize("node", ["node1", "node2"])
+def test_the_node_gives_its_free_memory_back(lab_handle: LabHandle, node: str) -> None:
+    # free page reporting at order 0 through the balloon, and no huge pages under TCG
+    # that khugepaged would fill again (machine.py inherit_thp)
+    found = labctl("exec", "--lab", LAB_NAME, node, "--", "sh", "-c",
+                   "cat /sys/module/page_reporting/parameters/page_reporting_order; "
+                   "ls /sys/bus/virtio/drivers/virtio_balloon | grep -c virtio; "
+                   "test -d /sys/module/tcp_diag && echo tcp_diag", check=True).stdout
+    assert found.split() == ["0", "1", "tcp_diag"]
+    state = lab_handle.labdir.load_state()
+    status = Path(f"/proc/{state.nodes[node].pid}/status").read_text()
+    thp = "0" if state.accel == "tcg" else "1"
+    assert f"THP_enabled:\t{thp}\n" in status
 
 
 def test_second_up_of_the_same_lab_is_refused(lab_topology: object) -> None:
