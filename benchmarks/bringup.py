@@ -8,9 +8,9 @@ Cold image build:                 python3 benchmarks/bringup.py --cold-image
 Prints a Markdown table (min / median / max over the runs) for docs/performance.md, with
 memory measured right after the pingpong and again --settle seconds later (the node has
 dropped its page cache after the helper's import, and the balloon has reported the freed
-pages), and the bring-up profile: when each stage began in the nodes' own clocks (guest
-seconds since power on; kernel stages from dmesg, labctl's stages from the console's
-`labctl: stage` lines).
+pages), then a second pingpong, and the bring-up profile: when each stage began in the
+nodes' own clocks (guest seconds since power on; kernel stages from dmesg, labctl's stages
+from the console's `labctl: stage` lines).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def bench_topology(topology: str, runs: int, iters: int, settle: float,
                    profile: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
     lab = json.loads(labctl("validate", topology, "--json").stdout)["name"]
     figures: dict[str, list[float]] = {"up": [], "ready": [], "rss": [], "pss": [], "down": [],
-                                       "rss_settled": [], "pss_settled": [],
+                                       "rss_settled": [], "pss_settled": [], "usec_settled": [],
                                        "usec_per_iter": [], "load": []}
     for _ in range(runs):
         labctl("down", "--lab", lab)
@@ -127,6 +127,10 @@ def bench_topology(topology: str, runs: int, iters: int, settle: float,
         rss, pss = qemu_memory_mib(lab)
         figures["rss_settled"] += rss
         figures["pss_settled"] += pss
+        run = labctl("run", "pingpong", "--lab", lab, "--size", "4096", "--iters", str(iters),
+                     "--json")
+        if run.returncode == 0:
+            figures["usec_settled"].append(json.loads(run.stdout)["figures"]["usec_per_iter"])
         figures["down"].append(timed("down", "--lab", lab))
     return figures
 
@@ -169,12 +173,13 @@ def main() -> None:
                         f"{fmt(f['rss'], 'MiB')} | {fmt(f['pss'], 'MiB')} | "
                         f"{fmt(f['rss_settled'], 'MiB')} | {fmt(f['pss_settled'], 'MiB')} | "
                         f"{fmt(f['down'])} | {fmt(f['usec_per_iter'], 'us')} | "
+                        f"{fmt(f['usec_settled'], 'us')} | "
                         f"{fmt(f['load'], '')} |")
             profiles[name] = profile
     print("| topology | labctl up (to ACTIVE) | boot to ready | qemu RSS per node | "
           f"qemu PSS per node | RSS {args.settle:.0f} s later | PSS {args.settle:.0f} s later | "
-          "labctl down | RC 4 KiB usec/iter | load average before up |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "labctl down | RC 4 KiB usec/iter | the same, settled | load average before up |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     for name, profile in profiles.items():
         print(f"\nbring-up profile of {name}: guest seconds since power-on, "

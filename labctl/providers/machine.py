@@ -131,7 +131,7 @@ def inherit_thp(*, enabled: bool) -> None:
     setting passes to children and through exec; labctl's own process has it too, which it
     does not need). For a TCG qemu: no. qemu asks for huge pages for guest RAM, and the
     host's khugepaged then fills each 2 MiB range the guest has touched at all into a whole
-    huge page, undoing free page reporting: a node's RSS crept from 202 to 223 MiB in two
+    huge page, undoing free page reporting: a node's RSS crept from 202 to 227 MiB in two
     minutes, idle (docs/performance.md). Under KVM, huge pages speed up the guest's memory
     access; under TCG, qemu's own software TLB stands between the guest and its RAM."""
     libc = ctypes.CDLL(None, use_errno=True)
