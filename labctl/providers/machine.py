@@ -202,7 +202,9 @@ class QemuMachine:
             argv += ["-drive", drive]
         argv += [
             "-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
-            "-device", f"virtio-net-pci,netdev=mgmt,mac={mgmt_mac}",
+            # romfile= (none): no iPXE option ROM in qemu's memory and the guest's, for a
+            # machine that boots its kernel directly
+            "-device", f"virtio-net-pci,netdev=mgmt,mac={mgmt_mac},romfile=",
             # host entropy: the node's CRNG is ready at once (sshd would wait for it)
             "-device", "virtio-rng-pci",
             # free page reporting: what the guest frees leaves qemu's RSS (see KERNEL_APPEND)
@@ -219,7 +221,7 @@ class QemuMachine:
                      "-device", f"virtio-9p-pci,fsdev=fs{i},mount_tag={share.tag}"]
         for nic in nics:
             argv += ["-netdev", f"tap,id={nic.netdev},fd={{fd:{nic.tap}}}",
-                     "-device", f"virtio-net-pci,netdev={nic.netdev},mac={nic.mac}"]
+                     "-device", f"virtio-net-pci,netdev={nic.netdev},mac={nic.mac},romfile="]
         argv += [
             "-serial", f"file:{self.console_log}",
             "-qmp", f"unix:{self.qmp_socket},server=on,wait=off",

@@ -177,6 +177,14 @@ def warm_up() -> None:
 
     with contextlib.suppress(Exception):  # no device, no pyverbs...: the children will say
         devinfo.capture(verbose=True)
+    # What the imports and the capture freed goes back to the node, and from there (free
+    # page reporting) to the host: the helper's anonymous memory 10.6 -> 9.6 MiB.
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # a libc without malloc_trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def serve(path: str, run: Callable[[list[str]], int]) -> None:
