@@ -100,12 +100,25 @@ def renamed(topology: str, lab: str, workdir: Path) -> str:
     return str(path)
 
 
+def pingpong_usec(lab: str, iters: int) -> list[float]:
+    """One RC 4 KiB pingpong's usec/iter, as a list: empty when the run failed."""
+    run = labctl("run", "pingpong", "--lab", lab, "--size", "4096", "--iters", str(iters),
+                 "--json")
+    return [json.loads(run.stdout)["figures"]["usec_per_iter"]] if run.returncode == 0 else []
+
+
 def bench_topology(topology: str, runs: int, iters: int, settle: float,
                    profile: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
     lab = json.loads(labctl("validate", topology, "--json").stdout)["name"]
     figures: dict[str, list[float]] = {"up": [], "ready": [], "rss": [], "pss": [], "down": [],
                                        "rss_settled": [], "pss_settled": [], "usec_settled": [],
                                        "usec_per_iter": [], "load": []}
+
+    def add_memory(suffix: str) -> None:
+        rss, pss = qemu_memory_mib(lab)
+        figures["rss" + suffix] += rss
+        figures["pss" + suffix] += pss
+
     for _ in range(runs):
         labctl("down", "--lab", lab)
         figures["load"].append(os.getloadavg()[0])
@@ -114,23 +127,13 @@ def bench_topology(topology: str, runs: int, iters: int, settle: float,
         if profile is not None:
             for stage, values in stage_profile(lab).items():
                 profile.setdefault(stage, []).extend(values)
-        run = labctl("run", "pingpong", "--lab", lab, "--size", "4096", "--iters", str(iters),
-                     "--json")
-        if run.returncode == 0:
-            figures["usec_per_iter"].append(json.loads(run.stdout)["figures"]["usec_per_iter"])
-        rss, pss = qemu_memory_mib(lab)  # after the pingpong: a node in use
-        figures["rss"] += rss
-        figures["pss"] += pss
+        figures["usec_per_iter"] += pingpong_usec(lab, iters)
+        add_memory("")  # after the pingpong: a node in use
         # Settled: the helper has imported, the node dropped its page cache after it
         # (start-helper.sh --vm) and the balloon reported the freed pages (2 s delay).
         time.sleep(settle)
-        rss, pss = qemu_memory_mib(lab)
-        figures["rss_settled"] += rss
-        figures["pss_settled"] += pss
-        run = labctl("run", "pingpong", "--lab", lab, "--size", "4096", "--iters", str(iters),
-                     "--json")
-        if run.returncode == 0:
-            figures["usec_settled"].append(json.loads(run.stdout)["figures"]["usec_per_iter"])
+        add_memory("_settled")
+        figures["usec_settled"] += pingpong_usec(lab, iters)
         figures["down"].append(timed("down", "--lab", lab))
     return figures
 

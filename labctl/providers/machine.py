@@ -119,6 +119,9 @@ PrintLastLog no
 
 
 PR_SET_THP_DISABLE = 41  # prctl(2)
+# The files qemu boots from, each named by its option (-kernel, -initrd): copied into
+# boot/ at every launch, emptied at ready (QemuMachine._boot_copies, release_boot_files).
+BOOT_FILES = ("kernel", "initrd")
 
 
 def uses_tcg(argv: list[str]) -> bool:
@@ -283,9 +286,9 @@ class QemuMachine:
         """`argv` booting copies of its -kernel and -initrd files, made now."""
         real = list(argv)
         self.boot_dir.mkdir(exist_ok=True)
-        for option in ("-kernel", "-initrd"):
-            at = real.index(option) + 1
-            copy = self.boot_dir / option.lstrip("-")
+        for name in BOOT_FILES:
+            at = real.index(f"-{name}") + 1
+            copy = self.boot_dir / name
             shutil.copyfile(real[at], copy)
             real[at] = str(copy)
         return real
@@ -300,7 +303,7 @@ class QemuMachine:
         Truncating a file takes its pages out of qemu's mapping and out of the host's page
         cache; the copies are the machine's own, because the originals (the image's kernel,
         the node's initrd) must stay whole for the next launch."""
-        for name in ("kernel", "initrd"):
+        for name in BOOT_FILES:
             with contextlib.suppress(FileNotFoundError):
                 os.truncate(self.boot_dir / name, 0)
 
