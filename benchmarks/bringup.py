@@ -7,10 +7,11 @@ Under another lab name:           python3 benchmarks/bringup.py --lab perf topol
 Cold image build:                 python3 benchmarks/bringup.py --cold-image
 Prints a Markdown table (min / median / max over the runs) for docs/performance.md, with
 memory measured right after the pingpong and again --settle seconds later (the node has
-dropped its page cache after the helper's import, and the balloon has reported the freed
-pages), then a second pingpong, and the bring-up profile: when each stage began in the
-nodes' own clocks (guest seconds since power on; kernel stages from dmesg, labctl's stages
-from the console's `labctl: stage` lines).
+reclaimed its page cache after the helper's import, and the balloon has reported the freed
+pages), then a second pingpong and memory --settle seconds after it ("after use"), and
+the bring-up profile: when each stage began in the nodes' own clocks (guest seconds since
+power on; kernel stages from dmesg, labctl's stages from the console's `labctl: stage`
+lines).
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ def bench_topology(topology: str, runs: int, iters: int, settle: float,
     lab = json.loads(labctl("validate", topology, "--json").stdout)["name"]
     figures: dict[str, list[float]] = {"up": [], "ready": [], "rss": [], "pss": [], "down": [],
                                        "rss_settled": [], "pss_settled": [], "usec_settled": [],
+                                       "rss_used": [], "pss_used": [],
                                        "usec_per_iter": [], "load": []}
 
     def add_memory(suffix: str) -> None:
@@ -129,11 +131,15 @@ def bench_topology(topology: str, runs: int, iters: int, settle: float,
                 profile.setdefault(stage, []).extend(values)
         figures["usec_per_iter"] += pingpong_usec(lab, iters)
         add_memory("")  # after the pingpong: a node in use
-        # Settled: the helper has imported, the node dropped its page cache after it
+        # Settled: the helper has imported, the node reclaimed its page cache after it
         # (start-helper.sh --vm) and the balloon reported the freed pages (2 s delay).
         time.sleep(settle)
         add_memory("_settled")
         figures["usec_settled"] += pingpong_usec(lab, iters)
+        # After use: what the second pingpong read back (its programs, ssh sessions) stays
+        # in the node's cache; only free pages are reported.
+        time.sleep(settle)
+        add_memory("_used")
         figures["down"].append(timed("down", "--lab", lab))
     return figures
 
@@ -176,13 +182,14 @@ def main() -> None:
                         f"{fmt(f['rss'], 'MiB')} | {fmt(f['pss'], 'MiB')} | "
                         f"{fmt(f['rss_settled'], 'MiB')} | {fmt(f['pss_settled'], 'MiB')} | "
                         f"{fmt(f['down'])} | {fmt(f['usec_per_iter'], 'us')} | "
-                        f"{fmt(f['usec_settled'], 'us')} | "
+                        f"{fmt(f['usec_settled'], 'us')} | {fmt(f['rss_used'], 'MiB')} | "
                         f"{fmt(f['load'], '')} |")
             profiles[name] = profile
     print("| topology | labctl up (to ACTIVE) | boot to ready | qemu RSS per node | "
           f"qemu PSS per node | RSS {args.settle:.0f} s later | PSS {args.settle:.0f} s later | "
-          "labctl down | RC 4 KiB usec/iter | the same, settled | load average before up |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          f"labctl down | RC 4 KiB usec/iter | the same, settled | RSS {args.settle:.0f} s after "
+          "it | load average before up |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     for name, profile in profiles.items():
         print(f"\nbring-up profile of {name}: guest seconds since power-on, "

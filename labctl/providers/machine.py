@@ -443,7 +443,7 @@ def node_argv(lab: Lab, node: Node, machine: QemuMachine, image: Image, accel: s
 
 # The inspector's helper is started by labctl in VM nodes once every node is ready (the
 # script says why), detached: `up` does not wait for its import of pyverbs, nor for the
-# node's drop of its page cache after it (--vm).
+# node's reclaim of its page cache after it (--vm).
 START_HELPER = ["sh", f"{NODE_CODE}/labctl/nodeside/start-helper.sh", "--vm"]
 
 

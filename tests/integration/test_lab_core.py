@@ -156,6 +156,19 @@ def test_the_node_gives_its_free_memory_back(lab_handle: LabHandle, node: str) -
     assert f"THP_enabled:\t{thp}\n" in status
 
 
+@pytest.mark.parametrize("node", ["node1", "node2"])
+def test_the_node_reclaims_its_page_cache_once_its_helper_is_up(node: str) -> None:
+    # start-helper.sh --reclaim-after-helper: memory.reclaim takes mapped pages too
+    wait = ("for i in $(seq 600); do test -s /run/labctl/reclaim.log && break; sleep 0.1; "
+            "done; cat /run/labctl/reclaim.log")
+    log = labctl("exec", "--lab", LAB_NAME, node, "--", "sh", "-c", wait, check=True).stdout
+    how, sizes = log.split(": ", 1)
+    assert how == "memory.reclaim, drop_caches", log
+    kib = [int(word) for word in sizes.split() if word.isdigit()]
+    (cached_before, mapped_before, cached_after, mapped_after) = kib
+    assert cached_after < cached_before and mapped_after < mapped_before, log
+
+
 def test_second_up_of_the_same_lab_is_refused(lab_topology: object) -> None:
     result = labctl("up", str(lab_topology))
     assert result.returncode == 1
