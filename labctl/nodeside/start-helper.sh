@@ -11,10 +11,10 @@
 # the node's second copy only costs the host memory, which free page reporting
 # (virtio_balloon) then returns (docs/performance.md). memory.reclaim (cgroup v2) also
 # evicts the pages running programs map (the helper's Python, sshd), which drop_caches
-# leaves: about 11 MiB more per node. Once, here, before any user program runs: a page
-# needed again is read back from the host's cache. What it did: /run/labctl/reclaim.log.
-# Once per boot (/run is empty at each): labctl starts the helper in every node again
-# after a repair of one, when the others may be running a user's programs.
+# leaves: about 11 MiB more per node; a page needed again is read back from the host's
+# cache. Once per boot, before any user program runs (/run is empty at each boot; labctl
+# starts the helper in every node again after a repair of one, when the others may be
+# running a user's programs). What it did: /run/labctl/reclaim.log.
 if [ "${1:-}" = --reclaim-after-helper ]; then
     [ -e /run/labctl/reclaim.log ] && exit 0
     tries=0

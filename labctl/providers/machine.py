@@ -124,6 +124,12 @@ PR_SET_THP_DISABLE = 41  # prctl(2)
 BOOT_FILES = ("kernel", "initrd")
 
 
+def virtio_nic(netdev: str, mac: str) -> str:
+    """A node NIC's -device value. romfile= (none): no iPXE option ROM in qemu's memory
+    and the guest's, for a machine that boots its kernel directly."""
+    return f"virtio-net-pci,netdev={netdev},mac={mac},romfile="
+
+
 def uses_tcg(argv: list[str]) -> bool:
     """True if the qemu argv emulates (TCG), as without -accel qemu does."""
     return "-accel" not in argv or argv[argv.index("-accel") + 1].startswith("tcg")
@@ -205,9 +211,7 @@ class QemuMachine:
             argv += ["-drive", drive]
         argv += [
             "-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
-            # romfile= (none): no iPXE option ROM in qemu's memory and the guest's, for a
-            # machine that boots its kernel directly
-            "-device", f"virtio-net-pci,netdev=mgmt,mac={mgmt_mac},romfile=",
+            "-device", virtio_nic("mgmt", mgmt_mac),
             # host entropy: the node's CRNG is ready at once (sshd would wait for it)
             "-device", "virtio-rng-pci",
             # free page reporting: what the guest frees leaves qemu's RSS (see KERNEL_APPEND)
@@ -224,7 +228,7 @@ class QemuMachine:
                      "-device", f"virtio-9p-pci,fsdev=fs{i},mount_tag={share.tag}"]
         for nic in nics:
             argv += ["-netdev", f"tap,id={nic.netdev},fd={{fd:{nic.tap}}}",
-                     "-device", f"virtio-net-pci,netdev={nic.netdev},mac={nic.mac},romfile="]
+                     "-device", virtio_nic(nic.netdev, nic.mac)]
         argv += [
             "-serial", f"file:{self.console_log}",
             "-qmp", f"unix:{self.qmp_socket},server=on,wait=off",
