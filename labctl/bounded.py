@@ -1,0 +1,225 @@
+"""Reading what labctl does not control, bounded in size, time and nesting.
+
+A node (which runs the user's code as root), a lab's state directory and a cache file are
+data, never authority (docs/reliability.md, "Trust boundaries"): every byte labctl takes
+from them goes through here, so that a 400 MB console log, a FIFO in place of state.json,
+/dev/zero, 100k-deep JSON or a reply that never ends costs a bounded amount and ends in a
+`BoundedError` (a ValueError) that the caller turns into a message, never a traceback.
+
+Stdlib only on purpose: the helpers below are small, and the node-side code may import them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+import subprocess
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+# What a state or record file may cost: a lab's state.json is a few KiB, a node's status
+# reply less than that.
+STATE_FILE_BYTES = 4 << 20
+NODE_REPLY_BYTES = 8 << 20
+MAX_JSON_DEPTH = 64  # state and replies are a handful of levels deep
+
+
+class BoundedError(ValueError):
+    """What was read is not acceptable: too large, too deep, not a regular file..."""
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "named pipe (FIFO)"),
+             (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+             (stat.S_ISSOCK, "socket"), (stat.S_ISLNK, "symbolic link"))
+    return next((name for test, name in kinds if test(mode)), "special file")
+
+
+def _open_regular(path: Path, follow_symlinks: bool) -> tuple[int, os.stat_result]:
+    """An fd on `path`, checked to be a regular file. O_NONBLOCK: a FIFO never blocks
+    open(); O_NOFOLLOW (unless asked to follow): a symlink is refused, not followed."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == 40 and not follow_symlinks:  # ELOOP: the last part is a symlink
+            raise BoundedError(f"{path} is a symbolic link (not followed)") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise BoundedError(f"{path} is a {_file_kind(st.st_mode)}, not a regular file")
+    return fd, st
+
+
+def read_regular(path: Path, limit: int = STATE_FILE_BYTES, *,
+                 follow_symlinks: bool = False) -> bytes:
+    """The bytes of the regular file `path`, at most `limit` of them, else BoundedError.
+
+    FileNotFoundError and other OSErrors pass through (a missing file is often normal)."""
+    fd, st = _open_regular(path, follow_symlinks)
+    try:
+        if st.st_size > limit:
+            raise BoundedError(f"{path} is too large ({st.st_size} bytes; at most {limit})")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:  # it grew while being read
+        raise BoundedError(f"{path} is too large (more than {limit} bytes)")
+    return b"".join(chunks)
+
+
+def read_text(path: Path, limit: int = STATE_FILE_BYTES, *,
+              follow_symlinks: bool = False) -> str:
+    """read_regular() as UTF-8 text; BoundedError if it is not UTF-8."""
+    try:
+        return read_regular(path, limit, follow_symlinks=follow_symlinks).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BoundedError(f"{path} is not UTF-8 text (byte {exc.start})") from None
+
+
+def read_tail(path: Path, limit: int = 64 << 10) -> str:
+    """The last `limit` bytes of a regular file as text (bad bytes replaced): a guest's
+    console log can be any size and is written by the guest."""
+    fd, st = _open_regular(path, follow_symlinks=False)
+    try:
+        start = max(0, st.st_size - limit)
+        os.lseek(fd, start, os.SEEK_SET)
+        data = os.read(fd, limit)
+    finally:
+        os.close(fd)
+    if start:  # drop the partial first line
+        data = data.partition(b"\n")[2]
+    return data.decode("utf-8", errors="replace")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise BoundedError(f"{name} is not JSON")
+
+
+def loads(text: str | bytes, *, limit: int = STATE_FILE_BYTES,
+          max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """json.loads() that refuses more than `limit` bytes, nesting deeper than `max_depth`,
+    NaN and Infinity (not JSON; `status --json` must stay valid JSON), with BoundedError."""
+    if len(text) > limit:
+        raise BoundedError(f"{len(text)} bytes of JSON (at most {limit})")
+    _check_depth(text, max_depth)
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise BoundedError(f"JSON nested deeper than {max_depth} levels") from None
+    except json.JSONDecodeError as exc:
+        raise BoundedError(f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+                           ) from None
+    except UnicodeDecodeError as exc:
+        raise BoundedError(f"not UTF-8 (byte {exc.start})") from None
+    return value
+
+
+def _check_depth(text: str | bytes, max_depth: int) -> None:
+    """Refuse nesting deeper than `max_depth` before parsing: json's C parser recurses
+    once per level (100k levels is a RecursionError, or worse, a crash)."""
+    data = text.encode() if isinstance(text, str) else text
+    if data.count(b"[") + data.count(b"{") <= max_depth:
+        return  # cannot be too deep: the common case costs two counts
+    depth = 0
+    for bracket in _BRACKETS.findall(_STRINGS.sub(b"", data)):
+        depth += 1 if bracket in b"[{" else -1
+        if depth > max_depth:
+            raise BoundedError(f"JSON nested deeper than {max_depth} levels")
+
+
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS = re.compile(rb"[\[\]{}]")
+
+
+def load_object(text: str | bytes, *, limit: int = STATE_FILE_BYTES,
+                max_depth: int = MAX_JSON_DEPTH) -> dict[str, Any]:
+    """loads() that must give a JSON object."""
+    value = loads(text, limit=limit, max_depth=max_depth)
+    if not isinstance(value, dict):
+        raise BoundedError(f"a JSON {_json_kind(value)}, not an object")
+    return value
+
+
+def _json_kind(value: Any) -> str:
+    kinds = ((list, "list"), (str, "string"), (bool, "boolean"), (int, "number"),
+             (float, "number"), (type(None), "null"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "value")
+
+
+def finite(value: float) -> bool:
+    return not (math.isnan(value) or math.isinf(value))
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _drain(stream: IO[bytes], limit: int, out: list[bytes], over: threading.Event) -> None:
+    """Keep the first `limit` bytes of `stream`, read the rest away (the writer must
+    never block on a full pipe), and flag `over` when there was more."""
+    size = 0
+    while chunk := stream.read(65536):
+        if size < limit:
+            out.append(chunk[: limit - size])
+        size += len(chunk)
+        if size > limit:
+            over.set()
+
+
+def run(argv: Sequence[str], *, timeout: float | None, limit: int = NODE_REPLY_BYTES,
+        input: str | None = None) -> tuple[subprocess.CompletedProcess[str], bool]:
+    """Run `argv` as subprocess.run(capture_output=True, text=True) would, but keep at
+    most `limit` bytes of each of stdout and stderr (text decoded with replacement).
+
+    Returns (result, truncated). Past `timeout` the process is killed and the result has
+    exit code 124, with what it printed until then and "(timed out after N s)" on stderr."""
+    proc = subprocess.Popen(
+        list(argv), stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    outs: list[bytes] = []
+    errs: list[bytes] = []
+    over = threading.Event()
+    assert proc.stdout is not None and proc.stderr is not None
+    readers = [threading.Thread(target=_drain, args=(proc.stdout, limit, outs, over),
+                                daemon=True),
+               threading.Thread(target=_drain, args=(proc.stderr, limit, errs, over),
+                                daemon=True)]
+    for reader in readers:
+        reader.start()
+    if input is not None:
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(input.encode())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+    timed_out = False
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        proc.kill()
+        code = proc.wait()
+    for reader in readers:
+        reader.join(timeout=5)  # a grandchild may hold the pipe open: do not wait on it
+    stdout = b"".join(outs).decode("utf-8", errors="replace")
+    stderr = b"".join(errs).decode("utf-8", errors="replace")
+    if timed_out:
+        code = 124
+        stderr += f"\n(timed out after {timeout} s)"
+    return subprocess.CompletedProcess(list(argv), code, stdout, stderr), over.is_set()
