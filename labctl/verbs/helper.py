@@ -35,6 +35,7 @@ MAGIC = b"LVH1\0"
 # Commands the helper runs; asyncwatch streams until Ctrl-C and stays a process of its own.
 COMMANDS: tuple[str, ...] = ("devinfo", "devices", "capture")
 DIRECT_ENV = "LABCTL_VERBS_DIRECT"  # set to 1: never use the helper
+VERBS_SYSFS = "/sys/class/infiniband_verbs"
 MAX_REQUEST = 1 << 20
 REQUEST_TIMEOUT = 10.0  # seconds a client may take to send its request
 
@@ -187,16 +188,62 @@ def warm_up() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def serve(path: str, run: Callable[[list[str]], int]) -> None:
+def device_signature(sysfs: str = VERBS_SYSFS) -> tuple[tuple[str, int, str], ...]:
+    """What libibverbs keys its device list on: each uverbs device's name and the time its
+    sysfs entry was made (`same_sysfs_dev` in rdma-core's init.c), with its device name.
+
+    libibverbs keeps that list for the life of a process and adds a device found later at
+    the list's head, so a helper that listed rxe0 at its start lists a new rxehy before it,
+    where a fresh `ibv_devices` lists rxe0 first. A helper whose devices changed therefore
+    starts again (serve()); comparing this signature costs a directory read per request."""
+    try:
+        names = sorted(n for n in os.listdir(sysfs) if n.startswith("uverbs"))
+    except OSError:
+        return ()
+    found = []
+    for name in names:
+        entry = f"{sysfs}/{name}"
+        try:
+            made = os.stat(entry).st_mtime_ns
+            with open(f"{entry}/ibdev", encoding="utf-8", errors="replace") as handle:
+                ibdev = handle.read(256).strip()
+        except OSError:  # removed while being read: the next request sees the change
+            continue
+        found.append((name, made, ibdev))
+    return tuple(found)
+
+
+def restart(path: str) -> None:
+    """Run this helper anew (same interpreter, arguments and environment): a fresh
+    libibverbs lists the devices as a fresh C tool does. The listening socket and the
+    instance lock are close-on-exec, so clients fall back to the direct path until the
+    new helper listens, and it takes the lock again. Never returns."""
+    try:
+        if os.path.lexists(path):
+            os.unlink(path)  # no client waits on a socket that nobody accepts on
+        os.execv(sys.executable, sys.orig_argv)
+    except OSError as exc:
+        sys.stderr.write(f"labctl.verbs helper: cannot restart: {exc}\n")
+    os._exit(1)  # the clients run their commands themselves
+
+
+def serve(path: str, run: Callable[[list[str]], int], devices: object = None,
+          signature: Callable[[], object] = device_signature,
+          on_change: Callable[[str], None] = restart) -> None:
     """Accept requests forever, one forked child per request.
 
     `run(argv)` executes a command in the child (labctl.verbs' dispatcher). The socket is
-    bound only after everything is imported, so a client never waits for it.
+    bound only after everything is imported, so a client never waits for it. When the
+    node's RDMA devices are no longer `devices` (`signature()` before the warm-up listed
+    them; taken here if not given), the request is refused (the client runs it itself)
+    and the helper starts again (`on_change(path)`, which does not return).
     """
     import contextlib
     import signal
     import socket
 
+    if devices is None:
+        devices = signature()
     directory = os.path.dirname(path)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     tmp = f"{path}.{os.getpid()}"
@@ -217,6 +264,11 @@ def serve(path: str, run: Callable[[list[str]], int]) -> None:
         except InterruptedError:
             continue
         try:
+            if signature() != devices:
+                conn.sendall(b"F the node's RDMA devices changed; the helper restarts\n")
+                conn.close()
+                listener.close()
+                on_change(path)
             _handle(conn, listener, run)
         except Exception as exc:  # one bad client must not end the helper
             sys.stderr.write(f"labctl.verbs helper: {exc}\n")
@@ -349,10 +401,11 @@ def main(argv: list[str], run: Callable[[list[str]], int]) -> int:
         sys.stderr.write(f"labctl.verbs helper: one already serves {path}\n")
         return 0
     preload()
+    devices = device_signature()  # before the warm-up lists them (see device_signature)
     warm_up()
     # Started at low priority so that it does not slow the node's bring-up; the children
     # it forks do the user's work at normal priority.
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, 0, 0)
-    serve(path, run)
+    serve(path, run, devices)
     return 0

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.integration.hotplug import HELPER_ONLY, HELPER_SOCKET, check_hot_plug
+
 if TYPE_CHECKING:
     from labctl.lab.handle import LabHandle
 
@@ -133,9 +135,6 @@ def test_host_cli_passes_node_output_through(lab_handle: LabHandle) -> None:
     assert host.returncode == c.returncode, host.stderr
 
 
-HELPER_SOCKET = "/run/labctl/verbs.sock"
-
-
 def _wait_helper(handle: LabHandle, node: str, timeout: float = 180) -> None:
     """The node's helper listens once it has imported pyverbs (at the lowest priority)."""
     deadline = time.monotonic() + timeout
@@ -145,11 +144,6 @@ def _wait_helper(handle: LabHandle, node: str, timeout: float = 180) -> None:
         time.sleep(0.5)
     log = handle.run(node, ["cat", "/run/labctl-verbs-helper.log"], timeout=30).stdout
     raise AssertionError(f"no inspector helper in {node} after {timeout} s: {log}")
-
-
-# Asks the helper only (exit 99 if it would have fallen back to the direct path).
-HELPER_ONLY = ("import sys; from labctl.verbs import helper; "
-               "s = helper.call(sys.argv[1:]); sys.exit(99 if s is None else s)")
 
 
 def _direct_argv(*args: str) -> list[str]:
@@ -199,6 +193,10 @@ def test_the_node_commands_are_the_compiled_client(lab_handle: LabHandle) -> Non
     for argv in (["labctl-devices"], ["env", "LABCTL_VERBS_DIRECT=1", "labctl-devices"]):
         ours = lab_handle.run(node, argv, timeout=120)
         assert (ours.returncode, ours.stdout) == (c.returncode, c.stdout), (argv, ours.stderr)
+
+
+def test_devices_made_and_removed_under_a_running_helper(lab_handle: LabHandle) -> None:
+    check_hot_plug(lab_handle, _rdma_nodes(lab_handle)[0], "rxe")
 
 
 def test_timing(lab_handle: LabHandle) -> None:

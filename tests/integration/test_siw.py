@@ -13,6 +13,7 @@ import yaml
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir
 from tests.integration.conftest import REPO, labctl
+from tests.integration.hotplug import check_hot_plug
 from tests.integration.leftovers import lab_leftovers
 
 pytestmark = pytest.mark.integration
@@ -168,6 +169,10 @@ def test_rping_capture_decodes_iwarp(siw_lab: LabHandle, tmp_path: Path) -> None
 
 
 # Last in the file: it takes the module's lab down (a test after it would find no lab).
+def test_devices_made_and_removed_under_a_running_helper(siw_lab: LabHandle) -> None:
+    check_hot_plug(siw_lab, siw_lab.lab.nodes[0].name, "siw")
+
+
 def test_siw_lab_down_leaves_nothing(siw_lab: LabHandle) -> None:
     labctl("down", "--lab", SIW_LAB, check=True)
     assert lab_leftovers(SIW_LAB) == {"netns": [], "qemu": [], "ssh": [], "labdir": []}

@@ -440,3 +440,61 @@ def test_compiled_client_under_another_name_says_how_to_run_it(client: Path) -> 
                           text=True, timeout=30)
     assert proc.returncode == 2
     assert "run me as labctl-devinfo or labctl-devices" in proc.stderr
+
+
+# ------------------------------------------------------------------- devices that change
+def test_device_signature_reads_names_creation_times_and_device_names(tmp_path: Path) -> None:
+    sysfs = tmp_path / "infiniband_verbs"
+    (sysfs / "uverbs0").mkdir(parents=True)
+    (sysfs / "uverbs0" / "ibdev").write_text("rxe0\n")
+    (sysfs / "abi_version").write_text("6\n")  # not a device
+    first = helper.device_signature(str(sysfs))
+    assert [(name, dev) for name, _made, dev in first] == [("uverbs0", "rxe0")]
+    assert helper.device_signature(str(sysfs)) == first  # stable while nothing changes
+    (sysfs / "uverbs1").mkdir()
+    (sysfs / "uverbs1" / "ibdev").write_text("rxehy\n")
+    assert [dev for _n, _m, dev in helper.device_signature(str(sysfs))] == ["rxe0", "rxehy"]
+    (sysfs / "uverbs0" / "ibdev").write_text("renamed\n")
+    assert helper.device_signature(str(sysfs))[0][2] == "renamed"
+    assert helper.device_signature(str(tmp_path / "none")) == ()
+
+
+def test_a_helper_whose_devices_changed_runs_nothing_and_starts_again(tmp_path: Path) -> None:
+    """libibverbs lists a device found after a process's first listing at the head of its
+    list: a helper started before `rdma link add` would print the devices in another order
+    than a fresh C tool. So it refuses (the client runs the command itself) and restarts."""
+    path = tmp_path / "run" / "verbs.sock"
+    devices_file = tmp_path / "devices"
+    devices_file.write_text("rxe0")
+    restarted = tmp_path / "restarted"
+
+    def on_change(socket_path: str) -> None:
+        restarted.write_text(socket_path)
+        os._exit(0)
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            helper.serve(str(path), run=_recorded("rxe-node1"), devices="rxe0",
+                         signature=devices_file.read_text, on_change=on_change)
+        finally:
+            os._exit(0)
+    try:
+        deadline = time.monotonic() + 30
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _call(path, tmp_path, ["devices"])[0] == 0  # unchanged: the helper serves
+        assert not restarted.exists()
+        devices_file.write_text("rxe0 rxehy")
+        assert _call(path, tmp_path, ["devices"])[0] is None  # "run it yourself"
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert restarted.read_text() == str(path)
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
