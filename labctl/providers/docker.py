@@ -50,12 +50,12 @@ from labctl.lab.state import CorruptStateError, LabState, NodeState, NodeStatus,
 from labctl.net import labnet
 from labctl.providers.base import (
     FAIL,
-    READY,
     STAGE,
     NodeRuntime,
     Progress,
     Provider,
     UnsupportedError,
+    ready_line,
     record_ready,
     runtime_from_boot_log,
 )
@@ -484,7 +484,7 @@ class DockerProvider(Provider):
                     if container is None:
                         raise _failure(node, "its container is gone", "")
                     logs = self._logs(container, state.nodes[node])
-                    if READY in logs:
+                    if ready_line(logs) is not None:
                         pending.discard(node)
                         record_ready(state.nodes[node], logs)
                         continue

@@ -35,7 +35,7 @@ from labctl.lab import ssh
 from labctl.lab.procs import argv_of, has_option, pids_with_option
 from labctl.lab.state import LabState, TapState
 from labctl.net import labnet
-from labctl.providers.base import FAIL, READY, STAGE, Progress, record_ready
+from labctl.providers.base import FAIL, STAGE, Progress, ready_line, record_ready
 from labctl.providers.node import NODE_CODE, env_file, mgmt_mac, node_code_files
 from labctl.providers.qmp import qmp_command
 from labctl.topology.resolved import Lab, Node
@@ -384,7 +384,7 @@ class QemuMachine:
 
     @staticmethod
     def is_ready(console: str) -> bool:
-        return READY in console
+        return ready_line(console) is not None
 
     # --- management connection -----------------------------------------------------------
     def start_master(self, ssh_config: Path, host: str, deadline: float, what: str) -> None:
