@@ -89,6 +89,11 @@ def up(topology: Path, options: UpOptions | None = None,
     lab = resolve(topology, options)
     labdir = LabDir(lab.name)
     started = time.monotonic()
+    provider = provider_for(lab, labdir)
+    if not labdir.exists():
+        # Before the lock makes the lab's directory: a host that cannot run the lab (no
+        # Docker engine answers, no qemu...) is refused with nothing of the lab left behind.
+        provider.check_host()
     with labdir.locked("up"):
         if labdir.exists():
             if options.mounts:  # a repair restarts nodes as they were made
@@ -98,8 +103,6 @@ def up(topology: Path, options: UpOptions | None = None,
                                  "--mount (or use `labctl cp`)")
             repaired = repair(labdir, options.timeout, progress)
             return UpResult(labdir.load_lab(), labdir, time.monotonic() - started, repaired)
-        provider = provider_for(lab, labdir)
-        provider.check_host()
         labdir.create(lab)
         try:
             provider.create(progress)

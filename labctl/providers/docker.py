@@ -269,6 +269,10 @@ class DockerProvider(Provider):
                     hint="restart it when no lab uses it: `labctl docker-host down`, then "
                     "`labctl up` again")
             check_qemu_host()
+        elif not self.multi_host and self._single_engine_option() == "local":
+            # Before anything of the lab is made: refused later, in create(), the lab's
+            # directory stayed behind half-made (status said "phase creating").
+            Engine("local", local_base_url()).client(timeout=10).close()
 
     @staticmethod
     def _prefixed(progress: Progress, prefix: str) -> Progress:
