@@ -14,7 +14,8 @@ expects from `docker cp` or `scp`:
 - every member under SRC's own name, nothing absolute, no `..` out, no link (hard or
   symbolic) that leaves the destination, and nothing written through a symbolic link;
 - the sum of the files' sizes within the destination's free space, and the member count
-  within its free inodes (a 1 TiB member is refused before a byte of it is written);
+  within its free inodes and MAX_MEMBERS (a 1 TiB member is refused before a byte of it
+  is written; memory stays bounded);
 - metadata records (long names, pax headers) at most 1 MiB each, sparse members refused
   (the node side, `tar -c` without -S, never makes them; their maps are unbounded).
 
@@ -28,7 +29,7 @@ import os
 import posixpath
 import stat
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -36,6 +37,9 @@ from typing import IO, Any
 from labctl.errors import LabctlError, short_repr
 
 METADATA_BYTES = 1 << 20  # a long name or pax header: Linux names are at most 4 KiB
+# Entries in one copy: tarfile keeps each directory's header until the end (to set its
+# mode last), about 0.5 KiB each; a source tree such as Linux's has under 100,000.
+MAX_MEMBERS = 500_000
 _METADATA_TYPES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE,
                    tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
 
@@ -152,6 +156,8 @@ class HostFilter:
 
     def _count(self, member: tarfile.TarInfo) -> None:
         self.members += 1
+        if self.members > MAX_MEMBERS:
+            raise _refuse(member, f"more than {MAX_MEMBERS} entries")
         if member.isreg():
             self.total_bytes += member.size
         if self.total_bytes > self.room.free_bytes:
@@ -185,6 +191,14 @@ def _filter_error(error: tarfile.FilterError) -> RefusedArchive:
     return _refuse(member, why)
 
 
+def _streamed(archive: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    """The archive's members one by one, forgetting each: a TarFile keeps a list of every
+    header it has read (0.5 KiB each: 500 MB for a million empty files)."""
+    while (member := archive.next()) is not None:
+        archive.members.clear()  # type: ignore[attr-defined]  # (not in typeshed)
+        yield member
+
+
 def unpack(stream: IO[bytes], into: Path, host_filter: HostFilter,
            on_skip: Callable[[list[str]], None] | None = None) -> None:
     """Unpack the node's tar stream into the directory `into` (a fresh, empty one: the
@@ -192,7 +206,7 @@ def unpack(stream: IO[bytes], into: Path, host_filter: HostFilter,
     refused or unreadable; what was written stays in `into` for the caller to remove."""
     try:
         with tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo) as archive:
-            archive.extractall(into, filter=host_filter)
+            archive.extractall(into, members=_streamed(archive), filter=host_filter)
     except tarfile.FilterError as error:
         raise _filter_error(error) from None
     except RefusedArchive:

@@ -16,6 +16,7 @@ import pytest
 from labctl.errors import LabctlError
 from labctl.lab.transfer import CopyRequest, copy_from_node
 from labctl.lab.unpack import METADATA_BYTES, HostFilter, Room, unpack
+from labctl.lab.unpack import _streamed as unpack_members
 
 PLENTY = Room(free_bytes=1 << 40, free_inodes=1 << 30)
 
@@ -285,3 +286,26 @@ def test_a_node_that_never_ends_times_out(tmp_path: Path) -> None:
     with pytest.raises(LabctlError, match="the copy did not finish in 1 s"):
         copy_from_node(_Node(["sleep", "30"]), request, 1, room=PLENTY)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_too_many_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from labctl.lab import unpack as unpack_module
+
+    monkeypatch.setattr(unpack_module, "MAX_MEMBERS", 3)
+    members = [_dir("out")] + [_dir(f"out/{i}") for i in range(5)]
+    with pytest.raises(LabctlError, match="'out/2': more than 3 entries; nothing was copied"):
+        _copy(tmp_path, members)
+    assert list((tmp_path / "dest").iterdir()) == []
+
+
+def test_headers_are_not_kept(tmp_path: Path) -> None:
+    """The stream's headers are forgotten as they go (memory bounded by the member
+    count only through the directories tarfile keeps for their modes)."""
+    archive = _archive(tmp_path / "node.tar", [_dir("out")] + [_file(f"out/{i}")
+                                                               for i in range(50)])
+    with archive.open("rb") as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
+        seen = 0
+        for _ in unpack_members(tar):
+            seen += 1
+            assert getattr(tar, "members") == []  # noqa: B009 (not in typeshed)
+    assert seen == 51
