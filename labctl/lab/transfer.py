@@ -14,7 +14,6 @@ import posixpath
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -201,7 +200,7 @@ def _receive(pack: list[str], into: Path, host_filter: HostFilter,
         timer.start()
         failure: LabctlError | None = None
         try:
-            unpack(producer.stdout, into, host_filter, on_skip=_warn_skipped)
+            unpack(producer.stdout, into, host_filter)
             # tar pads its last record: read it so that the node side ends cleanly.
             producer.stdout.read(_TRAILER_BYTES)
         except LabctlError as error:
@@ -220,15 +219,13 @@ def _receive(pack: list[str], into: Path, host_filter: HostFilter,
     return code, text, failure
 
 
-def _warn_skipped(names: list[str]) -> None:
-    print(f"labctl cp: {describe_skipped(names)}", file=sys.stderr)
-
-
 def copy_from_node(handle: LabHandle, request: CopyRequest, timeout: float,
-                   room: Room | None = None) -> str:
-    """Node file or directory -> host; returns the host path it landed at. The stream is
+                   room: Room | None = None) -> tuple[str, str | None]:
+    """Node file or directory -> host; returns the host path it landed at and, if the
+    node sent device files or FIFOs (skipped), a sentence saying so. The stream is
     unpacked into a temporary directory beside the destination, then moved into place:
-    a refused or broken copy leaves nothing at DST."""
+    a refused or broken copy leaves nothing at DST. `room`: the destination's free space
+    (the tests give it)."""
     node_src = request.node_path.rstrip("/") or "/"
     name = top_name(node_src)
     target = Path(os.path.abspath(request.host_path))
@@ -257,4 +254,5 @@ def copy_from_node(handle: LabHandle, request: CopyRequest, timeout: float,
         place(unpacked, final)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
-    return str(final)
+    skipped = describe_skipped(host_filter.skipped) if host_filter.skipped else None
+    return str(final), skipped

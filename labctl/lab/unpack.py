@@ -29,7 +29,7 @@ import os
 import posixpath
 import stat
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -199,11 +199,11 @@ def _streamed(archive: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
         yield member
 
 
-def unpack(stream: IO[bytes], into: Path, host_filter: HostFilter,
-           on_skip: Callable[[list[str]], None] | None = None) -> None:
+def unpack(stream: IO[bytes], into: Path, host_filter: HostFilter) -> None:
     """Unpack the node's tar stream into the directory `into` (a fresh, empty one: the
     caller moves the result into place). RefusedArchive or LabctlError if the stream is
-    refused or unreadable; what was written stays in `into` for the caller to remove."""
+    refused or unreadable; what was written stays in `into` for the caller to remove.
+    The members skipped (device files, FIFOs) are in host_filter.skipped."""
     try:
         with tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo) as archive:
             archive.extractall(into, members=_streamed(archive), filter=host_filter)
@@ -219,8 +219,6 @@ def unpack(stream: IO[bytes], into: Path, host_filter: HostFilter,
         raise LabctlError(f"writing into {into} failed: {error.strerror or error}",
                           hint="is there room on the host, and may labctl write there?") \
             from None
-    if on_skip is not None and host_filter.skipped:
-        on_skip(host_filter.skipped)
 
 
 def describe_skipped(names: list[str]) -> str:

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from labctl.cli import cp as cli_cp
 from labctl.errors import LabctlError
 from labctl.lab.transfer import CopyRequest, copy_from_node
 from labctl.lab.unpack import METADATA_BYTES, HostFilter, Room, unpack
 from labctl.lab.unpack import _streamed as unpack_members
+from tests.unit.clirun import run_main
 
 PLENTY = Room(free_bytes=1 << 40, free_inodes=1 << 30)
 
@@ -73,8 +75,8 @@ def _copy(tmp_path: Path, members: list[Member], top: str = "out",
     archive = _archive(tmp_path / "node.tar", members)
     (tmp_path / dest).mkdir(exist_ok=True)
     request = CopyRequest("node1", f"/root/{top}", str(tmp_path / dest), to_node=False)
-    landed = copy_from_node(_Node(["cat", str(archive)]), request, 30,  # type: ignore[arg-type]
-                            room=room)
+    landed, _ = copy_from_node(_Node(["cat", str(archive)]), request, 30,  # type: ignore[arg-type]
+                               room=room)
     return Path(landed)
 
 
@@ -149,13 +151,28 @@ SPECIAL: list[tuple[str, Member]] = [
 
 
 @pytest.mark.parametrize("member", [s[1] for s in SPECIAL], ids=[s[0] for s in SPECIAL])
-def test_special_files_are_skipped_and_reported(
-        tmp_path: Path, member: Member, capsys: pytest.CaptureFixture[str]) -> None:
-    landed = _copy(tmp_path, [_dir("out"), member, _file("out/kept")])
-    assert sorted(p.name for p in landed.iterdir()) == ["kept"]
-    err = capsys.readouterr().err
-    assert f"labctl cp: skipped 1 device file(s), FIFO(s) or socket(s) (labctl copies " \
-           f"files, directories and links only): {member[0].name!r}" in err
+def test_special_files_are_skipped_and_reported(tmp_path: Path, member: Member) -> None:
+    archive = _archive(tmp_path / "node.tar", [_dir("out"), member, _file("out/kept")])
+    (tmp_path / "dest").mkdir()
+    request = CopyRequest("node1", "/root/out", str(tmp_path / "dest"), to_node=False)
+    landed, skipped = copy_from_node(_Node(["cat", str(archive)]), request,  # type: ignore[arg-type]
+                                     30, room=PLENTY)
+    assert sorted(p.name for p in Path(landed).iterdir()) == ["kept"]
+    assert skipped == ("skipped 1 device file(s), FIFO(s) or socket(s) (labctl copies files, "
+                       f"directories and links only): {member[0].name!r}")
+
+
+def test_the_cli_says_what_it_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    specials = [(_info(f"out/d{i}", tarfile.CHRTYPE), b"") for i in range(5)]
+    archive = _archive(tmp_path / "node.tar", [_dir("out"), *specials])
+    monkeypatch.setattr(cli_cp, "open_lab", lambda lab: _Node(["cat", str(archive)]))
+    code, out, err = run_main(monkeypatch, capsys, "cp", "node1:/root/out", str(tmp_path))
+    assert code == 0
+    assert out == f"copied node1:/root/out -> {tmp_path}/out\n"
+    assert err == ("labctl cp: skipped 5 device file(s), FIFO(s) or socket(s) (labctl copies "
+                   "files, directories and links only): 'out/d0', 'out/d1', 'out/d2' and 2 "
+                   "more\n")
 
 
 # ------------------------------------------------------------------ refused: nothing lands
