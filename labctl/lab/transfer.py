@@ -23,8 +23,8 @@ from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
 from labctl.lab.unpack import (
     HostFilter,
-    RefusedArchive,
     Room,
+    UnreadableArchive,
     current_umask,
     describe_skipped,
     place,
@@ -36,6 +36,7 @@ from labctl.lab.unpack import (
 _REMOTE_RE = re.compile(r"([a-z][a-z0-9-]{0,14}):(.*)", re.DOTALL)
 SOURCE_MISSING = 3  # the node scripts' exit status for "no such file" (bad input, exit 2)
 _STDERR_BYTES = 64 << 10  # what of the node side's stderr a message shows
+_WAIT_AFTER_FAILURE = 5.0  # seconds for the node side to end (and say why) on its own
 _TRAILER_BYTES = 1 << 20  # tar's end-of-archive padding: a record is 10 KiB
 
 # In the node: $1 = DST, $2 = the archive's top name. Values arrive as arguments (ssh
@@ -207,10 +208,12 @@ def _receive(pack: list[str], into: Path, host_filter: HostFilter,
             failure = error
         finally:
             timer.cancel()
-            producer.stdout.close()
-            if failure is not None:
+            producer.stdout.close()  # a node side still writing gets EPIPE and ends
+            try:
+                code = producer.wait(_WAIT_AFTER_FAILURE if failure else None)
+            except subprocess.TimeoutExpired:
                 producer.kill()
-            code = producer.wait()
+                code = producer.wait()
         if timed_out.is_set():
             raise LabctlError(f"the copy did not finish in {timeout:.0f} s",
                               hint="a large tree over a TCG node is slow: try --timeout")
@@ -243,7 +246,9 @@ def copy_from_node(handle: LabHandle, request: CopyRequest, timeout: float,
     try:
         pack = handle.argv(request.node, ["sh", "-c", _PACK, "sh", node_src])
         code_pack, pack_errors, failure = _receive(pack, temp, host_filter, timeout)
-        if failure is not None and (isinstance(failure, RefusedArchive) or code_pack == 0):
+        # an empty or cut stream from a node side that failed: its message says why
+        if failure is not None and not (isinstance(failure, UnreadableArchive)
+                                        and code_pack != 0):
             raise failure
         if code_pack != 0:
             raise _fail(code_pack, request.node, pack_errors, f"copy from {request.node}")

@@ -49,6 +49,10 @@ class RefusedArchive(LabctlError, tarfile.TarError):
     that tarfile passes it up unchanged; a LabctlError so that it reaches the user."""
 
 
+class UnreadableArchive(LabctlError):
+    """The stream is not a tar archive, or ends early: the node side may say why."""
+
+
 @dataclass(frozen=True)
 class Room:
     """What the destination's filesystem can take: bytes and inodes."""
@@ -212,7 +216,7 @@ def unpack(stream: IO[bytes], into: Path, host_filter: HostFilter) -> None:
     except RefusedArchive:
         raise
     except (tarfile.TarError, EOFError) as error:
-        raise LabctlError(f"the node sent an unreadable archive: {error}",
+        raise UnreadableArchive(f"the node sent an unreadable archive: {error}",
                           hint="is the node running (`labctl status`), and is SRC readable "
                           "there?") from None
     except OSError as error:

@@ -326,3 +326,32 @@ def test_headers_are_not_kept(tmp_path: Path) -> None:
             seen += 1
             assert getattr(tar, "members") == []  # noqa: B009 (not in typeshed)
     assert seen == 51
+
+
+def _sh(script: str, archive: Path | None = None) -> _Node:
+    return _Node(["sh", "-c", script, "sh", str(archive or "/dev/null")])
+
+
+NODE_ENDS = [
+    ("garbage, exit 0", "echo garbage-not-tar; exit 0",
+     "the node sent an unreadable archive: "),
+    ("nothing, exit 1", "echo 'tar: boom' >&2; exit 1", "copy from node1 failed: tar: boom"),
+    ("a cut archive, exit 2", "head -c 1500 \"$1\"; echo 'tar: short' >&2; exit 2",
+     "copy from node1 failed: tar: short"),
+    ("a refused archive, then zeros forever", "cat \"$1\"; exec cat /dev/zero",
+     "the node's archive holds 'out/x/../../x': a name outside 'out'; nothing was copied"),
+]
+
+
+@pytest.mark.parametrize(("script", "message"), [n[1:] for n in NODE_ENDS],
+                         ids=[n[0] for n in NODE_ENDS])
+def test_how_the_node_side_ends(tmp_path: Path, script: str, message: str) -> None:
+    members = [_file("out/x/../../x")] if "/dev/zero" in script else \
+        [_dir("out"), _file("out/f", data=b"z" * 4000)]
+    archive = _archive(tmp_path / "node.tar", members)
+    (tmp_path / "dest").mkdir()
+    request = CopyRequest("node1", "/root/out", str(tmp_path / "dest"), to_node=False)
+    with pytest.raises(LabctlError) as info:
+        copy_from_node(_sh(script, archive), request, 20, room=PLENTY)  # type: ignore[arg-type]
+    assert info.value.message.startswith(message)
+    assert list((tmp_path / "dest").iterdir()) == []
