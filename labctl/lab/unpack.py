@@ -144,17 +144,24 @@ class HostFilter:
         if not parts or parts[0] != self.top or ".." in parts or member.name.startswith("/"):
             raise _refuse(member, f"a name outside {short_repr(self.top)}")
 
-    @staticmethod
-    def _check_paths(member: tarfile.TarInfo, dest: Path) -> None:
+    def _check_paths(self, member: tarfile.TarInfo, dest: Path) -> None:
+        if member.issym():
+            # Also by name (data_filter checks with realpath, which a deep enough chain
+            # of links defeats): the link's target stays under SRC.
+            named = posixpath.normpath(posixpath.join(posixpath.dirname(member.name),
+                                                      member.linkname))
+            if named != self.top and not named.startswith(self.top + "/"):
+                raise _refuse(member, f"a link to {short_repr(member.linkname)}, outside "
+                              "the destination")
         if _through_symlink(dest, member.name):
             raise _refuse(member, "a path through a symbolic link")
         if member.islnk():
             # os.link follows a symbolic link target: the target must be a file unpacked
             # here, reached through no link (data_filter checks with realpath, which a deep
             # enough link chain defeats).
-            target = dest.joinpath(*_parts(member.linkname))
+            linked = dest.joinpath(*_parts(member.linkname))
             if _through_symlink(dest, member.linkname) or not (
-                    target.exists() and stat.S_ISREG(target.lstat().st_mode)):
+                    linked.exists() and stat.S_ISREG(linked.lstat().st_mode)):
                 raise _refuse(member, f"a hard link to {short_repr(member.linkname)}, "
                               "not a file in the copy")
 
@@ -234,23 +241,37 @@ def describe_skipped(names: list[str]) -> str:
 
 def place(unpacked: Path, final: Path) -> None:
     """Move the unpacked SRC to `final` as cp would: a file replaces a file, a directory
-    is created or merged into an existing one (entry by entry, never through a link)."""
-    try:
-        existing = final.lstat()
-    except FileNotFoundError:
-        os.replace(unpacked, final)
+    is created or merged into an existing one (entry by entry, never through a link).
+    A clash (a directory against a file) is found before anything is moved."""
+    _check_placing(unpacked, final)
+    _move(unpacked, final)
+
+
+def _is_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
+def _check_placing(unpacked: Path, final: Path) -> None:
+    if not os.path.lexists(final):
         return
-    if not stat.S_ISDIR(existing.st_mode):
-        if unpacked.is_dir() and not unpacked.is_symlink():
+    if not _is_dir(final):
+        if _is_dir(unpacked):
             raise LabctlError(f"{final} is a file; the node's copy is a directory",
                               hint="choose another DST")
-        os.replace(unpacked, final)
         return
-    if not unpacked.is_dir() or unpacked.is_symlink():
+    if not _is_dir(unpacked):
         raise LabctlError(f"{final} is a directory; the node's copy is not",
                           hint="choose another DST")
-    for entry in sorted(os.listdir(unpacked)):
-        place(unpacked / entry, final / entry)
+    for entry in os.listdir(unpacked):
+        _check_placing(unpacked / entry, final / entry)
+
+
+def _move(unpacked: Path, final: Path) -> None:
+    if _is_dir(final) and _is_dir(unpacked):
+        for entry in sorted(os.listdir(unpacked)):
+            _move(unpacked / entry, final / entry)
+    else:
+        os.replace(unpacked, final)
 
 
 def top_name(node_path: str) -> str:

@@ -181,6 +181,9 @@ REFUSED: list[tuple[str, list[Member], str]] = [
     ("hard link to /etc/passwd", [_dir("out"), (_info("out/pw", tarfile.LNKTYPE,
                                                       link="/etc/passwd"), b"")],
      "the node's archive holds 'out/pw': a link to the absolute '/etc/passwd'"),
+    ("symlink out of SRC by name", [_dir("out"), _dir("out/d"),
+                                    (_info("out/d/l", tarfile.SYMTYPE, link="../../x"), b"")],
+     "the node's archive holds 'out/d/l': a link to '../../x', outside the destination"),
     ("hard link via ..", [_dir("out"), (_info("out/pw", tarfile.LNKTYPE,
                                               link="../../../../etc/passwd"), b"")],
      "the node's archive holds 'out/pw': a link to '../../../../etc/passwd', outside the "
@@ -355,3 +358,24 @@ def test_how_the_node_side_ends(tmp_path: Path, script: str, message: str) -> No
         copy_from_node(_sh(script, archive), request, 20, room=PLENTY)  # type: ignore[arg-type]
     assert info.value.message.startswith(message)
     assert list((tmp_path / "dest").iterdir()) == []
+
+
+def test_a_clash_with_the_destination_moves_nothing(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    (dest / "out" / "b").mkdir(parents=True)
+    (dest / "out" / "a").write_text("host\n")
+    with pytest.raises(LabctlError, match=f"{dest}/out/b is a directory; the node's copy is "
+                       "not"):
+        _copy(tmp_path, [_dir("out"), _file("out/a", data=b"node\n"), _file("out/b")])
+    assert (dest / "out" / "a").read_text() == "host\n"
+    assert sorted(p.name for p in dest.iterdir()) == ["out"]
+
+
+def test_a_symlink_in_the_destination_is_replaced_not_followed(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    (dest / "out").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (dest / "out" / "f").symlink_to(tmp_path / "elsewhere" / "victim")
+    _copy(tmp_path, [_dir("out"), _file("out/f", data=b"node\n")])
+    assert not (dest / "out" / "f").is_symlink()
+    assert list((tmp_path / "elsewhere").iterdir()) == []
