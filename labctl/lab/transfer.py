@@ -62,6 +62,9 @@ if [ ! -e "$src" ] && [ ! -L "$src" ]; then
     echo "labctl cp: $src: no such file or directory in the node" >&2; exit 3
 fi
 cd -- "$(dirname -- "$src")"
+# A SRC that is a link is copied as what it points to (as scp does; the host takes no
+# link that leaves SRC).
+if [ -L "$src" ]; then exec tar -chf - -- "$(basename -- "$src")"; fi
 exec tar -cf - -- "$(basename -- "$src")"
 '''
 

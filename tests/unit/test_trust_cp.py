@@ -379,3 +379,18 @@ def test_a_symlink_in_the_destination_is_replaced_not_followed(tmp_path: Path) -
     _copy(tmp_path, [_dir("out"), _file("out/f", data=b"node\n")])
     assert not (dest / "out" / "f").is_symlink()
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+@pytest.mark.parametrize("points_to", ["tree/a.txt", "tree"])
+def test_a_source_that_is_a_link_is_copied_as_what_it_points_to(
+        tmp_path: Path, points_to: str) -> None:
+    tree = _local_node_tree(tmp_path)
+    (tree.parent / "link").symlink_to(points_to)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    request = CopyRequest("node1", str(tree.parent / "link"), str(dest), to_node=False)
+    copy_from_node(_Local(), request, 30, room=PLENTY)  # type: ignore[arg-type]
+    got = dest / "link"
+    assert not got.is_symlink()
+    assert (got.read_text() if points_to.endswith(".txt") else (got / "a.txt").read_text()) \
+        == "a\n"
