@@ -40,6 +40,13 @@ def lab_option(help: str = "Lab name (default: the only lab that is up).") -> An
 LabOption = lab_option()
 NodeArgument = typer.Argument(..., metavar="NODE", help="Node name.",
                               autocompletion=complete.node_names)
+# Host folders a topology may mount although they are the host's own (/etc, labctl's state):
+# given on the command line, never in the file (labctl/topology/host.py).
+AllowHostMountOption = typer.Option(
+    None, "--allow-host-mount", metavar="PATH",
+    help="Allow mounts of this host folder (and below) even if it is a system directory "
+    "or labctl's own; repeatable.")
+
 TopologyArgument = typer.Argument(
     ..., metavar="TOPOLOGY", autocompletion=complete.topologies,
     help="Topology file (YAML), or the name of a shipped one (`labctl topologies`).",

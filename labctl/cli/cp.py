@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from labctl.cli.common import LabOption, console, seconds
+from labctl.cli.common import LabOption, console, err_console, seconds
 from labctl.lab.handle import open_lab
 from labctl.lab.transfer import copy_from_node, copy_to_node, parse_copy
 
@@ -26,7 +26,9 @@ def cp(
     if request.to_node:
         where = copy_to_node(handle, request, timeout)
     else:
-        where = copy_from_node(handle, request, timeout)
+        where, skipped = copy_from_node(handle, request, timeout)
+        if skipped:
+            err_console.print(f"labctl cp: {skipped}", markup=False, soft_wrap=True)
     console.print(f"copied {src} -> {where}", markup=False, soft_wrap=True)
 
 

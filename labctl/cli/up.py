@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import typer
 
-from labctl.cli.common import TopologyArgument, console, progress_reporter, seconds
+from labctl.cli.common import (
+    AllowHostMountOption,
+    TopologyArgument,
+    console,
+    progress_reporter,
+    seconds,
+)
 from labctl.cli.complete import choice_metavar, choices
+from labctl.cli.validate import mount_lines
 from labctl.lab import lifecycle
 
 # Choices of the options (shown in --help, completed); checked below, with these messages.
@@ -34,6 +41,7 @@ def up(
         None, "--mount", help="Host folder in every node: SRC:DST (read-write) or SRC:DST:ro "
         "(SRC from the working directory, DST absolute in the node); repeatable.",
         metavar="SRC:DST[:ro]"),
+    allow_mounts: list[str] = AllowHostMountOption,
 ) -> None:
     """Start the lab described by TOPOLOGY and wait until every RDMA device is ACTIVE."""
     from labctl.cli.status import print_status
@@ -41,9 +49,12 @@ def up(
 
     options = lifecycle.UpOptions(accel=accel, mirror=mirror, timeout=timeout,
                                   provider=provider_name, engine=engine,
-                                  mounts=tuple(mounts or ()))
+                                  mounts=tuple(mounts or ()),
+                                  allow_host_mounts=tuple(allow_mounts or ()))
     options.check()
     path = find_topology(topology)
+    for line in mount_lines(lifecycle.resolve(path, options)):  # refused here: exit 2
+        console.print(line, markup=False, soft_wrap=True)
     with progress_reporter(f"up {path.stem}") as progress:
         result = lifecycle.up(path, options, progress)
     lab = result.lab

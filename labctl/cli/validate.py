@@ -10,10 +10,21 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from labctl.cli.common import TopologyArgument
+from labctl.cli.common import AllowHostMountOption, TopologyArgument
 
 if TYPE_CHECKING:
     from labctl.topology.resolved import Lab
+
+
+def mount_lines(lab: Lab) -> list[str]:
+    """Every host folder the lab shares, per node: what a node can reach on the host."""
+    mounted = [(node.name, m) for node in lab.nodes for m in node.mounts]
+    if not mounted:
+        return []
+    width = max(len(name) for name, _ in mounted)
+    return ["mounts (host folder -> node path):"] + [
+        f"  {name:<{width}}  {m.source} -> {m.target}  {'ro' if m.readonly else 'rw'}"
+        for name, m in mounted]
 
 
 def summary(lab: Lab) -> str:
@@ -50,6 +61,7 @@ def summary(lab: Lab) -> str:
                 f"  {seg.name:<{width}}  {seg.kind:<6}  {subnet}  mtu {seg.mtu:<4}  "
                 + " ".join(members)
             )
+    lines += mount_lines(lab)
     routed = [n for n in lab.nodes if n.router or n.routes]
     if routed:
         lines.append("routing:")
@@ -65,15 +77,19 @@ def register(app: typer.Typer) -> None:
     def validate(
         topology: str = TopologyArgument,
         as_json: bool = typer.Option(False, "--json", help="Print the resolved lab as JSON."),
+        allow_mounts: list[str] = AllowHostMountOption,
     ) -> None:
         """Check a topology (a file or a shipped one) and show the lab it describes
         (addresses, MACs, devices)."""
         from labctl.errors import LabctlError
         from labctl.topology.catalog import find_topology
+        from labctl.topology.host import HostFacts, resolve_allowances
         from labctl.topology.load import load_lab
 
         try:
-            lab = load_lab(find_topology(topology))
+            lab = load_lab(find_topology(topology),
+                           allowances=resolve_allowances(allow_mounts or []),
+                           host=HostFacts.this())
         except LabctlError as exc:
             # Report here too (not only in main()) so that the exit code and message are
             # the same when the app is driven directly, e.g. by tests.

@@ -43,6 +43,8 @@ class UpOptions:
     engine: str | None = None  # docker: vm or local (else LABCTL_DOCKER_ENGINE, else vm)
     mounts: tuple[str, ...] = ()  # --mount SRC:DST[:ro], for every node (SRC from the cwd)
     name: str | None = None  # overrides the topology's (the pytest plugin's --rdma-lab-name)
+    # --allow-host-mount PATH: host folders mounts may share although they are the host's own
+    allow_host_mounts: tuple[str, ...] = ()
 
     def check(self) -> None:
         if self.accel not in ACCELS:
@@ -64,11 +66,14 @@ class UpResult:
 
 def resolve(topology: Path, options: UpOptions) -> Lab:
     """The topology's lab with the options applied (nothing is made)."""
+    from labctl.topology.host import HostFacts, resolve_allowances
     from labctl.topology.load import load_lab
     from labctl.topology.workbench import with_extra_mounts
 
     options.check()
-    lab = with_extra_mounts(load_lab(topology), options.mounts, Path.cwd())
+    allowances = resolve_allowances(options.allow_host_mounts)
+    lab = load_lab(topology, allowances=allowances, host=HostFacts.this())
+    lab = with_extra_mounts(lab, options.mounts, Path.cwd(), allowances)
     provider_options = dict(lab.provider_options)
     provider_options["accel"] = options.accel
     if options.mirror:

@@ -15,15 +15,29 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
+from labctl.lab.unpack import (
+    HostFilter,
+    Room,
+    UnreadableArchive,
+    current_umask,
+    describe_skipped,
+    place,
+    top_name,
+    unpack,
+)
 
 # NODE:PATH. A host path that looks like one is written ./node1:x (or absolute).
 _REMOTE_RE = re.compile(r"([a-z][a-z0-9-]{0,14}):(.*)", re.DOTALL)
 SOURCE_MISSING = 3  # the node scripts' exit status for "no such file" (bad input, exit 2)
+_STDERR_BYTES = 64 << 10  # what of the node side's stderr a message shows
+_WAIT_AFTER_FAILURE = 5.0  # seconds for the node side to end (and say why) on its own
+_TRAILER_BYTES = 1 << 20  # tar's end-of-archive padding: a record is 10 KiB
 
 # In the node: $1 = DST, $2 = the archive's top name. Values arrive as arguments (ssh
 # quotes each), never inside the script text.
@@ -48,6 +62,9 @@ if [ ! -e "$src" ] && [ ! -L "$src" ]; then
     echo "labctl cp: $src: no such file or directory in the node" >&2; exit 3
 fi
 cd -- "$(dirname -- "$src")"
+# A SRC that is a link is copied as what it points to (as scp does; the host takes no
+# link that leaves SRC).
+if [ -L "$src" ]; then exec tar -chf - -- "$(basename -- "$src")"; fi
 exec tar -cf - -- "$(basename -- "$src")"
 '''
 
@@ -167,37 +184,83 @@ def copy_to_node(handle: LabHandle, request: CopyRequest, timeout: float) -> str
     return f"{request.node}:{request.node_path}"
 
 
-def copy_from_node(handle: LabHandle, request: CopyRequest, timeout: float) -> str:
-    """Node file or directory -> host; returns the host path it landed at."""
+def _receive(pack: list[str], into: Path, host_filter: HostFilter,
+             timeout: float) -> tuple[int, str, LabctlError | None]:
+    """Run the node's `tar -c` and unpack its stream here, in-process (labctl's own filter
+    rather than the host's tar: a root tar keeps setuid bits and makes device files).
+    Returns the node side's exit code, the start of its stderr and the unpacking's error:
+    the node's own failure (no such SRC: an empty stream) explains more than the latter."""
+    timed_out = threading.Event()
+    with tempfile.TemporaryFile() as errors:
+        producer = subprocess.Popen(pack, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=errors)
+        assert producer.stdout is not None
+
+        def expire() -> None:
+            timed_out.set()
+            producer.kill()  # the stream ends: unpack() sees a truncated archive
+
+        timer = threading.Timer(timeout, expire)
+        timer.start()
+        failure: LabctlError | None = None
+        try:
+            unpack(producer.stdout, into, host_filter)
+            # tar pads its last record: read it so that the node side ends cleanly.
+            producer.stdout.read(_TRAILER_BYTES)
+        except LabctlError as error:
+            failure = error
+        finally:
+            timer.cancel()
+            producer.stdout.close()  # a node side still writing gets EPIPE and ends
+            try:
+                code = producer.wait(_WAIT_AFTER_FAILURE if failure else None)
+            except subprocess.TimeoutExpired:
+                producer.kill()
+                code = producer.wait()
+        if timed_out.is_set():
+            raise LabctlError(f"the copy did not finish in {timeout:.0f} s",
+                              hint="a large tree over a TCG node is slow: try --timeout")
+        errors.seek(0)
+        text = errors.read(_STDERR_BYTES).decode(errors="replace")
+    return code, text, failure
+
+
+def copy_from_node(handle: LabHandle, request: CopyRequest, timeout: float,
+                   room: Room | None = None) -> tuple[str, str | None]:
+    """Node file or directory -> host; returns the host path it landed at and, if the
+    node sent device files or FIFOs (skipped), a sentence saying so. The stream is
+    unpacked into a temporary directory beside the destination, then moved into place:
+    a refused or broken copy leaves nothing at DST. `room`: the destination's free space
+    (the tests give it)."""
     node_src = request.node_path.rstrip("/") or "/"
-    name = posixpath.basename(node_src)
+    name = top_name(node_src)
     target = Path(os.path.abspath(request.host_path))
     if target.is_dir():
-        into, final = target, target / name
-        temp: Path | None = None
+        final = target / name
     else:
         if request.host_path.endswith("/"):
             raise UsageError(f"{short_repr(request.host_path)}: no such directory")
         if not target.parent.is_dir():
             raise UsageError(f"{short_repr(str(target.parent))}: no such directory")
-        temp = Path(tempfile.mkdtemp(prefix=".labctl-cp.", dir=target.parent))
-        into, final = temp, target
+        final = target
+    host_filter = HostFilter(top=name, room=room or Room.of(final.parent),
+                             umask=current_umask())
+    temp = Path(tempfile.mkdtemp(prefix=".labctl-cp.", dir=final.parent))
     try:
         pack = handle.argv(request.node, ["sh", "-c", _PACK, "sh", node_src])
-        unpack = ["tar", "-xf", "-", "--no-same-owner", "-C", str(into)]
-        code_pack, code_unpack, pack_errors, unpack_errors = _pipe(pack, unpack, timeout)
+        code_pack, pack_errors, failure = _receive(pack, temp, host_filter, timeout)
+        # an empty or cut stream from a node side that failed: its message says why
+        if failure is not None and not (isinstance(failure, UnreadableArchive)
+                                        and code_pack != 0):
+            raise failure
         if code_pack != 0:
             raise _fail(code_pack, request.node, pack_errors, f"copy from {request.node}")
-        if code_unpack != 0:
-            raise LabctlError(f"writing into {into} failed: {unpack_errors.strip()}",
-                              hint="is there room on the host, and may labctl write there?")
-        if temp is not None:
-            unpacked = temp / name
-            if target.exists() and not target.is_dir() and unpacked.is_dir():
-                raise UsageError(f"{request.host_path} is a file; the node's {node_src} is a "
-                                 "directory", hint="choose another DST")
-            os.replace(unpacked, target)
+        unpacked = temp / name
+        if not unpacked.exists() and not unpacked.is_symlink():
+            raise LabctlError(f"the node sent no {short_repr(name)}",
+                              hint="is SRC readable in the node?")
+        place(unpacked, final)
     finally:
-        if temp is not None:
-            shutil.rmtree(temp, ignore_errors=True)
-    return str(final)
+        shutil.rmtree(temp, ignore_errors=True)
+    skipped = describe_skipped(host_filter.skipped) if host_filter.skipped else None
+    return str(final), skipped

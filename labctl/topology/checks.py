@@ -13,9 +13,11 @@ from pathlib import Path
 
 from labctl.images.recipes import RECIPES
 from labctl.topology.errors import DEFAULT_HINT
+from labctl.topology.host import QEMU_PC_SLOTS, HostFacts
 from labctl.topology.locate import LineIndex, Loc
 from labctl.topology.model import (
     MANAGEMENT_NETWORK,
+    MAX_LINKS,
     MAX_NODES,
     MAX_PREFIX,
     NodeSpec,
@@ -107,6 +109,9 @@ class Checked:
     bad_endpoint: bool = False
     subnets: list[ipaddress.IPv4Network | None] = field(default_factory=list)
     mounts: dict[str, list[Mount]] = field(default_factory=dict)  # node -> its host folders
+    # host folders the command line allowed (--allow-host-mount), resolved
+    allowances: tuple[Path, ...] = ()
+    host: HostFacts | None = None  # the host's figures; None: not compared (library use)
     # node -> its routes (explicit, then computed to the segments those do not cover)
     routes: dict[str, list[tuple[ipaddress.IPv4Network, ipaddress.IPv4Address]]] = field(
         default_factory=dict)
@@ -115,14 +120,19 @@ class Checked:
         self.problems.append(Problem(loc, message, hint))
 
 
-def cross_check(topo: Topology, source: str | None = None) -> Checked:
-    """Checks that relate values to each other; raise the earliest problem."""
+def cross_check(topo: Topology, source: str | None = None, *,
+                allowances: tuple[Path, ...] = (), host: HostFacts | None = None) -> Checked:
+    """Checks that relate values to each other; raise the earliest problem. `allowances`:
+    host folders the command line allows mounts of; `host`: the figures to compare the
+    nodes' memory and CPUs with (`labctl validate` and `up` give this host's)."""
     file = topo._source or source or "<topology>"
     checked = Checked(
         topo=topo,
         file=file,
         lines=LineIndex(topo._yaml_root),
         specs={name: spec or NodeSpec() for name, spec in topo.nodes.items()},
+        allowances=allowances,
+        host=host,
     )
     for step in (
         _check_node_count,
@@ -137,6 +147,9 @@ def cross_check(topo: Topology, source: str | None = None) -> Checked:
         _check_segment_sizes,
         _check_routes,
         _check_hosts,
+        _check_link_count,
+        _check_qemu_slots,
+        _check_host_resources,
     ):
         step(checked)
     if checked.problems:
@@ -151,6 +164,56 @@ def _check_node_count(c: Checked) -> None:
             f"too many nodes: {len(c.specs)} (at most {MAX_NODES})",
             "split the lab in two",
         )
+
+
+def _check_link_count(c: Checked) -> None:
+    if len(c.topo.links) > MAX_LINKS:
+        c.problem(("links",), f"too many links: {len(c.topo.links)} (at most {MAX_LINKS})",
+                  "split the lab in two, or join nodes with one switch segment (a link with "
+                  "more than two endpoints)")
+
+
+def _check_qemu_slots(c: Checked) -> None:
+    """A qemu node's lab NICs and mounts each take a PCI slot of the `pc` machine: more
+    than it has and qemu refuses to start, after `up` has made the lab."""
+    if c.topo.provider != "qemu":
+        return
+    for name in c.specs:
+        nics, mounts = len(c.node_ifaces.get(name, [])), len(c.mounts.get(name, []))
+        if nics + mounts > QEMU_PC_SLOTS:
+            c.problem(("nodes", name),
+                      f"node {name} has {nics} links and {mounts} mounts: a qemu node has "
+                      f"PCI slots for {QEMU_PC_SLOTS} of them together",
+                      "join its neighbours through one switch segment (a link with more "
+                      "than two endpoints), or mount fewer folders")
+
+
+def _check_host_resources(c: Checked) -> None:
+    """A VM's memory is its own and its vCPUs are threads of one process: a node bigger
+    than the host, or nodes that together need more memory than it has, cannot run. Not
+    for docker: a container's memory is a ceiling, and its engine may be another host;
+    vCPUs beyond the host's in total are the usual case (time-shared), so only a node's
+    own count is compared."""
+    if c.host is None or c.topo.provider == "docker":
+        return
+    d = c.topo.defaults
+    total = 0
+    for name, spec in c.specs.items():
+        memory, cpus = spec.memory or d.memory, spec.cpus or d.cpus
+        total += memory
+        where = "nodes", name
+        if memory > c.host.memory_mib:
+            c.problem((*where, "memory") if spec.memory else ("defaults", "memory"),
+                      f"node {name} asks for {memory} MiB of memory; this host has "
+                      f"{c.host.memory_mib} MiB", "give the node less memory")
+        if cpus > c.host.cpus:
+            c.problem((*where, "cpus") if spec.cpus else ("defaults", "cpus"),
+                      f"node {name} asks for {cpus} CPUs; this host has {c.host.cpus}",
+                      f"give the node at most {c.host.cpus}")
+    if total > c.host.memory_mib:
+        c.problem(("nodes",), f"the nodes ask for {total} MiB of memory together; this host "
+                  f"has {c.host.memory_mib} MiB", "give the nodes less memory, or use fewer "
+                  "nodes")
 
 
 def _check_images(c: Checked) -> None:
@@ -182,8 +245,8 @@ def _check_mounts(c: Checked) -> None:
         if loc not in resolved:
             try:
                 spec = parse_mount(text)  # the model checked the syntax: cannot fail here
-                resolved[loc] = Mount(resolve_source(spec.source, base), spec.target,
-                                      spec.readonly)
+                resolved[loc] = Mount(resolve_source(spec.source, base, c.allowances),
+                                      spec.target, spec.readonly)
             except WorkbenchValueError as exc:
                 c.problem(loc, exc.message, exc.hint)
                 resolved[loc] = None

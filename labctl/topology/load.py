@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from labctl.topology.checks import Checked, build_lab, cross_check
 from labctl.topology.errors import TopologyError
+from labctl.topology.host import HostFacts
 from labctl.topology.locate import LineIndex
 from labctl.topology.model import LAB_NAME_RE, Topology
 from labctl.topology.problems import first_problem, kind_of, problem_from_pydantic, show
@@ -46,9 +47,11 @@ __all__ = [
 # --------------------------------------------------------------------------- public API
 
 
-def load_topology(path: str | Path) -> Topology:
-    """Read and validate a topology file; raise `TopologyError` on the first problem."""
-    return _load(path)[0]
+def load_topology(path: str | Path, *, allowances: tuple[Path, ...] = (),
+                  host: HostFacts | None = None) -> Topology:
+    """Read and validate a topology file; raise `TopologyError` on the first problem.
+    `allowances` and `host`: see `checks.cross_check`."""
+    return _load(path, allowances, host)[0]
 
 
 def parse_topology(text: str | bytes, file: str = "<topology>") -> Topology:
@@ -65,9 +68,10 @@ def resolve(topo: Topology, source: str) -> Lab:
     return build_lab(cross_check(topo, source), source)
 
 
-def load_lab(path: str | Path) -> Lab:
+def load_lab(path: str | Path, *, allowances: tuple[Path, ...] = (),
+             host: HostFacts | None = None) -> Lab:
     """`load_topology` then `resolve`: a topology file to its Lab (checked and resolved once)."""
-    _, checked = _load(path)
+    _, checked = _load(path, allowances, host)
     return build_lab(checked, str(path))
 
 
@@ -87,11 +91,13 @@ def read_lab_name(path: str | Path) -> str:
     return name
 
 
-def _load(path: str | Path) -> tuple[Topology, Checked]:
-    return _parse(read_topology_bytes(path), str(path))
+def _load(path: str | Path, allowances: tuple[Path, ...] = (),
+          host: HostFacts | None = None) -> tuple[Topology, Checked]:
+    return _parse(read_topology_bytes(path), str(path), allowances, host)
 
 
-def _parse(text: str | bytes, file: str) -> tuple[Topology, Checked]:
+def _parse(text: str | bytes, file: str, allowances: tuple[Path, ...] = (),
+           host: HostFacts | None = None) -> tuple[Topology, Checked]:
     if isinstance(text, bytes):
         text = decode_utf8(text, file)
     root, data = read_yaml(text, file)
@@ -112,7 +118,8 @@ def _parse(text: str | bytes, file: str) -> tuple[Topology, Checked]:
         raise first_problem(problems, file, root) from None
     topo._yaml_root = root
     topo._source = file
-    return topo, cross_check(topo)  # raises on the first problem
+    # raises on the first problem
+    return topo, cross_check(topo, allowances=allowances, host=host)
 
 
 def json_schema() -> dict[str, Any]:

@@ -41,7 +41,12 @@ PROVIDERS = ("qemu", "docker", "vagrant")
 DEFAULT_POOL = "10.77.0.0/16"
 DEFAULT_PREFIX = 24
 MAX_PREFIX = 30
-MAX_NODES = 250
+MAX_NODES = 250  # a node's index is one byte of its MACs (checks._mac)
+# Each link is a Linux bridge that `up` makes, and each endpoint a host interface (tap or
+# veth): 6000 links are 12000 of those, 24 links per node of the largest lab, where a qemu
+# node has PCI slots for 26 (host.QEMU_PC_SLOTS). resolve's cost is measured at this size
+# (tests/unit/test_hostile_input.py, test_many_links_resolve_in_linear_time).
+MAX_LINKS = 6000
 
 # Data segments stay inside the RFC 1918 ranges: they never leave the lab's namespace,
 # but an address that looks public or loopback would only confuse.

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from labctl.errors import UsageError, short_repr
+from labctl.topology.host import FLAG, allowed, refusal
 from labctl.topology.resolved import Lab, Mount
 
 # Debian policy 5.6.1: lowercase letters, digits, '+', '-', '.'; at least two characters,
@@ -99,9 +100,10 @@ def parse_mount(text: object) -> MountSpec:
     return MountSpec(source, check_target(target), readonly)
 
 
-def resolve_source(source: str, base: Path) -> str:
-    """The mount source as an absolute host path (relative ones: from `base`); it must
-    be an existing directory."""
+def resolve_source(source: str, base: Path, allowances: tuple[Path, ...] = ()) -> str:
+    """The mount source as an absolute host path, symlinks and `..` resolved (relative
+    ones from `base`); it must be an existing directory, and not one of the host's own
+    (host.refusal) unless the command line allowed it."""
     path = Path(os.path.expanduser(source))
     if not path.is_absolute():
         path = base / path
@@ -116,10 +118,21 @@ def resolve_source(source: str, base: Path) -> str:
         raise WorkbenchValueError(
             f"the host path {short_repr(source)} is not a directory",
             "mounts share folders: put the file in a directory and mount that")
-    return str(path)
+    # What the node gets is where the links lead: a link to /etc is /etc.
+    resolved = Path(os.path.realpath(path))
+    why = refusal(resolved)
+    if why is not None and not allowed(resolved, allowances):
+        shown = "" if str(resolved) == source else f" ({resolved})"
+        raise WorkbenchValueError(
+            f"the host folder {short_repr(source)}{shown} is {why}; a node runs code as root "
+            "and would reach the host's files there",
+            f"mount a project folder instead; to share this one anyway, say so on the "
+            f"command line: {FLAG} {resolved}")
+    return str(resolved)
 
 
-def with_extra_mounts(lab: Lab, texts: tuple[str, ...], base: Path) -> Lab:
+def with_extra_mounts(lab: Lab, texts: tuple[str, ...], base: Path,
+                      allowances: tuple[Path, ...] = ()) -> Lab:
     """`lab` with `labctl up --mount` folders added to every node (sources from `base`);
     UsageError (exit 2) on a bad one or a node path a node already mounts."""
     if not texts:
@@ -128,7 +141,8 @@ def with_extra_mounts(lab: Lab, texts: tuple[str, ...], base: Path) -> Lab:
     for text in texts:
         try:
             spec = parse_mount(text)
-            extra.append(Mount(resolve_source(spec.source, base), spec.target, spec.readonly))
+            extra.append(Mount(resolve_source(spec.source, base, allowances), spec.target,
+                                   spec.readonly))
         except WorkbenchValueError as exc:
             raise UsageError(f"--mount {short_repr(text)}: {exc.message}", hint=exc.hint) from None
     nodes = []
