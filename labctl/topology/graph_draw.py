@@ -91,8 +91,8 @@ def draw(graph: Graph, image_format: str) -> bytes:
 
     points = layout(graph)
     flat = all(y == 0.0 for _, y in points.values())  # a chain: one row, a low figure
-    settings = {"svg.fonttype": "none", "svg.hashsalt": "labctl-graph"}  # text stays text
-    with matplotlib.rc_context(settings):
+    # SVG text stays text (searchable, selectable); a fixed salt makes ids the same each run.
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "labctl-graph"}):
         figure = Figure(figsize=(10, 3.5 if flat else 6.5))
         axes = figure.add_axes((0.0, 0.0, 1.0, 0.88))
         axes.set_xlim(-1.3, 1.3)
