@@ -69,11 +69,17 @@ def _route_lines(graph: Graph) -> list[str]:
     return ["routes:", *(f"  {v.name:<{width}}  {', '.join(v.routes)}" for v in routed)]
 
 
+def _printable(text: str) -> str:
+    """Control characters as escapes: an edited lab.json must not drive the terminal."""
+    return "".join(c if c == "\n" or c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def render_text(graph: Graph) -> str:
     """The terminal's picture: nodes, p2p links, switches with their ports, routes."""
     sections = [_node_lines(graph), _link_lines(graph), _switch_lines(graph),
                 _route_lines(graph)]
-    return "\n".join([_headline(graph), *(line for s in sections for line in s)]) + "\n"
+    text = "\n".join([_headline(graph), *(line for s in sections for line in s)]) + "\n"
+    return _printable(text)
 
 
 # --- Graphviz dot ------------------------------------------------------------------------

@@ -7,7 +7,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import struct
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -333,3 +335,37 @@ def test_names_are_escaped_in_dot_and_mermaid(name: str) -> None:
         assert not set(inside) & set('"<>|'), line
     assert len(mermaid.splitlines()) == 2 + 4 + 3  # header, vertices, edges: no line broken
     assert json.loads(json.dumps(graph.to_dict()))["vertices"][3]["name"] == name
+
+
+def test_control_characters_never_reach_the_terminal() -> None:
+    lab = load_lab(find_topology("two-node"))
+    segment = dataclasses.replace(lab.segments[0], name="\x1b]0;owned\x07lan")
+    text = render_text(build_graph(dataclasses.replace(lab, segments=(segment,))))
+    assert "\x1b" not in text and "\x07" not in text
+    assert "\\x1b]0;owned\\x07lan  10.77.1.0/24" in text
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz is not installed")
+@pytest.mark.parametrize("topology", SHIPPED)
+def test_graphviz_draws_every_golden_dot(topology: str, tmp_path: Path) -> None:
+    target = tmp_path / "out.svg"
+    subprocess.run(["dot", "-Tsvg", str(GOLDEN / f"{topology}.dot"), "-o", str(target)],
+                   check=True, timeout=60)
+    root = ET.fromstring(target.read_bytes())
+    titles = {t.text for t in root.iter("{http://www.w3.org/2000/svg}title")}
+    graph = build_graph(load_lab(find_topology(topology)))
+    assert {v.id for v in graph.vertices} <= titles
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz is not installed")
+@pytest.mark.parametrize("name", HOSTILE)
+def test_graphviz_reads_hostile_names_as_one_vertex(name: str, tmp_path: Path) -> None:
+    lab = load_lab(find_topology("three-node-switch"))
+    segment = dataclasses.replace(lab.segments[0], name=name)
+    source = tmp_path / "lab.dot"
+    source.write_text(render_dot(build_graph(dataclasses.replace(lab, segments=(segment,)))))
+    out = subprocess.run(["dot", "-Tsvg", str(source)], check=True, timeout=60,
+                         capture_output=True).stdout
+    nodes = [g for g in ET.fromstring(out).iter("{http://www.w3.org/2000/svg}g")
+             if g.get("class") == "node"]
+    assert len(nodes) == 4  # three nodes and the switch: no name made another vertex
