@@ -160,8 +160,11 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json",
                                      help="Print the graph as JSON: vertices and edges."),
     ) -> None:
-        """Draw a lab: nodes with their RDMA device, links with interfaces, addresses and MTU,
-        switches and routers; in the terminal, or as dot, mermaid, SVG or PNG."""
+        """Draw a lab: its nodes, RDMA devices, links, switches and routers.
+
+        Nodes with their RDMA device and kind, links with interfaces, addresses and MTU.
+
+        In the terminal, or as dot, mermaid, SVG or PNG in a file (-o FILE)."""
         chosen = _check_arguments(topology, lab, fmt, output, as_json)
         drawn = graph_of_topology(topology) if topology is not None else graph_of_lab(lab)
         if as_json:

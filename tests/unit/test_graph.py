@@ -311,7 +311,8 @@ def test_help(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str
     flat = " ".join(out.split())
     assert code == 0
     for words in ("TOPOLOGY", "--lab", "NAME", "text|dot|mermaid|svg|png", "--output",
-                  "FILE", "--json", "switches and routers"):
+                  "FILE", "--json", "switches and routers",
+                  "links with interfaces, addresses and MTU"):
         assert words in flat
     assert "graph" in run_main(monkeypatch, capsys, "--help")[1]
 
