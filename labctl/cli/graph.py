@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from labctl.cli import complete
 from labctl.cli.common import console, lab_option
 from labctl.errors import UsageError, short_repr
 
@@ -147,7 +148,7 @@ def register(app: typer.Typer) -> None:
     @app.command("graph")
     def graph(
         topology: str = typer.Argument(
-            None, metavar="TOPOLOGY", show_default=False,
+            None, metavar="TOPOLOGY", show_default=False, autocompletion=complete.topologies,
             help="Topology file (YAML) or shipped topology to draw; without it, a lab that "
             "is up."),
         lab: str = lab_option("Lab to draw (default: the only lab that is up)."),
