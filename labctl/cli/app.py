@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "bench",
     "image",
     "validate",
+    "graph",
     "inspect",
     "link",
     "doctor",

@@ -341,3 +341,45 @@ SHAPES: dict[str, type[Shape] | None] = {
     "devices": None,
     "asyncwatch": None,
 }
+
+
+# --- labctl graph --json (labctl/topology/graph.py) ------------------------------------
+class GraphVertex(Shape):
+    id: str  # a node's name, or "switch:" + its segment's name
+    name: str
+    kind: Literal["node", "router", "switch"]
+    rdma: Literal["rxe", "siw", "none", ""]  # "" for a switch
+    rdma_interfaces: list[str]
+    subnet: str  # a switch's; "" for a node
+    mtu: int  # a switch's; 0 for a node
+    routes: list[str]  # "10.77.2.0/24 via 10.77.1.1"
+    host: str  # multi-host docker labs: the node's host; ""
+    device: str  # recorded by a lab that is up; "" from a topology file
+    port_state: str  # recorded by a lab that is up; "" from a topology file
+
+
+class GraphEnd(Shape):
+    vertex: str  # a vertex id
+    interface: str  # "" on a switch's side
+    ipv4: str  # "" on a switch's side
+
+
+class GraphEdge(Shape):
+    segment: str
+    kind: Literal["p2p", "switch"]
+    subnet: str
+    mtu: int
+    ends: list[GraphEnd]  # two
+
+
+class GraphOutput(Shape):
+    """`labctl graph --json`: the lab as vertices and edges."""
+
+    lab: str
+    provider: Literal["qemu", "docker", "vagrant"]
+    phase: str  # "" from a topology file
+    vertices: list[GraphVertex]
+    edges: list[GraphEdge]
+
+
+SHAPES["graph"] = GraphOutput
