@@ -9,9 +9,10 @@ import typer
 from rich.table import Table
 
 from labctl.cli.common import console, err_console, lab_option
-from labctl.errors import UsageError
+from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir, running_labs
+from labctl.lab.replies import UnreadableReply
 from labctl.lab.state import LabState, NodeStatus, Phase
 
 
@@ -51,8 +52,10 @@ def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
             "details": details,
         }
         info = live_info.get(node.name)
-        if isinstance(info, str):
-            record["reason"] = info
+        if isinstance(info, UnreadableReply):  # it runs, but what it says cannot be used
+            record["state"], record["reason"] = str(NodeStatus.UNREADABLE), info.message
+        elif isinstance(info, LabctlError):  # could not be asked (ssh, timeout): say why
+            record["reason"] = info.message
         elif info:
             record["devices"] = info["devices"]
             record["live_interfaces"] = info.get("interfaces", [])
