@@ -73,11 +73,14 @@ def _nodes(handle: LabHandle, names: list[str] | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+NODE_COMMAND_SECONDS = 120.0  # a node's devinfo/devices: past this it is cut (exit 124)
+
+
 def _run_all(
-    handle: LabHandle, nodes: list[str], args: list[str], timeout: float = 120
+    handle: LabHandle, nodes: list[str], args: list[str]
 ) -> dict[str, subprocess.CompletedProcess[str]]:
     def one(node: str) -> subprocess.CompletedProcess[str]:
-        return handle.run(node, node_argv(*args), timeout=timeout)
+        return handle.run(node, node_argv(*args), timeout=NODE_COMMAND_SECONDS)
 
     with ThreadPoolExecutor(max_workers=max(1, min(len(nodes), 8))) as pool:
         results = list(pool.map(one, nodes))

@@ -16,6 +16,7 @@ from labctl.providers.base import Provider
 from labctl.topology.resolved import Lab
 
 NODE_PYTHONPATH = "/opt/labctl"
+STATUS_SECONDS = 60.0  # a node's status reply: past this it counts as not answering
 
 
 class LabHandle:
@@ -98,12 +99,13 @@ class LabHandle:
                               hint=f"`labctl down --lab {self.lab.name}` removes it")
         return names
 
-    def node_status(self, node: str, timeout: float = 60) -> dict[str, Any]:
+    def node_status(self, node: str, timeout: float | None = None) -> dict[str, Any]:
         """What `node` reports of its RDMA devices and interfaces (nodeside/status.py),
         checked field by field: UnreadableReply when it is not that record."""
         result, truncated = self._run(node, self.node_python("labctl.nodeside.status"),
-                                      timeout=timeout)
-        if result.returncode != 0:
+                                      timeout=timeout or STATUS_SECONDS)
+        # More than the bound is an unreadable reply, even when the timeout then ended it.
+        if result.returncode != 0 and not truncated:
             raise LabctlError(f"cannot read status of {node}: {_last_line(result)}")
         try:
             return status_reply(result.stdout, truncated)
