@@ -29,12 +29,17 @@ from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir
 from labctl.lab.replies import status_reply
 from labctl.lab.state import LabState
+from labctl.providers import provider_for
+from labctl.providers.base import READY
+from labctl.providers.docker import BOOT_LOG_BYTES, DockerProvider
 from labctl.providers.machine import node_machine
 from labctl.providers.qemu import QemuProvider
+from labctl.providers.vagrant import VagrantProvider
 from labctl.runners import parsers
 from labctl.runners.examples import EXAMPLES
 from labctl.runners.execute import run_example
 from labctl.topology.load import load_lab
+from labctl.topology.resolved import Lab, Node
 from tests.unit.clirun import run_main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -492,3 +497,67 @@ def test_a_lab_without_nodes_is_an_error_not_a_traceback(
     assert f"lab {LAB} has no nodes" in flat and f"labctl down --lab {LAB}" in flat
     assert out == ""
     _no_traceback(out, err)
+
+
+# --- the Vagrant provider's probe, the Docker provider's container log ---------------------
+def _vagrant(state: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+             reply: bytes) -> tuple[VagrantProvider, Node]:
+    lab = load_lab(ROOT / "topologies" / "two-node.yaml")
+    lab = Lab(LAB, "vagrant", lab.source, lab.nodes, lab.segments, {"accel": "auto"})
+    labdir = LabDir(LAB, state)
+    labdir.create(lab)
+    provider = provider_for(lab, labdir)
+    assert isinstance(provider, VagrantProvider)
+    path = tmp_path / "reply"
+    path.write_bytes(reply)
+    monkeypatch.setattr(VagrantProvider, "exec_argv", lambda self, name, command, tty=False: [
+        sys.executable, "-c", REPLY_SCRIPT, "file", str(path)])
+    return provider, lab.nodes[0]
+
+
+def test_vagrant_records_what_a_good_reply_says(state_dir: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    provider, node = _vagrant(state_dir, monkeypatch, tmp_path, GOOD_STATUS.encode())
+    device = json.loads(GOOD_STATUS)["devices"][0]
+    assert provider.device_facts(node) == {
+        "port_state": device["port_state"], "active_mtu": device["active_mtu"],
+        "gid_index": device["gid_index"]}
+
+
+@pytest.mark.parametrize(("name", "reply", "why"), BAD_STATUS_REPLIES,
+                         ids=[r[0] for r in BAD_STATUS_REPLIES])
+def test_vagrant_records_nothing_from_a_bad_reply(
+        state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str,
+        reply: bytes, why: str) -> None:
+    """At `up`: the device facts stay unknown (a wrong-typed GID index never reaches
+    state.json, from where `run` would pass it to the examples)."""
+    provider, node = _vagrant(state_dir, monkeypatch, tmp_path, reply)
+    assert provider.device_facts(node) == {}
+
+
+class EndlessLogContainer:
+    """A container whose log never ends, as docker-py streams it (bytes chunks)."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.asked: dict[str, object] = {}
+
+    def logs(self, **options: object) -> Iterator[bytes]:
+        self.asked = options
+        return self._stream()
+
+    def _stream(self) -> Iterator[bytes]:
+        yield b"labctl: stage net\nlabctl: ready dev=rxe0 gid=1 mtu=1024 state=ACTIVE\n"
+        try:
+            while True:
+                yield b"w" * 16384  # docker splits a long line into 16 KiB messages
+        finally:
+            self.closed = True
+
+
+def test_a_containers_endless_log_is_read_to_a_bound() -> None:
+    container = EndlessLogContainer()
+    log = DockerProvider._logs(container, None)
+    assert len(log) <= BOOT_LOG_BYTES and READY in log
+    assert container.asked == {"stream": True, "follow": False}  # never waits for more
+    assert container.closed
