@@ -561,3 +561,34 @@ def test_a_containers_endless_log_is_read_to_a_bound() -> None:
     assert len(log) <= BOOT_LOG_BYTES and READY in log
     assert container.asked == {"stream": True, "follow": False}  # never waits for more
     assert container.closed
+
+
+# --- the Docker host's network helper (a host shared with the labs' containers) -----------
+HELPER_REPLIES: list[tuple[str, str]] = [
+    ("nothing", "pass"),
+    ("text", "print('no answer here')"),
+    ("a list", "print('[1, 2]')"),
+    ("100k-deep", "print('[' * 100000 + ']' * 100000)"),
+    ("NaN", "print('{\"removed\": NaN}')"),
+    ("binary", "import sys; sys.stdout.buffer.write(bytes(range(256)))"),
+    ("never ends", "import time; time.sleep(60)"),
+]
+
+
+@pytest.mark.parametrize(("name", "script"), HELPER_REPLIES, ids=[h[0] for h in HELPER_REPLIES])
+def test_a_bad_helper_answer_is_an_error_not_a_traceback(
+        monkeypatch: pytest.MonkeyPatch, name: str, script: str) -> None:
+    from labctl.dockerhost import engine
+    from labctl.errors import LabctlError
+
+    monkeypatch.setattr(engine, "helper_source", lambda: script)
+    with pytest.raises(LabctlError, match=r"network helper in this host failed \(facts, exit"):
+        engine.Engine("local", "unix:///nonexistent").helper("facts", timeout=2)
+
+
+def test_a_good_helper_answer_is_its_last_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from labctl.dockerhost import engine
+
+    monkeypatch.setattr(engine, "helper_source",
+                        lambda: "print('progress'); print('{\"removed\": [\"x\"]}')")
+    assert engine.Engine("local", "unix:///nonexistent").helper("facts") == {"removed": ["x"]}
