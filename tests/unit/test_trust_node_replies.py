@@ -592,3 +592,26 @@ def test_a_good_helper_answer_is_its_last_line(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(engine, "helper_source",
                         lambda: "print('progress'); print('{\"removed\": [\"x\"]}')")
     assert engine.Engine("local", "unix:///nonexistent").helper("facts") == {"removed": ["x"]}
+
+
+# --- a device snapshot (labctl.verbs.records) from elsewhere --------------------------------
+BAD_SNAPSHOTS: list[tuple[str, str]] = [
+    ("not JSON", "devices: rxe0"),
+    ("a list", "[]"),
+    ("devices a number", '{"devices": 1}'),
+    ("a device a string", '{"devices": ["rxe0"]}'),
+    ("a device without name", '{"devices": [{"ports": []}]}'),
+    ("ports an object", '{"devices": [{"name": "rxe0", "ports": {"a": 1}}]}'),
+    ("attr a list", '{"devices": [{"name": "rxe0", "attr": [1]}]}'),
+    ("a port without port_num", '{"devices": [{"name": "rxe0", "ports": [{}]}]}'),
+    ("meta a string", '{"meta": "x"}'),
+    ("100k-deep", _deep(100_000)),
+]
+
+
+@pytest.mark.parametrize(("name", "text"), BAD_SNAPSHOTS, ids=[b[0] for b in BAD_SNAPSHOTS])
+def test_a_bad_snapshot_is_a_value_error(name: str, text: str) -> None:
+    from labctl.verbs.records import Snapshot
+
+    with pytest.raises(ValueError, match="not a device snapshot"):
+        Snapshot.from_json(text)
