@@ -1,8 +1,10 @@
 """`labctl devices|devinfo|asyncwatch`: run the node-side inspector (labctl.verbs) in nodes.
 
 With one node the node's stdout, stderr and exit code pass through untouched, so
-`labctl devinfo node1 -v` is byte-for-byte what `ibv_devinfo -v` prints in node1. With
-several nodes each node's output gets a header and the exit code is the largest one.
+`labctl devinfo node1 -v` is byte-for-byte what `ibv_devinfo -v` prints in node1 (up to
+8 MiB a stream: a node is untrusted). With several nodes each node's output gets a header
+and the exit code is the largest one. With --json each node's reply must be the JSON its
+command prints; a node whose reply is not is named on stderr and labctl exits 1.
 """
 
 from __future__ import annotations

@@ -195,6 +195,8 @@ def run_example(
     try:
         server_ep = endpoint(handle, server_node, ifaces[0])
         client_ep = endpoint(handle, client_node, ifaces[1])
+    except UsageError:
+        raise
     except LabctlError as exc:  # a node that cannot be asked or sent an unreadable reply
         result.reason = exc.message  # fails this pair, not the whole `run all`
         return result
