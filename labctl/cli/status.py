@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from labctl.cli.common import console, err_console, lab_option
 from labctl.errors import LabctlError, UsageError
@@ -90,16 +91,18 @@ def _table(status: dict[str, Any]) -> Table:
         device = devices[0]
         state = node["state"] + (f" ({node['reason']})" if node.get("reason") else "")
         color = "green" if node["state"] == "running" else "red"
+        # Text, not markup: a reason and a device's fields are what a node said, and a
+        # "[/x]" in them would be a rich MarkupError (a traceback) if parsed as markup.
         table.add_row(
-            node["name"],
-            *([node["details"].get("host", "-")] if hosts else []),
-            f"[{color}]{state}[/]",
-            node["management"] or "-",
-            "\n".join(f"{i['name']} {i['ipv4']}" for i in node["interfaces"]),
-            f"{device.get('name', '-')} ({node['rdma']})" if device else node["rdma"],
-            device.get("port_state", "-"),
-            device.get("active_mtu", "-") or "-",
-            "-" if device.get("gid_index") is None else str(device["gid_index"]),
+            Text(node["name"]),
+            *([Text(node["details"].get("host", "-"))] if hosts else []),
+            Text(state, style=color),
+            Text(node["management"] or "-"),
+            Text("\n".join(f"{i['name']} {i['ipv4']}" for i in node["interfaces"])),
+            Text(f"{device.get('name', '-')} ({node['rdma']})" if device else node["rdma"]),
+            Text(device.get("port_state", "-")),
+            Text(device.get("active_mtu", "-") or "-"),
+            Text("-" if device.get("gid_index") is None else str(device["gid_index"])),
         )
     return table
 

@@ -635,3 +635,45 @@ def test_labctl_run_reports_the_unreadable_reply(
     assert record.status == "failed" and record.client == "node2"
     assert record.reason.startswith("node2 sent an unreadable reply (") and why in record.reason
     _no_traceback(out, err)
+
+
+# --- what a node says is text, never rich markup ------------------------------------------
+MARKUP = "[/x]"  # a closing tag that matches nothing: a MarkupError if parsed as markup
+
+
+def test_status_table_prints_a_nodes_words_as_text(
+        lab_running: LabDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """node1's device fields carry markup; node2's reply is refused, its reason quoting
+    markup."""
+    (tmp_path / "node1").write_text(_status(devices=[_device(name=f"rxe{MARKUP}",
+                                                             port_state=MARKUP)]))
+    (tmp_path / "node2").write_text(_status(devices=[_device(gid_index=MARKUP)]))
+
+    def exec_argv(self: QemuProvider, name: str, command: list[str], *,
+                  tty: bool = False) -> list[str]:
+        return [sys.executable, "-c", REPLY_SCRIPT, "file", str(tmp_path / name)]
+
+    monkeypatch.setattr(QemuProvider, "exec_argv", exec_argv)
+    code, out, err = run_main(monkeypatch, capsys, "status", "--lab", LAB)
+    assert code == 1  # node2 is unreadable
+    node1_row = next(line for line in out.splitlines() if "node1" in line)
+    assert f"rxe{MARKUP}" in node1_row and f"│ {MARKUP}" in node1_row
+    node2_row = next(line for line in out.splitlines() if "node2" in line)
+    assert "unreadable (node2 sent" in node2_row
+    _no_traceback(out, err)
+
+
+def test_run_prints_a_reason_quoting_markup_as_text(
+        lab_running: LabDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    state = lab_running.load_state()
+    state.nodes["node2"].gid_index = None
+    lab_running.save_state(state)
+    _replies(monkeypatch, tmp_path, _status(devices=[_device(gid_index=MARKUP)]).encode(),
+             node="node2")
+    code, out, err = run_main(monkeypatch, capsys, "run", "pingpong", "--lab", LAB)
+    assert code == 1
+    flat = " ".join(err.split())
+    assert f"devices[0].gid_index is a string ('{MARKUP}')" in flat
+    _no_traceback(out, err)
