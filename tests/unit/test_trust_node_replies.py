@@ -677,3 +677,20 @@ def test_run_prints_a_reason_quoting_markup_as_text(
     flat = " ".join(err.split())
     assert f"devices[0].gid_index is a string ('{MARKUP}')" in flat
     _no_traceback(out, err)
+
+
+# --- a run's server: its output read as it comes -------------------------------------------
+@pytest.mark.parametrize(("reply", "expected"), [
+    (("huge", "20"), "output cut here"),  # 20 MiB on one line: kept to the bound
+    (b"\xff\xfe binary \x80\n", "\ufffd\ufffd binary \ufffd"),  # not UTF-8: replaced
+])
+def test_a_servers_output_is_bounded_and_decoded(
+        lab_running: LabDir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        reply: bytes | tuple[str, str], expected: str) -> None:
+    from labctl.runners.server import ServerProcess
+
+    _replies(monkeypatch, tmp_path, reply)
+    server = ServerProcess(LabHandle(lab_running), "node1", ["ibv_rc_pingpong"])
+    assert server.wait(60)
+    output = server.output()
+    assert len(output) <= bounded.NODE_REPLY_BYTES + 100 and expected in output
