@@ -223,3 +223,25 @@ def run(argv: Sequence[str], *, timeout: float | None, limit: int = NODE_REPLY_B
         code = 124
         stderr += f"\n(timed out after {timeout} s)"
     return subprocess.CompletedProcess(list(argv), code, stdout, stderr), over.is_set()
+
+
+# --------------------------------------------------------------------------- both ends
+# Added for the node-reply work (issue 35): a guest's console log is read by its start
+# (the boot's ready or fail line) and its end (the last stage), never whole.
+
+
+def read_ends(path: Path, head: int, tail: int) -> str:
+    """The first `head` and the last `tail` bytes of a regular file as text (bad bytes
+    replaced); the whole file when it is no larger than both together."""
+    fd, st = _open_regular(path, follow_symlinks=False)
+    try:
+        first = os.read(fd, min(st.st_size, head + tail))
+        if st.st_size <= head + tail:
+            return first.decode("utf-8", errors="replace")
+        os.lseek(fd, st.st_size - tail, os.SEEK_SET)
+        last = os.read(fd, tail)
+    finally:
+        os.close(fd)
+    first = first[:head].rpartition(b"\n")[0] + b"\n"  # whole lines only on both sides
+    last = last.partition(b"\n")[2]
+    return (first + last).decode("utf-8", errors="replace")

@@ -29,6 +29,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from labctl import bounded
 from labctl.cli.common import console
 from labctl.errors import LabctlError
 
@@ -224,12 +225,14 @@ def check_vm() -> list[Check]:
 
 
 def _in_vm(vm: Any, script: str, args: list[str]) -> dict[str, Any]:
+    from labctl.dockerhost.engine import last_line
+
     proc = vm.run(["python3", "-", *args], input=script, timeout=180)
-    try:
-        answer: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError):
+    try:  # its last line: one JSON object, read bounded (the VM runs others' containers)
+        answer = bounded.load_object(last_line(proc.stdout), limit=bounded.NODE_REPLY_BYTES)
+    except bounded.BoundedError:
         raise LabctlError(f"{args[0] if args else 'check'} in {vm.title} failed: "
-                          f"{proc.stderr.strip() or proc.stdout.strip()}") from None
+                          f"{(proc.stderr.strip() or proc.stdout.strip())[-2000:]}") from None
     return answer
 
 

@@ -1,8 +1,10 @@
 """`labctl devices|devinfo|asyncwatch`: run the node-side inspector (labctl.verbs) in nodes.
 
 With one node the node's stdout, stderr and exit code pass through untouched, so
-`labctl devinfo node1 -v` is byte-for-byte what `ibv_devinfo -v` prints in node1. With
-several nodes each node's output gets a header and the exit code is the largest one.
+`labctl devinfo node1 -v` is byte-for-byte what `ibv_devinfo -v` prints in node1 (up to
+8 MiB a stream: a node is untrusted). With several nodes each node's output gets a header
+and the exit code is the largest one. With --json each node's reply must be the JSON its
+command prints; a node whose reply is not is named on stderr and labctl exits 1.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from labctl import bounded
 from labctl.cli import complete
-from labctl.cli.common import LabOption
+from labctl.cli.common import LabOption, err_console
 
 if TYPE_CHECKING:
     from labctl.lab.handle import LabHandle
@@ -58,7 +61,7 @@ def _open(lab: str | None) -> LabHandle:
 
 
 def _nodes(handle: LabHandle, names: list[str] | None) -> list[str]:
-    known = [n.name for n in handle.lab.nodes]
+    known = handle.node_names()  # a lab.json with no nodes: an error, not an empty report
     if not names:
         return known
     unknown = [n for n in names if n not in known]
@@ -72,18 +75,22 @@ def _nodes(handle: LabHandle, names: list[str] | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+NODE_COMMAND_SECONDS = 120.0  # a node's devinfo/devices: past this it is cut (exit 124)
+
+
 def _run_all(
-    handle: LabHandle, nodes: list[str], args: list[str], timeout: float = 120
+    handle: LabHandle, nodes: list[str], args: list[str]
 ) -> dict[str, subprocess.CompletedProcess[str]]:
     def one(node: str) -> subprocess.CompletedProcess[str]:
-        return handle.run(node, node_argv(*args), timeout=timeout)
+        return handle.run(node, node_argv(*args), timeout=NODE_COMMAND_SECONDS)
 
     with ThreadPoolExecutor(max_workers=max(1, min(len(nodes), 8))) as pool:
         results = list(pool.map(one, nodes))
     return dict(zip(nodes, results, strict=True))
 
 
-def _report(results: dict[str, subprocess.CompletedProcess[str]], as_json: bool) -> int:
+def _report(results: dict[str, subprocess.CompletedProcess[str]], as_json: bool,
+            kinds: tuple[type, ...] = (dict,)) -> int:
     """Print the nodes' outputs; return the exit code for labctl. JSON has one shape however
     many nodes: an object keyed by node name (a node that failed: {"error": text})."""
     if len(results) == 1 and not as_json:
@@ -94,16 +101,12 @@ def _report(results: dict[str, subprocess.CompletedProcess[str]], as_json: bool)
             sys.stderr.write(proc.stderr)
         return proc.returncode
     if as_json:
-        merged: dict[str, object] = {}
-        for node, proc in results.items():
-            try:
-                merged[node] = json.loads(proc.stdout)
-            except (ValueError, TypeError):
-                merged[node] = {"error": (proc.stderr or proc.stdout or "").strip()}
-            else:
-                if proc.stderr:
-                    sys.stderr.write(f"[{node}] {proc.stderr.rstrip()}\n")
+        merged, unreadable = _merge_json(results, kinds)
         sys.stdout.write(json.dumps(merged, indent=2) + "\n")
+        for node, why in unreadable.items():
+            err_console.print(f"{node} sent an unreadable reply ({why})", markup=False)
+        if unreadable:
+            return max(1, *(p.returncode for p in results.values()))
     else:
         first = True
         for node, proc in results.items():
@@ -119,6 +122,45 @@ def _report(results: dict[str, subprocess.CompletedProcess[str]], as_json: bool)
     return max((p.returncode for p in results.values()), key=lambda rc: (rc != 0, rc))
 
 
+# What each node command prints with --json (labctl/verbs): devinfo one Snapshot object,
+# devices a list of {"device", "node_guid"} (an {"error", "errno"} object when it cannot list).
+JSON_REPLY_KINDS: dict[str, tuple[type, ...]] = {"devinfo": (dict,), "devices": (list, dict)}
+
+
+def _merge_json(results: dict[str, subprocess.CompletedProcess[str]],
+                kinds: tuple[type, ...]) -> tuple[dict[str, object], dict[str, str]]:
+    """Each node's JSON record (read bounded, of one of `kinds`), or {"error": text} for a
+    node that failed or answered with something else; and why each answer that came with
+    exit 0 was unreadable (the node's own command succeeded: the reply is at fault)."""
+    merged: dict[str, object] = {}
+    unreadable: dict[str, str] = {}
+    for node, proc in results.items():
+        try:
+            merged[node] = _json_reply(proc.stdout, kinds)
+        except bounded.BoundedError as exc:
+            if proc.returncode == 0:
+                unreadable[node] = str(exc)
+                merged[node] = {"error": f"unreadable reply: {exc}"}
+            else:  # the node's own error message (no such device, timed out...)
+                merged[node] = {"error": (proc.stderr or proc.stdout or "").strip()[-2000:]}
+            continue
+        if proc.stderr:
+            sys.stderr.write(f"[{node}] {proc.stderr.rstrip()}\n")
+    return merged, unreadable
+
+
+def _json_reply(text: str, kinds: tuple[type, ...]) -> object:
+    from labctl.lab.replies import json_kind
+
+    if not text.strip():
+        raise bounded.BoundedError("an empty reply")
+    value = bounded.loads(text, limit=bounded.NODE_REPLY_BYTES)
+    if not isinstance(value, kinds):
+        names = " or ".join("an object" if k is dict else "a list" for k in kinds)
+        raise bounded.BoundedError(f"{json_kind(value)}, not {names}")
+    return value
+
+
 def register(app: typer.Typer) -> None:
     @app.command("devices")
     def devices(
@@ -129,7 +171,8 @@ def register(app: typer.Typer) -> None:
         """List the RDMA devices of nodes, like ibv_devices."""
         handle = _open(lab)
         args = ["devices"] + (["--json"] if as_json else [])
-        raise typer.Exit(_report(_run_all(handle, _nodes(handle, nodes), args), as_json))
+        raise typer.Exit(_report(_run_all(handle, _nodes(handle, nodes), args), as_json,
+                                 JSON_REPLY_KINDS["devices"]))
 
     @app.command("devinfo")
     def devinfo(
@@ -156,7 +199,8 @@ def register(app: typer.Typer) -> None:
             args.append("--json")
         if list_only:  # last: devinfo acts on -l as soon as it sees it
             args.append("-l")
-        raise typer.Exit(_report(_run_all(handle, _nodes(handle, nodes), args), as_json))
+        raise typer.Exit(_report(_run_all(handle, _nodes(handle, nodes), args), as_json,
+                                 JSON_REPLY_KINDS["devinfo"]))
 
     @app.command("asyncwatch")
     def asyncwatch(

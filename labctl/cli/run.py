@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from labctl.capture.runhook import capture_line, captured_runner
@@ -168,7 +169,8 @@ def _outcome(r: RunResult) -> str:
     notes = [r.reason] if r.reason else []
     if r.retried:  # say it: a pass that needed a fresh pair is not a clean pass
         notes.append(f"attempt {r.attempts}; earlier ones hit a known race, see --json")
-    return f"[{color}]{r.status}[/]" + (f" ({'; '.join(notes)})" if notes else "")
+    # escape(): a reason can quote what a node said; "[/x]" there is no markup of ours
+    return f"[{color}]{r.status}[/]" + (f" ({escape('; '.join(notes))})" if notes else "")
 
 
 def print_results(results: list[RunResult], as_json: bool, *, summary: bool = False,
@@ -184,7 +186,7 @@ def print_results(results: list[RunResult], as_json: bool, *, summary: bool = Fa
             table.add_column(column)
         for r in results:
             table.add_row(r.example, r.variant, r.server, r.client, _outcome(r),
-                          key_figure_text(r) if r.status != "skipped" else "")
+                          escape(key_figure_text(r)) if r.status != "skipped" else "")
         console.print(table)
         counts = {s: sum(r.status == s for r in results) for s in ("passed", "failed",
                                                                      "skipped")}
@@ -194,14 +196,15 @@ def print_results(results: list[RunResult], as_json: bool, *, summary: bool = Fa
         for column in ("example", "server", "client", "result", "figures"):
             table.add_column(column)
         for r in results:
-            table.add_row(r.label, r.server, r.client, _outcome(r), figures_text(r))
+            table.add_row(r.label, r.server, r.client, _outcome(r), escape(figures_text(r)))
         console.print(table)
     for r in results if not as_json else []:
         if r.capture:
             console.print(capture_line(r), markup=False, soft_wrap=True)
     for r in results:
         if r.status == "failed":
-            err_console.print(f"[bold red]{r.example} {r.variant} failed[/]: {r.reason}")
+            err_console.print(f"[bold red]{r.example} {r.variant} failed[/]: "
+                              f"{escape(r.reason)}")
             err_console.print(failure_details(r), markup=False, soft_wrap=True)
     if any(r.status == "failed" for r in results):
         raise typer.Exit(1)
@@ -694,7 +697,7 @@ def _print_example_matrix(results: list[RunResult], pairs: list[tuple[str, str]]
 
 def _progress(result: RunResult) -> None:
     err_console.print(f"{result.label} {result.server} -> {result.client}: {result.status}"
-                      + (f" ({result.reason})" if result.reason else "")
+                      + (f" ({escape(result.reason)})" if result.reason else "")
                       + (f" in {result.seconds} s" if result.seconds else ""))
 
 

@@ -48,7 +48,8 @@ class DeviceStatus(Shape):
 
 class NodeStatus(Shape):
     name: str
-    state: Literal["running", "booting", "failed", "stopped", "absent", "unrecorded"]
+    state: Literal["running", "booting", "failed", "stopped", "absent", "unrecorded",
+                   "unreadable"]
     reason: str  # why not running, or why the node could not be asked; "" when fine
     rdma: Literal["rxe", "siw", "none"]
     management: str | None  # 127.0.0.1:PORT of the node's ssh; None for container nodes

@@ -7,11 +7,13 @@ from typing import Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from labctl.cli.common import console, err_console, lab_option
-from labctl.errors import UsageError
+from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir, running_labs
+from labctl.lab.replies import UnreadableReply
 from labctl.lab.state import LabState, NodeStatus, Phase
 
 
@@ -51,8 +53,10 @@ def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
             "details": details,
         }
         info = live_info.get(node.name)
-        if isinstance(info, str):
-            record["reason"] = info
+        if isinstance(info, UnreadableReply):  # it runs, but what it says cannot be used
+            record["state"], record["reason"] = str(NodeStatus.UNREADABLE), info.message
+        elif isinstance(info, LabctlError):  # could not be asked (ssh, timeout): say why
+            record["reason"] = info.message
         elif info:
             record["devices"] = info["devices"]
             record["live_interfaces"] = info.get("interfaces", [])
@@ -87,16 +91,18 @@ def _table(status: dict[str, Any]) -> Table:
         device = devices[0]
         state = node["state"] + (f" ({node['reason']})" if node.get("reason") else "")
         color = "green" if node["state"] == "running" else "red"
+        # Text, not markup: a reason and a device's fields are what a node said, and a
+        # "[/x]" in them would be a rich MarkupError (a traceback) if parsed as markup.
         table.add_row(
-            node["name"],
-            *([node["details"].get("host", "-")] if hosts else []),
-            f"[{color}]{state}[/]",
-            node["management"] or "-",
-            "\n".join(f"{i['name']} {i['ipv4']}" for i in node["interfaces"]),
-            f"{device.get('name', '-')} ({node['rdma']})" if device else node["rdma"],
-            device.get("port_state", "-"),
-            device.get("active_mtu", "-") or "-",
-            "-" if device.get("gid_index") is None else str(device["gid_index"]),
+            Text(node["name"]),
+            *([Text(node["details"].get("host", "-"))] if hosts else []),
+            Text(state, style=color),
+            Text(node["management"] or "-"),
+            Text("\n".join(f"{i['name']} {i['ipv4']}" for i in node["interfaces"])),
+            Text(f"{device.get('name', '-')} ({node['rdma']})" if device else node["rdma"]),
+            Text(device.get("port_state", "-")),
+            Text(device.get("active_mtu", "-") or "-"),
+            Text("-" if device.get("gid_index") is None else str(device["gid_index"])),
         )
     return table
 

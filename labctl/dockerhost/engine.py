@@ -16,14 +16,13 @@ engine is a property of the host running the lab, not of the lab).
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from labctl import bounded
 from labctl.dockerhost.sdk import sdk
 from labctl.dockerhost.vm import DockerHostVM
 from labctl.errors import LabctlError, UsageError
@@ -31,6 +30,12 @@ from labctl.lab.state import EngineState
 from labctl.providers.base import Progress
 
 ENGINES = ("vm", "local")
+
+
+def last_line(text: str) -> str:
+    """The last non-empty line of `text` ("" if none): where a helper prints its answer."""
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""
 
 
 def helper_source() -> str:
@@ -83,18 +88,17 @@ class Engine:
         if self.kind == "vm":
             proc = DockerHostVM().run(["python3", "-", *args], input=source, timeout=timeout)
         else:
-            proc = subprocess.run([sys.executable, "-", *args], input=source,
-                                  capture_output=True, text=True, timeout=timeout, check=False)
-        try:
-            answer: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-        except (json.JSONDecodeError, IndexError):
+            proc, _ = bounded.run([sys.executable, "-", *args], input=source, timeout=timeout)
+        try:  # its last line: one JSON object, read bounded (containers share its host)
+            answer = bounded.load_object(last_line(proc.stdout), limit=bounded.NODE_REPLY_BYTES)
+        except bounded.BoundedError:
             raise LabctlError(
                 f"network helper in {self.where} failed ({' '.join(args[:1])}, exit "
-                f"{proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}",
+                f"{proc.returncode}): {(proc.stderr.strip() or proc.stdout.strip())[-2000:]}",
                 hint="`labctl doctor` checks the engine's host",
             ) from None
         if "error" in answer:
-            raise LabctlError(f"network helper in {self.where}: {answer['error']}",
+            raise LabctlError(f"network helper in {self.where}: {str(answer['error'])[:500]}",
                               hint="`labctl down` removes what was made")
         return answer
 

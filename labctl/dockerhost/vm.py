@@ -31,6 +31,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from labctl import bounded
 from labctl.dockerhost import hostnet
 from labctl.dockerhost.sdk import sdk
 from labctl.errors import LabctlError, UsageError
@@ -243,9 +244,8 @@ class DockerHostVM:
 
     def run(self, command: list[str], *, input: str | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.ssh_argv(command), input=input, capture_output=True,
-                              text=True, timeout=timeout, check=False,
-                              stdin=None if input is not None else subprocess.DEVNULL)
+        # Bounded like a node's reply; past `timeout` exit 124, not a TimeoutExpired.
+        return bounded.run(self.ssh_argv(command), input=input, timeout=timeout)[0]
 
     # --- up ------------------------------------------------------------------------------
     def up(self, progress: Progress, *, memory_mib: int = DEFAULT_MEMORY_MIB,

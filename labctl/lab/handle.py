@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from labctl import bounded
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.labdir import LabDir, find_labdir
+from labctl.lab.replies import UnreadableReply, status_reply
 from labctl.lab.state import NodeState
 from labctl.providers import provider_for
 from labctl.providers.base import Provider
 from labctl.topology.resolved import Lab
 
 NODE_PYTHONPATH = "/opt/labctl"
+STATUS_SECONDS = 60.0  # a node's status reply: past this it counts as not answering
 
 
 class LabHandle:
@@ -42,27 +44,26 @@ class LabHandle:
         timeout: float | None = None,
         input: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run `command` in `node`; never raises on a non-zero exit."""
+        """Run `command` in `node`; never raises on a non-zero exit. The node is untrusted:
+        at most NODE_REPLY_BYTES of each of its stdout and stderr are kept (a note on
+        stderr says when more was cut), and past `timeout` it ends with exit 124."""
+        result, truncated = self._run(node, command, timeout=timeout, input=input)
+        if truncated:
+            result.stderr += f"\n(output cut at {bounded.NODE_REPLY_BYTES} bytes per stream)"
+        return result
+
+    def _run(self, node: str, command: list[str], *, timeout: float | None,
+             input: str | None = None) -> tuple[subprocess.CompletedProcess[str], bool]:
         argv = self.argv(node, command)
         try:
-            return subprocess.run(
-                argv,
-                input=input,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-                stdin=None if input is not None else subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-            return subprocess.CompletedProcess(
-                argv, 124, out, err + f"\n(timed out after {timeout} s)"
-            )
+            return bounded.run(argv, timeout=timeout, input=input)
+        except OSError as exc:  # the provider's client (ssh, docker) cannot be started
+            raise LabctlError(f"cannot run a command in {node}: {argv[0]}: {exc.strerror}",
+                              hint="`labctl doctor` checks this host") from None
 
     def popen(self, node: str, command: list[str], **kwargs: Any) -> subprocess.Popen[str]:
         kwargs.setdefault("text", True)
+        kwargs.setdefault("errors", "replace")  # a node may print any bytes
         kwargs.setdefault("stdin", subprocess.DEVNULL)
         return subprocess.Popen(self.argv(node, command), **kwargs)
 
@@ -88,24 +89,48 @@ class LabHandle:
         self._check_node(node)
         return self.labdir.load_state().nodes.get(node)
 
-    def node_status(self, node: str, timeout: float = 60) -> dict[str, Any]:
-        result = self.run(node, self.node_python("labctl.nodeside.status"), timeout=timeout)
-        if result.returncode != 0:
-            raise LabctlError(f"cannot read status of {node}: {result.stderr.strip()}")
-        status: dict[str, Any] = json.loads(result.stdout)
-        return status
+    def node_names(self) -> list[str]:
+        """The lab's nodes; a lab without any (a damaged lab.json) is an error, not an empty
+        loop that later divides by zero or starts a pool of no workers."""
+        names = [n.name for n in self.lab.nodes]
+        if not names:
+            raise LabctlError(f"lab {self.lab.name} has no nodes ({self.labdir.lab_file} "
+                              "lists none)",
+                              hint=f"`labctl down --lab {self.lab.name}` removes it")
+        return names
 
-    def all_node_status(self, nodes: list[str]) -> dict[str, dict[str, Any] | str]:
-        """Live status of several nodes at once; an error string where a node fails."""
+    def node_status(self, node: str, timeout: float | None = None) -> dict[str, Any]:
+        """What `node` reports of its RDMA devices and interfaces (nodeside/status.py),
+        checked field by field: UnreadableReply when it is not that record."""
+        result, truncated = self._run(node, self.node_python("labctl.nodeside.status"),
+                                      timeout=timeout or STATUS_SECONDS)
+        # More than the bound is an unreadable reply, even when the timeout then ended it.
+        if result.returncode != 0 and not truncated:
+            raise LabctlError(f"cannot read status of {node}: {_last_line(result)}")
+        try:
+            return status_reply(result.stdout, truncated)
+        except bounded.BoundedError as exc:
+            raise UnreadableReply(node, str(exc)) from None
 
-        def one(node: str) -> dict[str, Any] | str:
+    def all_node_status(self, nodes: list[str]) -> dict[str, dict[str, Any] | LabctlError]:
+        """Live status of several nodes at once; the error where a node fails (an
+        UnreadableReply where it answered with something unusable)."""
+
+        def one(node: str) -> dict[str, Any] | LabctlError:
             try:
                 return self.node_status(node)
             except LabctlError as exc:
-                return exc.message
+                return exc
 
         with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
             return dict(zip(nodes, pool.map(one, nodes), strict=True))
+
+
+def _last_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The gist of a failed command: its last line of stderr (or exit code), cut short."""
+    lines = result.stderr.strip().splitlines()
+    last = lines[-1] if lines else f"exit {result.returncode}"
+    return last if len(last) <= 300 else last[:300] + "…"
 
 
 def open_lab(name: str | None) -> LabHandle:

@@ -30,6 +30,7 @@ class NodeStatus(enum.StrEnum):
     STOPPED = "stopped"  # it was started and is gone (a repair starts it again)
     ABSENT = "absent"  # never started (or its container/VM is gone)
     UNRECORDED = "unrecorded"  # its process runs but `up` died before recording it
+    UNREADABLE = "unreadable"  # it runs but answered `status` with something unusable
 
 
 class Phase(enum.StrEnum):

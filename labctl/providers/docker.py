@@ -66,6 +66,7 @@ from labctl.topology.resolved import Lab, Node
 IMAGE_REPOSITORY = "labctl-node"
 LABEL = "labctl"
 INFINIBAND_MAJOR = 231  # umad 0-63, issm 64-127, uverbs 192-255: one major for all of them
+BOOT_LOG_BYTES = 1 << 20  # of a container's log: its boot, a few KiB; the node may print more
 # Not shipped into containers: modules (containers cannot load them) and the fs's own dir.
 IMPORT_EXCLUDES = ("./usr/lib/modules", "./lost+found", "./boot")
 
@@ -456,11 +457,25 @@ class DockerProvider(Provider):
 
     @staticmethod
     def _logs(container: Any, info: NodeState | None) -> str:
-        """The container's log since its last start (a repaired node's old "ready" line
-        must not count)."""
+        """The start of the container's log since its last start (a repaired node's old
+        "ready" line must not count): the boot's stage, ready and fail lines are there. The
+        log is what the node prints, any size: at most BOOT_LOG_BYTES are read."""
         since = info.started - 1 if info and info.started else None
-        data = container.logs(since=since) if since else container.logs()
-        return str(data.decode(errors="replace"))
+        options: dict[str, Any] = {"since": since} if since else {}
+        stream = container.logs(stream=True, follow=False, **options)
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            for chunk in stream:
+                chunks.append(chunk[: BOOT_LOG_BYTES - size])
+                size += len(chunk)
+                if size >= BOOT_LOG_BYTES:
+                    break
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        return b"".join(chunks).decode(errors="replace")
 
     def _open_clients(self, state: LabState) -> list[Any]:
         if self.multi_host:

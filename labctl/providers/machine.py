@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from labctl import bounded
 from labctl.errors import LabctlError
 from labctl.faults import fault_point
 from labctl.images.builder import Image
@@ -83,11 +84,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# A console log is written by the guest and can be any size: labctl reads its first MiB
+# (the boot, with its ready or fail line: a few KiB with `quiet`) and its last 64 KiB.
+CONSOLE_HEAD_BYTES = 1 << 20
+CONSOLE_TAIL_BYTES = 64 << 10
+
+
 def tail(path: Path, lines: int = 25) -> str:
     try:
-        return "".join(path.read_text(errors="replace").splitlines(keepends=True)[-lines:])
-    except OSError:
+        text = bounded.read_tail(path, CONSOLE_TAIL_BYTES)
+    except (OSError, bounded.BoundedError):
         return "(no output)"
+    return "".join(text.splitlines(keepends=True)[-lines:])
 
 
 def machine_payload(env: dict[str, str], authorized_key: str, host_key: bytes) -> bytes:
@@ -354,9 +362,10 @@ class QemuMachine:
 
     # --- its console ---------------------------------------------------------------------
     def console(self) -> str:
+        """The console's start and end (never the whole log: the guest writes it)."""
         try:
-            return self.console_log.read_text(errors="replace")
-        except OSError:
+            return bounded.read_ends(self.console_log, CONSOLE_HEAD_BYTES, CONSOLE_TAIL_BYTES)
+        except (OSError, bounded.BoundedError):
             return ""
 
     def stage(self, console: str) -> str:

@@ -34,10 +34,12 @@ from typing import Any
 
 import labctl.providers.libvirtd as libvirtd
 import labctl.providers.vagrant_mounts as vagrant_mounts
+from labctl import bounded
 from labctl.errors import LabctlError
 from labctl.images.recipes import RECIPES
 from labctl.lab import ssh
 from labctl.lab.labdir import LabDir
+from labctl.lab.replies import status_reply
 from labctl.lab.state import LabState, NodeState, NodeStatus, Phase
 from labctl.providers.base import NodeRuntime, Progress, Provider, UnsupportedError
 from labctl.providers.machine import tail
@@ -419,14 +421,10 @@ class VagrantProvider(Provider):
         while pending:
             for node in list(pending):
                 argv = self.exec_argv(node.name, self.ready_check(node))
-                try:
-                    result = subprocess.run(
-                        argv, capture_output=True, timeout=60, check=False, stdin=subprocess.DEVNULL
-                    )
-                    if result.returncode == 0:
-                        pending.remove(node)
-                except subprocess.TimeoutExpired:
-                    pass
+                # Only the exit code counts; what the node prints is kept bounded.
+                result, _ = bounded.run(argv, timeout=60, limit=64 << 10)
+                if result.returncode == 0:
+                    pending.remove(node)
             if not pending:
                 break
             if time.monotonic() > deadline:
@@ -456,25 +454,14 @@ class VagrantProvider(Provider):
         if not device:
             return {}
         command = ["env", f"PYTHONPATH={NODE_CODE}", "python3", "-m", "labctl.nodeside.status"]
-        try:
-            result = subprocess.run(
-                self.exec_argv(node.name, command),
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
-            devices = json.loads(result.stdout)["devices"]
-        except (subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
+        try:  # the node's reply is untrusted: bounded, and every field checked
+            result, truncated = bounded.run(self.exec_argv(node.name, command), timeout=120)
+            devices = status_reply(result.stdout, truncated)["devices"]
+        except (OSError, bounded.BoundedError):
             return {}
         for record in devices:
-            if isinstance(record, dict) and record.get("name") == device:
-                return {
-                    "port_state": record.get("port_state", "?"),
-                    "active_mtu": record.get("active_mtu", ""),
-                    "gid_index": record.get("gid_index"),
-                }
+            if record["name"] == device:
+                return {key: record[key] for key in ("port_state", "active_mtu", "gid_index")}
         return {}
 
     def _not_ready(self, node: Node, timeout: float) -> LabctlError:
@@ -482,15 +469,10 @@ class VagrantProvider(Provider):
         if console.is_file():  # labctl's box has no systemd: its boot reports on the console
             source, report = console.name, tail(console)
         else:
-            journal = subprocess.run(
+            journal, _ = bounded.run(
                 self.exec_argv(node.name,
                                ["journalctl", "-u", UNIT, "-b", "-n", "25", "--no-pager"]),
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
+                timeout=60, limit=64 << 10)
             source, report = f"journalctl -u {UNIT}", journal.stdout + journal.stderr
         device = rdma_device_name(node) or "(no device)"
         return LabctlError(

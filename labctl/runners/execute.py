@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from labctl.errors import UsageError, short_repr
+from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
 from labctl.providers.node import rdma_device_name
 from labctl.runners.diagnose import snapshot
@@ -192,8 +192,14 @@ def run_example(
         result.status, result.reason = "skipped", no_path_reason(handle.lab, server_node,
                                                                  client_node)
         return result
-    server_ep = endpoint(handle, server_node, ifaces[0])
-    client_ep = endpoint(handle, client_node, ifaces[1])
+    try:
+        server_ep = endpoint(handle, server_node, ifaces[0])
+        client_ep = endpoint(handle, client_node, ifaces[1])
+    except UsageError:
+        raise
+    except LabctlError as exc:  # a node that cannot be asked or sent an unreadable reply
+        result.reason = exc.message  # fails this pair, not the whole `run all`
+        return result
     result.path = {"routers": routers, "hops": len(routers), "server_gid": _gid(server_ep),
                    "client_gid": _gid(client_ep)}
     if routers and spec.one_segment:

@@ -7,7 +7,7 @@ from typing import Any
 
 _BYTES = re.compile(r"^(\d+) bytes in ([\d.]+) seconds = ([\d.]+) Mbit/sec$", re.M)
 _ITERS = re.compile(r"^(\d+) iters in ([\d.]+) seconds = ([\d.]+) usec/iter$", re.M)
-_ADDRESS = re.compile(r"^\s*(local|remote) address: .*, GID (\S+)$", re.M)
+_ADDRESS = re.compile(r"^[ \t]*(local|remote) address: [^\n]*, GID (\S+)$", re.M)
 
 
 def parse_pingpong(output: str) -> dict[str, Any]:
@@ -55,7 +55,18 @@ _LAT_COLUMNS = ("bytes", "iterations", "t_min_usec", "t_max_usec", "t_typical_us
                 "t_avg_usec", "t_stdev_usec", "p99_usec", "p99_9_usec")
 _BW_COLUMNS = ("bytes", "iterations", "bw_peak", "bw_average", "msg_rate_mpps")
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
-_SETTING = re.compile(r"^\s*([A-Za-z][\w .*/-]*?)\s*:\s*(\S[^\t]*?)\s*$")
+_SETTING_KEY = re.compile(r"[A-Za-z][\w .*/-]*")
+
+
+def _setting(part: str) -> tuple[str, str] | None:
+    """A "Key : value" setting (value without a tab), or None. Split at the colon rather than by one
+    regex: a lazy key followed by `\\s*:` took seconds on a long line of spaces (the output
+    comes from the node, which may print anything)."""
+    key, colon, value = part.partition(":")
+    key, value = key.strip(), value.strip()
+    if not colon or not value or "\t" in value or not _SETTING_KEY.fullmatch(key):
+        return None
+    return key, value
 
 
 def _number(text: str) -> int | float:
@@ -72,10 +83,10 @@ def parse_perftest(output: str) -> dict[str, Any]:
         if stripped.endswith(" Test") and "test" not in figures and ":" not in stripped:
             figures["test"] = stripped
         for part in re.split(r"\t{2,}", line):  # two settings a line, tab-separated
-            setting = _SETTING.match(part)
+            setting = _setting(part)
             if not setting:
                 continue
-            key, value = setting.group(1).strip(), setting.group(2).strip()
+            key, value = setting
             if key == "Device":
                 figures["device"] = value
             elif key == "Connection type":

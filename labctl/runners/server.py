@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import threading
 
+from labctl import bounded
 from labctl.lab.handle import LabHandle
 
 GROUP_LINE = "labctl-run-pgid "
@@ -48,9 +49,16 @@ class ServerProcess:
         self._reader.start()
 
     def _read(self) -> None:
+        """Keep the first NODE_REPLY_BYTES characters the server prints, read the rest away
+        (the node prints what it likes: a line of 300 MB must not be held whole)."""
         assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self._lines.append(line)
+        kept = 0
+        while line := self.process.stdout.readline(65536):
+            if kept < bounded.NODE_REPLY_BYTES:
+                self._lines.append(line[: bounded.NODE_REPLY_BYTES - kept])
+                kept += len(line)
+                if kept >= bounded.NODE_REPLY_BYTES:
+                    self._lines.append("\n(output cut here)\n")
 
     def running(self) -> bool:
         return self.process.poll() is None

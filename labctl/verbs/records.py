@@ -246,9 +246,19 @@ class Snapshot(Record):
 
     @classmethod
     def from_json(cls, text: str) -> Snapshot:
+        """The snapshot `text` holds; ValueError (saying what is wrong) for anything else,
+        never a KeyError or RecursionError: a record may come from a node, which is
+        untrusted. (Stdlib only: this module runs in nodes, without labctl.bounded.)"""
         import json
 
-        return cls.from_dict(json.loads(text))
+        try:
+            raw = json.loads(text)
+            if not isinstance(raw, dict):
+                raise TypeError(f"a JSON {type(raw).__name__}, not an object")
+            return cls.from_dict(raw)
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            raise ValueError(f"not a device snapshot ({why[:200]})") from None
 
 
 def _known(rc: type[Record], raw: dict[str, Any]) -> dict[str, Any]:

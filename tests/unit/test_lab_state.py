@@ -58,7 +58,7 @@ def test_state_round_trips_through_json() -> None:
 
 def test_node_states_are_the_ones_status_emits() -> None:
     assert [str(s) for s in NodeStatus] == ["running", "booting", "failed", "stopped",
-                                            "absent", "unrecorded"]
+                                            "absent", "unrecorded", "unreadable"]
 
 
 @pytest.mark.parametrize("text", ["", "{", "[]", '{"provider": "qemu", "phase": "flying"}',

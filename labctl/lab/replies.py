@@ -1,0 +1,97 @@
+"""What a node sends back, checked before labctl uses it.
+
+A node runs the user's code as root: its reply to `python3 -m labctl.nodeside.status` can
+be anything (not JSON, a list, 100k-deep, NaN, the wrong types, 300 MB). The reply is read
+bounded (labctl.bounded) and rebuilt here from the fields labctl uses, each of the type
+docs/json.md gives; anything else is a BoundedError whose text says which field is wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from labctl import bounded
+from labctl.errors import LabctlError, short_repr
+
+
+class UnreadableReply(LabctlError):
+    """`node` answered, but not with a record labctl can use: the node's state
+    (`unreadable` in `labctl status`), never a traceback."""
+
+    def __init__(self, node: str, why: str) -> None:
+        super().__init__(f"{node} sent an unreadable reply ({why})",
+                         hint=f"see what the node prints: `labctl exec {node} -- env "
+                              "PYTHONPATH=/opt/labctl python3 -m labctl.nodeside.status`")
+        self.node = node
+        self.why = why
+
+
+# The fields of one device and one interface in the status reply, with the types they may
+# have (nodeside/status.py writes them; cli/shapes.py DeviceStatus and LiveInterface).
+_DEVICE_FIELDS: dict[str, tuple[type, ...]] = {
+    "name": (str,), "node_type": (str,), "netdev": (str,), "port_state": (str,),
+    "link_layer": (str,), "active_mtu": (str,), "gid_index": (int, type(None)),
+    "gid_ipv4": (str,),
+}
+_INTERFACE_FIELDS: dict[str, tuple[type, ...]] = {
+    "name": (str,), "state": (str, type(None)), "mtu": (int, type(None)),
+    "mac": (str, type(None)), "ipv4": (list,),
+}
+_TYPE_NAMES = {str: "a string", int: "a number", list: "a list", type(None): "null"}
+
+
+def json_kind(value: object) -> str:
+    """What a parsed JSON value is, for a message: "a list", "null"..."""
+    kinds = ((bool, "a boolean"), (str, "a string"), (int, "a number"), (float, "a number"),
+             (list, "a list"), (dict, "an object"), (type(None), "null"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "a value")
+
+
+def _typed(value: object, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):  # a bool is an int to Python, not to JSON
+        return False
+    return isinstance(value, types)
+
+
+def _record(raw: object, fields: dict[str, tuple[type, ...]], where: str) -> dict[str, Any]:
+    """`raw` as an object with exactly `fields` (extra keys dropped), else BoundedError."""
+    if not isinstance(raw, dict):
+        raise bounded.BoundedError(f"{where} is {json_kind(raw)}, not an object")
+    record = {}
+    for name, types in fields.items():
+        if name not in raw:
+            raise bounded.BoundedError(f"{where} has no {name!r}")
+        if not _typed(raw[name], types):
+            expected = " or ".join(_TYPE_NAMES[t] for t in types)
+            raise bounded.BoundedError(f"{where}.{name} is {json_kind(raw[name])} "
+                                       f"({short_repr(raw[name], 30)}), not {expected}")
+        record[name] = raw[name]
+    return record
+
+
+def _records(raw: dict[str, Any], key: str, fields: dict[str, tuple[type, ...]]
+             ) -> list[dict[str, Any]]:
+    value = raw[key]
+    if not isinstance(value, list):
+        raise bounded.BoundedError(f"{key} is {json_kind(value)}, not a list")
+    return [_record(item, fields, f"{key}[{i}]") for i, item in enumerate(value)]
+
+
+def status_reply(text: str, truncated: bool = False) -> dict[str, Any]:
+    """The node's status reply as {"devices": [...], "interfaces": [...]}, every field of
+    its documented type; BoundedError (saying what is wrong) otherwise."""
+    if truncated:
+        raise bounded.BoundedError(f"more than {bounded.NODE_REPLY_BYTES} bytes")
+    if not text.strip():
+        raise bounded.BoundedError("an empty reply")
+    raw = bounded.load_object(text, limit=bounded.NODE_REPLY_BYTES)
+    if "devices" not in raw:
+        raise bounded.BoundedError("no 'devices'")
+    devices = _records(raw, "devices", _DEVICE_FIELDS)
+    interfaces = _records(raw, "interfaces", _INTERFACE_FIELDS) if "interfaces" in raw else []
+    for i, interface in enumerate(interfaces):
+        for address in interface["ipv4"]:
+            if not isinstance(address, str):
+                raise bounded.BoundedError(f"interfaces[{i}].ipv4 holds {json_kind(address)}, "
+                                           "not only strings")
+    return {"devices": devices, "interfaces": interfaces}
