@@ -40,6 +40,18 @@ def lab_option(help: str = "Lab name (default: the only lab that is up).") -> An
 LabOption = lab_option()
 NodeArgument = typer.Argument(..., metavar="NODE", help="Node name.",
                               autocompletion=complete.node_names)
+
+
+def _check_mirror(value: str | None) -> str | None:
+    """--mirror becomes an argument of mmdebstrap (root, hooks as options): a URL only."""
+    from labctl.images.recipes import check_mirror
+
+    return check_mirror(value)
+
+
+MirrorOption = typer.Option(None, "--mirror", help="Debian mirror URL for image builds "
+                            "(http, https or file; default: mmdebstrap's).", metavar="URL",
+                            callback=_check_mirror)
 TopologyArgument = typer.Argument(
     ..., metavar="TOPOLOGY", autocompletion=complete.topologies,
     help="Topology file (YAML), or the name of a shipped one (`labctl topologies`).",

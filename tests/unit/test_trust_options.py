@@ -1,0 +1,203 @@
+"""Options are values, not options (issue 35, items 4 and 5): a corpus of hostile CLI values.
+
+- --mirror reaches mmdebstrap (root, hooks as options): a URL only, and after `--`.
+- every numeric option of every command, found in the typer app itself, refuses nan, inf,
+  negative, zero (where the help does not allow it) and huge values with exit 2.
+- paths the OS refuses (too long, a loop of links, a file as a directory) are exit 2.
+- `validate` never shows the content of a file that is not a topology.
+- a corrupt image-cache manifest is reported as such; the other images are still listed.
+- the Docker host VM's files live inside the state dir.
+- `capture -r` streams a pcap: memory bounded whatever its size; truncated pcaps are clean.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from labctl.errors import UsageError
+from labctl.images import builder
+from labctl.images.recipes import RECIPES, check_mirror
+from tests.unit.clirun import run_main
+
+
+def assert_clean_refusal(code: int, out: str, err: str, *words: str) -> None:
+    """Exit 2, labctl's error/hint form, no traceback, and the words in the message."""
+    assert code == 2, (code, out, err)
+    assert "Traceback" not in out + err
+    assert err.lstrip().startswith("error:"), err
+    text = " ".join(err.split())
+    for word in words:
+        assert word in text, (word, err)
+
+
+# --- --mirror -------------------------------------------------------------------------------
+HOSTILE_MIRRORS = [
+    "--customize-hook=touch /tmp/pwned",
+    "--setup-hook=sh -c id",
+    "-v",
+    "-",  # mmdebstrap: read sources.list from stdin
+    "deb http://deb.debian.org/debian trixie main",  # a sources.list line
+    "http://deb.debian.org/debian --customize-hook=id",
+    "http://deb.debian.org/debian\n--customize-hook=id",
+    "http://x/debian#comment",
+    "http://x/debian?q=1",
+    "http://x/\x00",
+    "http://x/\x1b[31m",
+    "http:///debian",  # no host
+    "http://:80/debian",
+    "https://user@/debian",
+    "file://host/srv/debian",  # a file URL has no host
+    "file:relative",
+    "ftp://deb.debian.org/debian",
+    "gopher://x/",
+    "/srv/debian",  # a path: mmdebstrap would read it as a sources.list file
+    "deb.debian.org/debian",
+    "",
+    "http://" + "a" * 5000 + "/",
+    'http://x/"quoted"',
+    "http://x/a b",
+]
+GOOD_MIRRORS = ["http://deb.debian.org/debian", "https://mirror.example.org:8443/debian/",
+                "file:///srv/debian", "http://[::1]:3142/debian", "HTTP://X.ORG/d",
+                "http://user:pw@proxy.local/debian/"]
+
+
+@pytest.mark.parametrize("mirror", HOSTILE_MIRRORS)
+def test_check_mirror_refuses_what_is_not_a_mirror_url(mirror: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        check_mirror(mirror)
+    assert "--mirror" in caught.value.message and "e.g." in (caught.value.hint or "")
+
+
+@pytest.mark.parametrize("mirror", GOOD_MIRRORS)
+def test_check_mirror_accepts_urls(mirror: str) -> None:
+    assert check_mirror(mirror) == mirror
+
+
+MIRROR_COMMANDS = [["up", "two-node"], ["image", "build"], ["image", "box"],
+                   ["docker-host", "up"]]
+
+
+@pytest.mark.parametrize("command", MIRROR_COMMANDS, ids=" ".join)
+@pytest.mark.parametrize("mirror", HOSTILE_MIRRORS[:6])
+def test_every_mirror_option_refuses_an_option(
+        command: list[str], mirror: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path / "cache"))
+    code, out, err = run_main(monkeypatch, capsys, *command, f"--mirror={mirror}")
+    assert_clean_refusal(code, out, err, "--mirror")
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "state").exists()
+
+
+def test_mmdebstrap_gets_the_mirror_after_the_end_of_options(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """mmdebstrap reads options after its arguments too (Getopt::Long's permute): the
+    suite, target and mirror come after `--`, so none of them can be an option."""
+    seen: list[list[str]] = []
+    monkeypatch.setattr(builder, "_run_streamed", lambda argv, progress, log: seen.append(argv))
+    builder._mmdebstrap(RECIPES["trixie"], tmp_path / "root", "http://deb.debian.org/debian",
+                        lambda _m: None, tmp_path / "log")
+    argv = seen[0]
+    end = argv.index("--")
+    assert argv[end + 1:] == ["trixie", str(tmp_path / "root"), "http://deb.debian.org/debian"]
+    assert all(a.startswith("--") for a in argv[1:end])
+
+
+def test_mmdebstrap_refuses_a_hostile_mirror_even_past_the_cli(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A caller that skipped the CLI (the library, a provider) still cannot pass a hook."""
+    monkeypatch.setattr(builder, "_run_streamed",
+                        lambda *a: pytest.fail("mmdebstrap ran"))  # pragma: no cover
+    with pytest.raises(UsageError):
+        builder._mmdebstrap(RECIPES["trixie"], tmp_path / "root", "--customize-hook=id",
+                            lambda _m: None, tmp_path / "log")
+    monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(UsageError):
+        builder.build_image(RECIPES["trixie"], "--customize-hook=id")
+    assert not (tmp_path / "cache").exists()
+
+
+# --- the image cache ------------------------------------------------------------------------
+GOOD_MANIFEST = {"name": "trixie", "key": "trixie-0123456789abcdef", "suite": "trixie",
+                 "kernel_suite": "trixie", "kernel": "6.12.0-1-amd64", "rdma_core": "56.1-1",
+                 "siw": True, "packages": {}, "added_packages": [], "rootfs_bytes": 400 << 20,
+                 "build_seconds": 321.5}
+CORRUPT_MANIFESTS: list[tuple[str, bytes]] = [
+    ("not-json", b"{not json"),
+    ("empty", b""),
+    ("a-list", b"[1, 2]"),
+    ("nan", b'{"name": NaN}'),
+    ("deep", b"[" * 100_000 + b"]" * 100_000),
+    ("binary", b"\xff\xfe\x00garbage"),
+    ("missing-keys", b'{"name": "trixie"}'),
+    ("wrong-types", json.dumps({**GOOD_MANIFEST, "rootfs_bytes": "big"}).encode()),
+    ("bool-size", json.dumps({**GOOD_MANIFEST, "rootfs_bytes": True}).encode()),
+    ("too-large", b'{"name": "' + b"x" * (2 << 20) + b'"}'),
+]
+
+
+def make_image(cache: Path, name: str, manifest: bytes) -> Path:
+    path = cache / "images" / name
+    path.mkdir(parents=True)
+    (path / "manifest.json").write_bytes(manifest)
+    return path
+
+
+@pytest.mark.parametrize(("label", "manifest"), CORRUPT_MANIFESTS,
+                         ids=[c[0] for c in CORRUPT_MANIFESTS])
+def test_image_list_shows_a_corrupt_image_and_the_others(
+        label: str, manifest: bytes, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path))
+    make_image(tmp_path, "trixie-0123456789abcdef", json.dumps(GOOD_MANIFEST).encode())
+    bad = make_image(tmp_path, f"trixie-{label}", manifest)
+    code, out, err = run_main(monkeypatch, capsys, "image", "list")
+    assert code == 0 and "Traceback" not in out + err
+    assert "0123456789abcdef" in out and "6.12.0-1-amd64" in out
+    flat = " ".join(err.split())
+    assert f"image trixie-{label} in the cache is corrupt" in flat
+    assert f"rm -r {bad}" in flat and "labctl image build --force" in flat
+    code, out, err = run_main(monkeypatch, capsys, "image", "list", "--json")
+    listed = json.loads(out)
+    assert code == 0 and [i["key"] for i in listed["images"]] == ["trixie-0123456789abcdef"]
+    assert [c["path"] for c in listed["corrupt"]] == [str(bad)]
+
+
+def test_image_manifest_that_is_a_link_or_a_fifo_is_corrupt(tmp_path: Path) -> None:
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "manifest.json").symlink_to("/etc/passwd")
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "manifest.json")
+    for path in (linked, fifo):
+        with pytest.raises(builder.CorruptImage):
+            builder.Image.at(path)
+        assert builder.usable_image(path) is None
+    assert builder.usable_image(tmp_path / "absent") is None
+
+
+def test_build_image_rebuilds_over_a_corrupt_image(monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    """A corrupt image is not returned (it would crash later): it is built anew, and the
+    corrupt directory replaced."""
+    monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path))
+    final = builder.image_dir(RECIPES["trixie"])
+    make_image(tmp_path, final.name, b"{corrupt")
+    built: list[Path] = []
+
+    def fake_build(recipe: object, mirror: object, final: Path, force: bool,
+                   progress: object) -> builder.Image:
+        built.append(final)
+        return builder.Image(final, final, final, final, {})
+
+    monkeypatch.setattr(builder, "_check_host_tools", lambda: None)
+    monkeypatch.setattr(builder, "_build_locked", fake_build)
+    builder.build_image(RECIPES["trixie"])
+    assert built == [final]
+    assert builder.cached_image(RECIPES["trixie"]) is None
