@@ -11,10 +11,11 @@ from types import FrameType
 
 import typer
 
-from labctl.cli.common import LabOption, console, err_console
+from labctl.cli.common import LabOption, console, err_console, int_range, seconds
 from labctl.errors import LabctlError, UsageError
 
 DEFAULT_DURATION = 60.0  # a -w capture without --count or --duration stops after this
+MAX_COUNT = 10**9  # packets: --count and --first
 
 
 @contextmanager
@@ -40,8 +41,6 @@ def _record(endpoint: str, write: Path | None, count: int, duration: float | Non
     from labctl.capture.target import check_filter, parse_endpoint, resolve
     from labctl.lab.handle import open_lab
 
-    if count < 0 or (duration is not None and duration <= 0):
-        raise UsageError("--count and --duration must be positive")
     check_filter(bpf)
     # Fail here, before the child starts, if the file cannot be written (and make nothing).
     if write is not None and (write.is_dir() or not write.parent.is_dir()
@@ -93,16 +92,20 @@ def capture(
     endpoint: str = typer.Argument(None, help="NODE:IF to capture on, e.g. node1:eth1."),
     write: Path = typer.Option(None, "--write", "-w", help="Write a pcap file (default: "
                                "print one decoded line per packet)."),
-    count: int = typer.Option(0, "--count", "-c", help="Stop after this many packets."),
+    count: int = typer.Option(0, "--count", "-c", help="Stop after this many packets "
+                              f"(0: no limit; at most {MAX_COUNT}).",
+                              callback=int_range("--count", 0, MAX_COUNT)),
     duration: float = typer.Option(None, "--duration", help="Stop after this many seconds "
-                                   f"(with -w and no --count: {DEFAULT_DURATION:g})."),
+                                   f"(with -w and no --count: {DEFAULT_DURATION:g}).",
+                                   callback=seconds("duration")),
     bpf: str = typer.Option(None, "--filter", "-f", help="BPF filter, e.g. 'udp port 4791'."),
     decode: Path = typer.Option(None, "--decode", "-r", help="Decode this pcap file instead "
                                 "of capturing."),
     ladder: Path = typer.Option(None, "--ladder", help="With --decode: draw a ladder "
                                 "diagram to this .png or .svg file."),
     first: int = typer.Option(None, "--first", "-n", help="With --decode: only the first N "
-                              "packets (a ladder: default 40)."),
+                              "packets (a ladder: default 40).",
+                              callback=int_range("--first", 1, MAX_COUNT)),
     lab: str = LabOption,
 ) -> None:
     """See RDMA on the wire: capture a node's link from the lab's side, or decode a pcap
@@ -110,8 +113,6 @@ def capture(
     if decode is not None:
         if endpoint is not None or write is not None:
             raise UsageError("--decode reads a file; it takes no NODE:IF or -w")
-        if first is not None and first <= 0:
-            raise UsageError("--first must be positive")
         if ladder is not None and ladder.suffix.lower() not in (".png", ".svg"):
             raise UsageError(f"--ladder {ladder}: use a .png or .svg file name")
         _decode(decode, first if first is not None else (40 if ladder else None), ladder)

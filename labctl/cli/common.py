@@ -14,7 +14,7 @@ from rich.console import Console
 from labctl.cli import complete
 from labctl.errors import UsageError
 from labctl.providers.base import Progress
-from labctl.runners.spec import check_seconds
+from labctl.runners.spec import check_options, check_seconds
 
 console = Console(highlight=False, width=None if Console().is_terminal else 120)
 err_console = Console(stderr=True, highlight=False)
@@ -76,6 +76,16 @@ def int_range(flag: str, low: int, high: int) -> Callable[[int | None], int | No
             raise UsageError(f"{flag} must be a whole number from {low} to {high} (got {value})",
                              hint=f"e.g. {flag} {low}")
         return value
+
+    return check
+
+
+def run_value(option: str) -> Callable[[int | None], int | None]:
+    """A typer callback for a run option (--size, --iters, --port...): checked as every
+    caller of the runners checks it (labctl.runners.spec), as it is parsed (exit 2)."""
+
+    def check(value: int | None) -> int | None:
+        return None if value is None else check_options({option: value})[option]
 
     return check
 

@@ -201,3 +201,74 @@ def test_build_image_rebuilds_over_a_corrupt_image(monkeypatch: pytest.MonkeyPat
     builder.build_image(RECIPES["trixie"])
     assert built == [final]
     assert builder.cached_image(RECIPES["trixie"]) is None
+
+
+# --- every numeric option -------------------------------------------------------------------
+def numeric_options() -> list[tuple[list[str], str, type]]:
+    """(command path, flag, int or float) of every numeric option of every labctl command,
+    from the typer app itself: an option added tomorrow is in this list."""
+    import typing
+
+    import typer
+    from typer.core import TyperGroup
+
+    from labctl.cli.app import app
+
+    def number_type(annotation: object) -> type | None:
+        if annotation in (int, float):
+            return typing.cast(type, annotation)
+        return next((t for a in typing.get_args(annotation) if (t := number_type(a))), None)
+
+    found: list[tuple[list[str], str, type]] = []
+
+    def walk(command: object, path: list[str]) -> None:
+        if isinstance(command, TyperGroup):
+            for name, sub in command.commands.items():
+                walk(sub, [*path, name])
+            return
+        for param in getattr(command, "params", []):
+            kind = number_type(param.type_descriptor.annotation)
+            if kind is not None and param.opts[0].startswith("-"):
+                found.append((path, max(param.opts, key=len), kind))
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+NUMERIC_OPTIONS = numeric_options()
+# The arguments a command needs before its options are looked at.
+REQUIRED_ARGS = {"up": ["two-node"], "validate": ["two-node"], "cp": ["a", "b"],
+                 "asyncwatch": ["node1"], "run perftest": ["ib_send_bw"],
+                 "link set": ["node1:eth1"]}
+ZERO_ALLOWED = {("capture", "--count")}  # 0: no limit, as its help says
+BAD_NUMBERS = ["nan", "inf", "-inf", "1e308", "-1", "0", str(10**30)]
+
+
+def test_the_app_has_numeric_options() -> None:
+    assert len(NUMERIC_OPTIONS) > 60  # the walk finds them (run has over 50)
+    assert (["run", "pingpong"], "--mtu", int) in NUMERIC_OPTIONS
+    assert (["capture"], "--duration", float) in NUMERIC_OPTIONS
+
+
+@pytest.mark.parametrize(("path", "flag", "kind"), NUMERIC_OPTIONS,
+                         ids=[" ".join(p) + " " + f for p, f, _ in NUMERIC_OPTIONS])
+@pytest.mark.parametrize("value", BAD_NUMBERS)
+def test_every_numeric_option_refuses_what_its_help_does_not_allow(
+        path: list[str], flag: str, kind: type, value: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Refused as the command line is parsed (no lab needed, nothing made): exit 2, the flag
+    named, no traceback. A value of the option's type is refused in labctl's error/hint
+    form; text that is not a number at all (nan for a whole number) by typer's parser."""
+    if value == "0" and (path[0], flag) in ZERO_ALLOWED:
+        return
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path / "cache"))
+    args = [*path, *REQUIRED_ARGS.get(" ".join(path), []), f"{flag}={value}"]
+    code, out, err = run_main(monkeypatch, capsys, *args)
+    parses = kind is float or value.lstrip("-").isdigit()
+    if parses:
+        assert_clean_refusal(code, out, err, flag)
+    else:
+        assert code == 2 and "Traceback" not in out + err
+        assert "Invalid value" in err and flag in err
+    assert not (tmp_path / "state").exists() and not (tmp_path / "cache").exists()
