@@ -272,3 +272,66 @@ def test_every_numeric_option_refuses_what_its_help_does_not_allow(
         assert code == 2 and "Traceback" not in out + err
         assert "Invalid value" in err and flag in err
     assert not (tmp_path / "state").exists() and not (tmp_path / "cache").exists()
+
+
+# --- validate never shows a file that is not a topology ------------------------------------
+SECRET = "S3CRETxyzzy"
+# Files that are not topologies, each holding the secret where an error message could quote
+# it: a key, a value, an alias, a tag, a duplicate key, a parse error near it.
+SECRET_FILES = [
+    f"root:$y$j9T${SECRET}:19700:0:99999:7:::\ndaemon:*:19700:0:99999:7:::\n",  # /etc/shadow
+    f"{SECRET}: 1\n",
+    f"password: {SECRET}\nuser: admin\n",
+    f"name: {SECRET}\n",  # one topology key is not enough
+    f"token: *{SECRET}\n",  # undefined alias
+    f"token: !{SECRET} x\n",  # unknown tag
+    f"{SECRET}: 1\n{SECRET}: 2\n",  # duplicate key
+    f"- {SECRET}\n- x\n",
+    f"{SECRET}\n",
+    f"key: [{SECRET} \nother: x\n",  # parse error after it
+    f'key: "{SECRET}\n',  # unterminated quote
+    f"-----BEGIN OPENSSH PRIVATE KEY-----\n{SECRET}\n-----END OPENSSH PRIVATE KEY-----\n",
+    f"\xff{SECRET}\n",
+    f"a:\n\tb: {SECRET}\n",  # a tab
+    f"{{{SECRET}: [1, 2}}\n",
+    f"k: '{SECRET}' extra\n",
+]
+
+
+@pytest.mark.parametrize("content", SECRET_FILES, ids=range(len(SECRET_FILES)))
+@pytest.mark.parametrize("command", ["validate", "up", "down"])
+def test_a_root_only_file_linked_as_a_topology_is_not_shown(
+        content: str, command: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """labctl runs as root: a topology.yaml linked to a root-only file must not print it
+    through its error (reading.py, "what is quoted")."""
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(tmp_path / "state"))
+    secret = tmp_path / "secret"
+    secret.write_bytes(content.encode("utf-8", errors="surrogateescape")
+                       if "\xff" not in content else content.encode("latin-1"))
+    secret.chmod(0o600)
+    (tmp_path / "topology.yaml").symlink_to(secret)
+    code, out, err = run_main(monkeypatch, capsys, command, str(tmp_path / "topology.yaml"))
+    assert code == 2 and "Traceback" not in out + err, (code, out, err)
+    assert SECRET not in out + err and SECRET[:4] not in out + err
+    assert "topology.yaml" in err
+
+
+def test_a_topology_with_a_typo_is_still_quoted(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path) -> None:
+    """Once a file looks like a topology, its errors quote it: that is what helps."""
+    path = tmp_path / "t.yaml"
+    path.write_text("name: t\nnodes: {a: {memroy: 512}}\n")
+    code, _, err = run_main(monkeypatch, capsys, "validate", str(path))
+    assert code == 2 and "unknown key 'memroy'; did you mean 'memory'?" in " ".join(err.split())
+    path.write_text("name: t\nnodes:\n  a: *undefined\n")
+    code, _, err = run_main(monkeypatch, capsys, "validate", str(path))
+    assert code == 2 and "found undefined alias 'undefined'" in err
+
+
+def test_the_plausibility_keys_are_the_topology_keys() -> None:
+    from labctl.topology.model import Topology
+    from labctl.topology.reading import TOPOLOGY_KEYS
+
+    assert set(Topology.model_fields) == TOPOLOGY_KEYS
