@@ -335,3 +335,29 @@ def test_the_plausibility_keys_are_the_topology_keys() -> None:
     from labctl.topology.reading import TOPOLOGY_KEYS
 
     assert set(Topology.model_fields) == TOPOLOGY_KEYS
+
+
+# --- the Docker host VM's files follow the state dir ----------------------------------------
+def test_docker_host_files_live_inside_a_given_state_dir(monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
+    """LABCTL_STATE_DIR=/tmp/x once put the VMs, their locks and the share in /tmp."""
+    from labctl.dockerhost import hostnet, vm
+
+    state = tmp_path / "x"
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(state))
+    for name in ("default", "sw1"):
+        made = vm.DockerHostVM(name)
+        paths = [vm.vm_dir(name).path, vm.lock_file(name), made.socket, made.labdir.path]
+        assert all(p.is_relative_to(state) for p in paths), paths
+    assert vm.share_dir().is_relative_to(state) and hostnet.lock_path().is_relative_to(state)
+    (state / ".docker-hosts" / "docker-host-sw1").mkdir(parents=True)
+    (tmp_path / "docker-host-sw2").mkdir()  # beside the state dir: not one of its VMs
+    assert vm.vm_names() == ["sw1"]
+
+
+def test_docker_host_files_keep_their_default_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    from labctl.dockerhost import vm
+
+    monkeypatch.delenv("LABCTL_STATE_DIR", raising=False)
+    assert vm.vm_dir().path == Path("/var/lib/labctl/docker-host")
+    assert vm.share_dir() == Path("/var/lib/labctl/docker-host-share")
