@@ -16,6 +16,7 @@ from labctl.errors import LabctlError, UsageError
 
 DEFAULT_DURATION = 60.0  # a -w capture without --count or --duration stops after this
 MAX_COUNT = 10**9  # packets: --count and --first
+MAX_LADDER = 2000  # arrows in one ladder (a row each: 2000 make a 720-inch image)
 
 
 @contextmanager
@@ -72,20 +73,28 @@ def _record(endpoint: str, write: Path | None, count: int, duration: float | Non
 
 
 def _decode(path: Path, first: int | None, ladder: Path | None) -> None:
-    from labctl.capture.summary import counts, decode_file, line
+    """Decode a pcap frame by frame: a line printed and counted per frame, none kept (a
+    capture can be any size). A ladder draws its frames at once: at most MAX_LADDER."""
+    from collections import Counter
 
-    frames = decode_file(path, first)
+    from labctl.capture.summary import count, decode_file, iter_frames, line
+
     if ladder is not None:
         from labctl.capture.ladder import draw
 
+        frames = decode_file(path, first)
         draw(frames, ladder)
         err_console.print(f"ladder of {len(frames)} packets written to {ladder}")
         return
-    for frame in frames:
+    totals: Counter[str] = Counter()
+    notes: list[str] = []
+    for frame in iter_frames(path, first, notes):
         console.print(line(frame), markup=False, soft_wrap=True)
-    totals = counts(frames)
-    console.print("counts: " + ", ".join(f"{k} {v}" for k, v in totals.items()),
+        count(totals, frame)
+    console.print("counts: " + ", ".join(f"{k} {v}" for k, v in sorted(totals.items())),
                   markup=False, soft_wrap=True)
+    for note in notes:  # e.g. a capture cut short: its last packet is truncated
+        err_console.print(f"note: {path}: {note}", markup=False, soft_wrap=True)
 
 
 def capture(
@@ -115,6 +124,9 @@ def capture(
             raise UsageError("--decode reads a file; it takes no NODE:IF or -w")
         if ladder is not None and ladder.suffix.lower() not in (".png", ".svg"):
             raise UsageError(f"--ladder {ladder}: use a .png or .svg file name")
+        if ladder is not None and first is not None and first > MAX_LADDER:
+            raise UsageError(f"--ladder draws at most {MAX_LADDER} packets (--first {first})",
+                             hint=f"e.g. --first {MAX_LADDER}; or decode without --ladder")
         _decode(decode, first if first is not None else (40 if ladder else None), ladder)
         return
     if ladder is not None or first is not None:

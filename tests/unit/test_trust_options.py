@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +26,8 @@ from labctl.errors import UsageError
 from labctl.images import builder
 from labctl.images.recipes import RECIPES, check_mirror
 from tests.unit.clirun import run_main
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def assert_clean_refusal(code: int, out: str, err: str, *words: str) -> None:
@@ -361,3 +367,146 @@ def test_docker_host_files_keep_their_default_place(monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv("LABCTL_STATE_DIR", raising=False)
     assert vm.vm_dir().path == Path("/var/lib/labctl/docker-host")
     assert vm.share_dir() == Path("/var/lib/labctl/docker-host-share")
+
+
+# --- capture -r streams ---------------------------------------------------------------------
+def test_decode_keeps_no_frame_it_has_printed(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str],
+                                              tmp_path: Path) -> None:
+    """`capture -r` prints and counts each frame, then lets it go: when frame N is printed,
+    no earlier frame is alive (before, every frame was kept in a list to the end)."""
+    import gc
+    import weakref
+
+    from labctl.capture import summary
+    from tests.unit.roce_pcap import write_pcap
+
+    path = tmp_path / "run.pcap"
+    frames = write_pcap(path, 0.3)
+    seen: list[weakref.ref[object]] = []
+    alive_at_print: list[int] = []
+    real_line = summary.line
+
+    def watching_line(frame: summary.Frame) -> str:
+        gc.collect()
+        alive_at_print.append(sum(ref() is not None for ref in seen))
+        seen.append(weakref.ref(frame))
+        return real_line(frame)
+
+    monkeypatch.setattr(summary, "line", watching_line)
+    code, out, err = run_main(monkeypatch, capsys, "capture", "-r", str(path))
+    assert code == 0, err
+    assert len(alive_at_print) == frames > 200
+    assert max(alive_at_print) <= 1  # at most the frame just before, still being let go
+    assert f"RC_SEND_ONLY {(frames + 1) // 2}" in out
+
+
+def _child_peak_rss_mib(args: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """Run `python -m labctl ARGS` in a child; its peak RSS (MiB) from getrusage."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    result = subprocess.run([sys.executable, "-m", "labctl", *args], cwd=REPO,
+                            capture_output=True, text=True, timeout=600, check=False)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert peak >= before
+    return peak / 1024, result
+
+
+def test_decoding_a_50_mb_pcap_costs_bounded_memory(tmp_path: Path) -> None:
+    """50 MB of jumbo RoCE frames: the child's peak RSS is what labctl and scapy cost to
+    start (about 90 MiB) plus a frame, not the file."""
+    from tests.unit.roce_pcap import write_pcap
+
+    path = tmp_path / "big.pcap"
+    frames = write_pcap(path, 50, payload=60_000)
+    assert path.stat().st_size >= 50_000_000
+    peak, result = _child_peak_rss_mib(["capture", "-r", str(path)])
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert f"RC_SEND_ONLY {(frames + 1) // 2}" in result.stdout
+    assert peak < 160, f"peak RSS {peak:.0f} MiB for a 50 MB pcap"
+
+
+def _bad_pcaps() -> list[tuple[str, bytes]]:
+    from tests.unit import roce_pcap
+
+    good = roce_pcap._PCAP_HEADER + b"".join(
+        struct.pack("<IIII", 1, i, len(f), len(f)) + f
+        for i, f in enumerate(roce_pcap._frame(i, i % 2 == 1) for i in range(4)))
+    return [
+        ("truncated-record", good[:-100]),
+        ("truncated-record-header", good[:24 + 8]),
+        ("header-only", good[:24]),
+        ("short-header", good[:10]),
+        ("empty", b""),
+        ("huge-caplen", roce_pcap._PCAP_HEADER + struct.pack("<IIII", 1, 0, 0xFFFFFFF0,
+                                                              0xFFFFFFF0) + b"x" * 100),
+        ("zeros", b"\0" * 4096),
+        ("pcapng", b"\x0a\x0d\x0d\x0a" + b"\0" * 100),
+        ("text", b"not a capture\n" * 10),
+        ("bad-linktype", good[:20] + struct.pack("<I", 0xFFFF) + good[24:]),
+        ("gzip-garbage", b"\x1f\x8b\x08\x00" + b"\xff" * 200),
+    ]
+
+
+BAD_PCAPS = _bad_pcaps()
+NOTED = {"truncated-record", "huge-caplen", "bad-linktype"}  # what scapy warns about
+
+
+@pytest.mark.parametrize(("label", "data"), BAD_PCAPS, ids=[b[0] for b in BAD_PCAPS])
+def test_a_damaged_pcap_is_a_clean_result_or_refusal(
+        label: str, data: bytes, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / f"{label}.pcap"
+    path.write_bytes(data)
+    code, out, err = run_main(monkeypatch, capsys, "capture", "-r", str(path))
+    assert "Traceback" not in out + err
+    if code == 0:  # what could be read is decoded, and counted; the damage is noted
+        assert "counts:" in out
+        assert ("note:" in err) == (label in NOTED), err
+        assert not err.startswith("WARNING")  # said in labctl's words, not scapy's
+    else:
+        assert_clean_refusal(code, out, err, "is not a pcap file")
+
+
+FUZZ_KINDS = ["roce", "mad", "tcp", "mpa"]
+
+
+@pytest.mark.parametrize("kind", FUZZ_KINDS)
+def test_random_frames_decode_without_a_traceback(
+        kind: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    """A capture is data from nodes: 500 random RoCE, MAD, TCP and iWARP frames each."""
+    import random
+
+    from tests.unit.roce_pcap import tcp_frame, udp_frame, write_records
+
+    rng = random.Random(kind)
+    frames = []
+    for i in range(500):
+        body = rng.randbytes(rng.randrange(0, 300))
+        if kind == "roce":
+            frames.append(udp_frame(4791, body))
+        elif kind == "mad":  # UD SEND to QP1: a MAD, as the RDMA CM sends them
+            frames.append(udp_frame(4791, bytes([0x64, 0, 0xFF, 0xFF, 0, 0, 0, 1]) + bytes(4)
+                                    + body))
+        elif kind == "tcp":
+            frames.append(tcp_frame(40000 + i % 3, 5000, rng.randrange(1 << 32),
+                                    rng.choice([2, 16, 24]), body))
+        else:
+            frames += [tcp_frame(40000 + i, 5000, 0, 2, b""),
+                       tcp_frame(40000 + i, 5000, 1, 24, b"MPA ID Req Frame" + body)]
+    path = tmp_path / "fuzz.pcap"
+    write_records(path, frames)
+    code, out, err = run_main(monkeypatch, capsys, "capture", "-r", str(path))
+    assert code == 0 and "Traceback" not in out + err, err
+    assert out.count("\n") == len(frames) + 1
+
+
+def test_iwarp_follows_a_bounded_number_of_connections() -> None:
+    from labctl.capture.iwarp import MAX_CONNECTIONS, IwarpDecoder
+
+    decoder = IwarpDecoder()
+    for port in range(MAX_CONNECTIONS + 10):
+        decoder.feed(("10.0.0.1", 1024 + port, "10.0.0.2", 5000), 0, b"", True)
+    messages, why = decoder.feed(("10.0.0.1", 99, "10.0.0.2", 5000), 1, b"x", False)
+    assert messages == [] and "not followed" in why
+    assert len(decoder._conns) == MAX_CONNECTIONS
