@@ -8,7 +8,14 @@ import json
 import typer
 from rich.table import Table
 
-from labctl.cli.common import LabOption, console, err_console, int_range, run_value
+from labctl.cli.common import (
+    LabOption,
+    console,
+    err_console,
+    int_range,
+    path_option,
+    run_value,
+)
 from labctl.cli.run import ClientOption, ServerOption, TimeoutOption, pick_nodes
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab
@@ -101,7 +108,7 @@ def bench(
                                callback=int_range("--rounds", 1, 1000)),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     plot_file: str = typer.Option(None, "--plot", help="Draw a chart into this PNG file.",
-                                 metavar="FILE.png"),
+                                 metavar="FILE.png", callback=path_option("--plot", "write")),
     timeout: float = TimeoutOption,
     lab: str = LabOption,
 ) -> None:

@@ -11,7 +11,14 @@ from types import FrameType
 
 import typer
 
-from labctl.cli.common import LabOption, console, err_console, int_range, seconds
+from labctl.cli.common import (
+    LabOption,
+    console,
+    err_console,
+    int_range,
+    path_option,
+    seconds,
+)
 from labctl.errors import LabctlError, UsageError
 
 DEFAULT_DURATION = 60.0  # a -w capture without --count or --duration stops after this
@@ -43,11 +50,11 @@ def _record(endpoint: str, write: Path | None, count: int, duration: float | Non
     from labctl.lab.handle import open_lab
 
     check_filter(bpf)
-    # Fail here, before the child starts, if the file cannot be written (and make nothing).
-    if write is not None and (write.is_dir() or not write.parent.is_dir()
-                              or not os.access(write.parent, os.W_OK)):
+    # Fail here, before the child starts, if the file cannot be written (and make nothing);
+    # --write's callback has checked the path itself.
+    if write is not None and not os.access(write.parent, os.W_OK):
         raise UsageError(f"cannot write {write}",
-                         hint="give -w a file name in a directory that exists")
+                         hint="give -w a file name in a directory you can write")
     handle = open_lab(lab)
     node, ifname = parse_endpoint(handle, endpoint)
     target = resolve(handle, node, ifname)
@@ -100,7 +107,8 @@ def _decode(path: Path, first: int | None, ladder: Path | None) -> None:
 def capture(
     endpoint: str = typer.Argument(None, help="NODE:IF to capture on, e.g. node1:eth1."),
     write: Path = typer.Option(None, "--write", "-w", help="Write a pcap file (default: "
-                               "print one decoded line per packet)."),
+                               "print one decoded line per packet).",
+                               callback=path_option("--write", "write")),
     count: int = typer.Option(0, "--count", "-c", help="Stop after this many packets "
                               f"(0: no limit; at most {MAX_COUNT}).",
                               callback=int_range("--count", 0, MAX_COUNT)),
@@ -109,9 +117,10 @@ def capture(
                                    callback=seconds("duration")),
     bpf: str = typer.Option(None, "--filter", "-f", help="BPF filter, e.g. 'udp port 4791'."),
     decode: Path = typer.Option(None, "--decode", "-r", help="Decode this pcap file instead "
-                                "of capturing."),
+                                "of capturing.", callback=path_option("--decode", "read")),
     ladder: Path = typer.Option(None, "--ladder", help="With --decode: draw a ladder "
-                                "diagram to this .png or .svg file."),
+                                "diagram to this .png or .svg file.",
+                                callback=path_option("--ladder", "write")),
     first: int = typer.Option(None, "--first", "-n", help="With --decode: only the first N "
                               "packets (a ladder: default 40).",
                               callback=int_range("--first", 1, MAX_COUNT)),
@@ -146,4 +155,5 @@ def register(app: typer.Typer) -> None:
 CaptureOption = typer.Option(False, "--capture", help="Record the run's traffic (a pcap on "
                              "the server's link) and count packets per opcode in the record.")
 CaptureDirOption = typer.Option(None, "--capture-dir", help="Directory for --capture's pcap "
-                                "(default: the lab directory's captures/); implies --capture.")
+                                "(default: the lab directory's captures/); implies --capture.",
+                                callback=path_option("--capture-dir", "dir"))

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import typer
 from rich.console import Console
 
 from labctl.cli import complete
-from labctl.errors import UsageError
+from labctl.errors import UsageError, short_repr
 from labctl.providers.base import Progress
 from labctl.runners.spec import check_options, check_seconds
 
@@ -86,6 +89,63 @@ def run_value(option: str) -> Callable[[int | None], int | None]:
 
     def check(value: int | None) -> int | None:
         return None if value is None else check_options({option: value})[option]
+
+    return check
+
+
+# --- paths a user gives -----------------------------------------------------------------------
+PathKind = Literal["read", "write", "dir"]
+_PATH_HINTS: dict[str, str] = {
+    "read": "give the path of an existing file",
+    "write": "give a file name in a directory that exists",
+    "dir": "give a directory (it is made if it does not exist)",
+}
+
+
+def check_path(flag: str, value: str | Path, kind: PathKind) -> Path:
+    """A path from the command line, checked against the OS before anything is done: a
+    name too long (ENAMETOOLONG), a loop of links, a file where a directory must be, a
+    NUL... is a UsageError (exit 2), never a traceback later, after minutes of work.
+
+    `kind`: "read" (it may be missing: the command says what it expected), "write" (a
+    file to make: its directory must exist) or "dir" (a directory, made if missing)."""
+    path = Path(value)
+    st = _stat(flag, path, kind)
+    if st is not None:
+        if kind == "write" and stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"{flag} {short_repr(str(path))} is a directory",
+                             hint=_PATH_HINTS[kind])
+        if kind == "dir" and not stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"{flag} {short_repr(str(path))} is not a directory",
+                             hint=_PATH_HINTS[kind])
+    elif kind == "write":
+        parent = _stat(flag, path.parent, kind)
+        if parent is None or not stat.S_ISDIR(parent.st_mode):
+            raise UsageError(f"{flag} {short_repr(str(path))}: no directory "
+                             f"{short_repr(str(path.parent))}", hint=_PATH_HINTS[kind])
+    return path
+
+
+def _stat(flag: str, path: Path, kind: PathKind) -> os.stat_result | None:
+    """os.stat(path), None when it does not exist, a UsageError for any other failure."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"{flag} {short_repr(str(path))}: {reason}",
+                         hint=_PATH_HINTS[kind]) from None
+
+
+def path_option(flag: str, kind: PathKind) -> Callable[[Any], Any]:
+    """A typer callback checking a path option with check_path() as it is parsed."""
+
+    def check(value: Any) -> Any:
+        if value is None:
+            return None
+        checked = check_path(flag, value, kind)
+        return checked if isinstance(value, Path) else str(checked)
 
     return check
 

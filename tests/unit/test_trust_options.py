@@ -510,3 +510,62 @@ def test_iwarp_follows_a_bounded_number_of_connections() -> None:
     messages, why = decoder.feed(("10.0.0.1", 99, "10.0.0.2", 5000), 1, b"x", False)
     assert messages == [] and "not followed" in why
     assert len(decoder._conns) == MAX_CONNECTIONS
+
+
+# --- paths the OS refuses ---------------------------------------------------------------------
+def _refused_paths(tmp: Path) -> dict[str, str]:
+    (tmp / "loop").symlink_to("loop")
+    (tmp / "afile").write_text("")
+    return {
+        "name-too-long": str(tmp / ("a" * 300)),  # ENAMETOOLONG: one name over 255 bytes
+        "path-too-long": str(tmp) + "/ab" * 2100 + "/x",  # ENAMETOOLONG: over PATH_MAX
+        "link-loop": str(tmp / "loop" / "x"),  # ELOOP
+        "file-as-directory": str(tmp / "afile" / "x"),  # ENOTDIR
+    }
+
+
+PATH_CASES = ["name-too-long", "path-too-long", "link-loop", "file-as-directory"]
+# Every path a user gives to a command of this part of labctl (cp and --mount: see
+# tests/unit for theirs), with {} for the path.
+PATH_COMMANDS = [
+    ["validate", "{}"], ["up", "{}"], ["down", "{}"],
+    ["capture", "-r", "{}"], ["capture", "-r", "{pcap}", "--ladder", "{}.png"],
+    ["capture", "node1:eth1", "-w", "{}"], ["bench", "--plot", "{}"],
+    ["run", "pingpong", "--capture-dir", "{}"], ["run", "all", "--capture-dir", "{}"],
+]
+
+
+@pytest.mark.parametrize("command", PATH_COMMANDS, ids=" ".join)
+@pytest.mark.parametrize("case", PATH_CASES)
+def test_a_path_the_os_refuses_is_exit_2(command: list[str], case: str,
+                                         monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str],
+                                         tmp_path: Path) -> None:
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(tmp_path / "state"))
+    path = _refused_paths(tmp_path)[case]
+    pcap = tmp_path / "run.pcap"
+    pcap.write_bytes(b"")  # --ladder's path is checked before the pcap is read
+    args = [a.replace("{pcap}", str(pcap)).replace("{}", path) for a in command]
+    code, out, err = run_main(monkeypatch, capsys, *args)
+    assert_clean_refusal(code, out, err)
+    reason = {"link-loop": "Too many levels of symbolic links",
+              "file-as-directory": "Not a directory"}.get(case, "File name too long")
+    assert reason in " ".join(err.split()), err
+    assert not (tmp_path / "state").exists()
+
+
+def test_check_path_kinds(tmp_path: Path) -> None:
+    from labctl.cli.common import check_path
+
+    (tmp_path / "f").write_text("")
+    assert check_path("--x", tmp_path / "f", "read") == tmp_path / "f"
+    assert check_path("--x", tmp_path / "missing", "read") == tmp_path / "missing"
+    assert check_path("--x", tmp_path / "new.png", "write") == tmp_path / "new.png"
+    assert check_path("--x", tmp_path / "newdir", "dir") == tmp_path / "newdir"
+    for value, kind, says in [(tmp_path, "write", "is a directory"),
+                              (tmp_path / "f", "dir", "is not a directory"),
+                              (tmp_path / "no" / "new.png", "write", "no directory"),
+                              (str(tmp_path / "a\0b"), "read", "null byte")]:
+        with pytest.raises(UsageError) as caught:
+            check_path("--x", value, kind)  # type: ignore[arg-type]
+        assert says in caught.value.message and caught.value.hint
