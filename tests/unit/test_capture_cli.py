@@ -206,6 +206,6 @@ def test_docker_lab_with_a_local_engine_is_captured_like_a_qemu_lab(tmp_path: Pa
 
 
 def _workers(ns: str) -> str:
-    found = subprocess.run(["pgrep", "-af", f"labctl.capture.worker {ns} "],
+    found = subprocess.run(["pgrep", "-af", f"labctl.capture.worker .*-- {ns} "],
                            capture_output=True, text=True, check=False)
     return found.stdout.strip()

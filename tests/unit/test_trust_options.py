@@ -569,3 +569,26 @@ def test_check_path_kinds(tmp_path: Path) -> None:
         with pytest.raises(UsageError) as caught:
             check_path("--x", value, kind)  # type: ignore[arg-type]
         assert says in caught.value.message and caught.value.hint
+
+
+def test_capture_worker_values_are_never_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`capture -w ./-x.pcap` or a filter are values: --opt=VALUE, positionals after --."""
+    from labctl.capture import process
+    from labctl.capture.target import CaptureTarget
+    from labctl.capture.worker import argument_parser
+
+    seen: list[list[str]] = []
+
+    class FakeProc:
+        stderr: tuple[bytes, ...] = ()  # _read_stderr reads nothing
+
+    monkeypatch.setattr(process.Capture, "_popen",
+                        staticmethod(lambda argv, stdout: seen.append(argv) or FakeProc()))
+    target = CaptureTarget("node1", "eth1", "labctl-t", "-tap0")
+    process.Capture(target, Path("-x.pcap"), count=5, bpf="-w /tmp/y")
+    argv = seen[0]
+    assert argv[argv.index("--") + 1:] == ["labctl-t", "-tap0"]
+    assert "--write=-x.pcap" in argv and "--filter=-w /tmp/y" in argv
+    args = argument_parser().parse_args(argv[argv.index("labctl.capture.worker") + 1:])
+    assert (args.netns, args.device, args.write, args.filter, args.count) == (
+        "labctl-t", "-tap0", "-x.pcap", "-w /tmp/y", 5)
