@@ -592,3 +592,19 @@ def test_capture_worker_values_are_never_options(monkeypatch: pytest.MonkeyPatch
     args = argument_parser().parse_args(argv[argv.index("labctl.capture.worker") + 1:])
     assert (args.netns, args.device, args.write, args.filter, args.count) == (
         "labctl-t", "-tap0", "-x.pcap", "-w /tmp/y", 5)
+
+
+def test_a_comma_in_the_state_dir_adds_no_qemu_option(tmp_path: Path) -> None:
+    """qemu splits its option lists at commas: a path in one is escaped (`,,`)."""
+    from labctl.providers.machine import QemuMachine, Share
+
+    machine = QemuMachine(tmp_path / "lab,readonly=on" / "node1", "labctl-t-node1")
+    argv = machine.argv(accel="tcg", memory_mib=512, cpus=1, kernel=tmp_path / "k",
+                        append="console=ttyS0", ssh_port=2222, mgmt_mac="52:54:00:00:00:01",
+                        nics=[], shares=(Share("tag0", str(tmp_path / "a,b"), True),))
+    drive = argv[argv.index("-drive") + 1]
+    qmp = argv[argv.index("-qmp") + 1]
+    fsdev = argv[argv.index("-fsdev") + 1]
+    assert "lab,,readonly=on" in drive and drive.count(",readonly=on") == 1  # only inside ,,
+    assert "lab,,readonly=on" in qmp
+    assert f"path={tmp_path}/a,,b," in fsdev
