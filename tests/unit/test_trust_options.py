@@ -608,3 +608,29 @@ def test_a_comma_in_the_state_dir_adds_no_qemu_option(tmp_path: Path) -> None:
     assert "lab,,readonly=on" in drive and drive.count(",readonly=on") == 1  # only inside ,,
     assert "lab,,readonly=on" in qmp
     assert f"path={tmp_path}/a,,b," in fsdev
+
+
+def test_box_disk_size_from_qemu_img(tmp_path: Path) -> None:
+    import shutil
+
+    from labctl.images import box
+
+    if shutil.which("qemu-img") is None:
+        pytest.skip("qemu-img is not installed")
+    disk = tmp_path / "d.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(disk), "3G"], check=True)
+    assert box._virtual_size(disk) == 3
+
+
+@pytest.mark.parametrize("output", ["", "not json", "[]", '{"virtual-size": "big"}',
+                                    '{"virtual-size": -1}', '{"virtual-size": true}', "{}",
+                                    '{"virtual-size": NaN}', "[" * 10_000])
+def test_box_disk_size_refuses_an_unusable_answer(output: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from labctl.errors import LabctlError
+    from labctl.images import box
+
+    monkeypatch.setattr(box, "_run", lambda argv, what: output)
+    with pytest.raises(LabctlError) as caught:
+        box._virtual_size(Path("/x/box.img"))
+    assert "qemu-img info" in caught.value.message and caught.value.hint
