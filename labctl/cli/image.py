@@ -123,9 +123,7 @@ def cached_images(base: Path) -> tuple[list[Image], list[CorruptImage]]:
     for path in sorted(base.glob("*")):
         try:
             images.append(Image.at(path))
-        except FileNotFoundError:  # no manifest: a build in progress or not an image
-            continue
-        except NotADirectoryError:
+        except (FileNotFoundError, NotADirectoryError):  # not an image (logs/, a file)
             continue
         except CorruptImage as exc:
             corrupt.append(exc)

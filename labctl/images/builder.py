@@ -59,7 +59,7 @@ class Image:
     @classmethod
     def at(cls, path: Path) -> Image:
         """The image in cache directory `path`; CorruptImage when its manifest is not one
-        labctl wrote (FileNotFoundError when it has none)."""
+        labctl wrote (FileNotFoundError or NotADirectoryError when there is none)."""
         manifest = read_manifest(path)
         kernel = path / "vmlinux" if (path / "vmlinux").is_file() else path / "vmlinuz"
         return cls(path, kernel, path / "initrd.cpio", path / "root.ext4", manifest)
@@ -87,15 +87,16 @@ _MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
 def read_manifest(path: Path) -> dict[str, Any]:
     """The manifest of the image directory `path`, read bounded (a regular file, not a
     link, at most MANIFEST_BYTES, JSON without NaN) with the keys labctl reads checked;
-    CorruptImage otherwise. FileNotFoundError passes through: no manifest, no image."""
+    CorruptImage otherwise. FileNotFoundError and NotADirectoryError pass through: no
+    manifest, no image."""
     try:
         manifest = bounded.load_object(bounded.read_regular(path / "manifest.json",
                                                             MANIFEST_BYTES))
     except bounded.BoundedError as exc:
         raise CorruptImage(path, f"manifest.json: {exc}") from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise  # no manifest (or `path` is a file): not an image at all
     except OSError as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
         raise CorruptImage(path, f"manifest.json: {exc.strerror or exc}") from None
     for key, types in _MANIFEST_TYPES.items():
         value = manifest.get(key)
@@ -136,7 +137,7 @@ def usable_image(path: Path) -> Image | None:
     """The image in `path`, None when there is none or it is corrupt."""
     try:
         return Image.at(path)
-    except (FileNotFoundError, CorruptImage):
+    except (FileNotFoundError, NotADirectoryError, CorruptImage):
         return None
 
 

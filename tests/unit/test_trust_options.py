@@ -162,6 +162,8 @@ def test_image_list_shows_a_corrupt_image_and_the_others(
     monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path))
     make_image(tmp_path, "trixie-0123456789abcdef", json.dumps(GOOD_MANIFEST).encode())
     bad = make_image(tmp_path, f"trixie-{label}", manifest)
+    (tmp_path / "images" / "logs").mkdir()  # not images: not listed, not corrupt
+    (tmp_path / "images" / "stray-file").write_text("")
     code, out, err = run_main(monkeypatch, capsys, "image", "list")
     assert code == 0 and "Traceback" not in out + err
     assert "0123456789abcdef" in out and "6.12.0-1-amd64" in out
