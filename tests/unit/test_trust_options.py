@@ -402,15 +402,25 @@ def test_decode_keeps_no_frame_it_has_printed(monkeypatch: pytest.MonkeyPatch,
     assert f"RC_SEND_ONLY {(frames + 1) // 2}" in out
 
 
+# Linux carries a process's peak RSS across exec(): a child forked from this (large) test
+# process starts with this process's RSS as its peak. So the child is started by a small
+# Python in between, and its own rusage (os.wait4) is what that one reports.
+_MEASURE = ("import os, subprocess, sys\n"
+            "child = subprocess.Popen(sys.argv[2:])\n"
+            "_, status, usage = os.wait4(child.pid, 0)\n"
+            "open(sys.argv[1], 'w').write(str(usage.ru_maxrss))\n"
+            "sys.exit(os.waitstatus_to_exitcode(status))\n")
+
+
 def _child_peak_rss_mib(args: list[str], out: Path) -> tuple[float, int]:
-    """Run `python -m labctl ARGS` in a child (stdout and stderr to `out`); its own peak RSS
-    in MiB (os.wait4's rusage of that child alone) and its exit code."""
+    """Run `python -m labctl ARGS` (stdout and stderr to `out`); its peak RSS in MiB, from
+    getrusage of that process alone, and its exit code."""
+    rss = out.with_suffix(".rss")
     with out.open("wb") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "labctl", *args], cwd=REPO,
-                                stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
-        _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-    return usage.ru_maxrss / 1024, proc.returncode
+        code = subprocess.run([sys.executable, "-c", _MEASURE, str(rss), sys.executable,
+                               "-m", "labctl", *args], cwd=REPO, stdin=subprocess.DEVNULL,
+                              stdout=sink, stderr=sink, timeout=600, check=False).returncode
+    return int(rss.read_text()) / 1024, code
 
 
 def test_decoding_a_50_mb_pcap_costs_bounded_memory(tmp_path: Path) -> None:
