@@ -5,10 +5,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+DEFAULT_STATE_ROOT = Path("/var/lib/labctl/labs")
+
 
 def state_root() -> Path:
     """Directory holding one subdirectory per running lab."""
-    return Path(os.environ.get("LABCTL_STATE_DIR", "/var/lib/labctl/labs"))
+    return Path(os.environ.get("LABCTL_STATE_DIR", str(DEFAULT_STATE_ROOT)))
+
+
+def docker_hosts_root() -> Path:
+    """Where the Docker host VMs (shared by the labs of a state dir) keep their files:
+    /var/lib/labctl, beside the labs, by default; inside the state dir when
+    LABCTL_STATE_DIR names another one (a hidden directory, which no lab name can be),
+    never in its parent: LABCTL_STATE_DIR=/tmp/x must not put files in /tmp."""
+    root = state_root()
+    return root.parent if root == DEFAULT_STATE_ROOT else root / ".docker-hosts"
 
 
 def cache_root() -> Path:

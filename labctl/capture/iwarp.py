@@ -48,6 +48,9 @@ class _Connection:
 
 
 Flow = tuple[str, int, str, int]
+# TCP connections followed at once: a lab's capture has a handful; a pcap of millions of
+# connections must not cost memory for each.
+MAX_CONNECTIONS = 4096
 
 
 class IwarpDecoder:
@@ -61,7 +64,11 @@ class IwarpDecoder:
         """Messages completed by this segment, and why not decoded ('' when fine)."""
         src, sport, dst, dport = flow
         key = frozenset({(src, sport), (dst, dport)})
-        conn = self._conns.setdefault(key, _Connection())
+        conn = self._conns.get(key)
+        if conn is None:
+            if len(self._conns) >= MAX_CONNECTIONS:  # a capture's memory stays bounded
+                return [], f"not followed: more than {MAX_CONNECTIONS} TCP connections"
+            conn = self._conns[key] = _Connection()
         d = conn.dirs[(src, sport) < (dst, dport)]
         if syn:
             d.next_seq, d.buffer, d.state = seq + 1, b"", "start"

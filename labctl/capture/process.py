@@ -52,12 +52,14 @@ class Capture:
         if target.engine == VM:
             self._proc = self._start_in_vm(write, limits, bpf)
         else:
-            argv = [sys.executable, "-m", "labctl.capture.worker", target.netns, target.device,
-                    *limits]
+            # A value is never read as an option: --opt=VALUE (a file named -x.pcap), and
+            # the positional arguments after "--".
+            argv = [sys.executable, "-m", "labctl.capture.worker", *limits]
             if write is not None:
-                argv += ["--write", str(write)]
+                argv.append(f"--write={write}")
             if bpf:
-                argv += ["--filter", bpf]
+                argv.append(f"--filter={bpf}")
+            argv += ["--", target.netns, target.device]
             self._proc = self._popen(argv, None)
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -10,14 +11,21 @@ from labctl.capture.decode import Decoder, Frame
 from labctl.capture.pcapfile import read_packets
 
 
-def decode_file(path: Path, first: int | None = None) -> list[Frame]:
+def iter_frames(path: Path, first: int | None = None,
+                notes: list[str] | None = None) -> Iterator[Frame]:
+    """The frames of a pcap one at a time, in capture order (at most `first`): a capture
+    of any size costs the memory of one frame, plus the iWARP decoder's bounded state.
+    What is wrong with the file (a truncated last packet) goes to `notes`."""
     decoder = Decoder()
-    frames: list[Frame] = []
-    for index, packet in enumerate(read_packets(path), start=1):
-        frames.append(decoder.feed(packet, index))
+    for index, packet in enumerate(read_packets(path, notes), start=1):
+        yield decoder.feed(packet, index)
         if first is not None and index >= first:
-            break
-    return frames
+            return
+
+
+def decode_file(path: Path, first: int | None = None) -> list[Frame]:
+    """The frames as a list: for a bounded `first` (a ladder draws them all at once)."""
+    return list(iter_frames(path, first))
 
 
 _HEX_FIELDS = ("local_qpn", "starting_psn", "src_qp")  # as the programs print QPNs and PSNs
@@ -50,19 +58,24 @@ def line(frame: Frame) -> str:
     return f"{head} {frame.note}".rstrip()
 
 
-def counts(frames: list[Frame]) -> dict[str, int]:
-    """Opcodes per name, over every frame (iWARP segments can carry several messages)."""
+def count(total: Counter[str], frame: Frame) -> None:
+    """Add one frame to opcode counts (an iWARP segment can carry several messages)."""
+    for op in frame.ops:
+        total[op] += 1
+    if not frame.ops:
+        total[frame.proto] += 1
+
+
+def counts(frames: Iterable[Frame]) -> dict[str, int]:
+    """Opcodes per name, over every frame: the frames are taken one at a time."""
     total: Counter[str] = Counter()
     for frame in frames:
-        for op in frame.ops:
-            total[op] += 1
-        if not frame.ops:
-            total[frame.proto] += 1
+        count(total, frame)
     return dict(sorted(total.items()))
 
 
 def opcode_counts(path: Path) -> dict[str, int]:
-    return counts(decode_file(path))
+    return counts(iter_frames(path))
 
 
 def ttl_flows(path: Path) -> list[dict[str, Any]]:

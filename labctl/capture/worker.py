@@ -35,7 +35,7 @@ def _watch_lifeline() -> None:
     signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
 
 
-def main(argv: list[str] | None = None) -> int:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="labctl.capture.worker")
     parser.add_argument("netns")
     parser.add_argument("device")
@@ -43,7 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=0)
     parser.add_argument("--duration", type=float, default=None)
     parser.add_argument("--filter", default=None)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argument_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     threading.Thread(target=_watch_lifeline, daemon=True).start()

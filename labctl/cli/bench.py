@@ -8,7 +8,14 @@ import json
 import typer
 from rich.table import Table
 
-from labctl.cli.common import LabOption, console, err_console, int_range
+from labctl.cli.common import (
+    LabOption,
+    console,
+    err_console,
+    int_range,
+    path_option,
+    run_value,
+)
 from labctl.cli.run import ClientOption, ServerOption, TimeoutOption, pick_nodes
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab
@@ -95,12 +102,13 @@ def bench(
                               help="Message sizes in bytes, comma-separated (K, M: binary)."),
     impls: str = typer.Option(",".join(BENCH_SPECS), "--impls",
                               help="Implementations to run, comma-separated."),
-    iters: int = typer.Option(200, "--iters", "-n", help="Round trips per run."),
+    iters: int = typer.Option(200, "--iters", "-n", help="Round trips per run.",
+                              callback=run_value("iters")),
     rounds: int = typer.Option(3, "--rounds", help="Runs of each implementation (median).",
                                callback=int_range("--rounds", 1, 1000)),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     plot_file: str = typer.Option(None, "--plot", help="Draw a chart into this PNG file.",
-                                 metavar="FILE.png"),
+                                 metavar="FILE.png", callback=path_option("--plot", "write")),
     timeout: float = TimeoutOption,
     lab: str = LabOption,
 ) -> None:

@@ -11,10 +11,19 @@ from types import FrameType
 
 import typer
 
-from labctl.cli.common import LabOption, console, err_console
+from labctl.cli.common import (
+    LabOption,
+    console,
+    err_console,
+    int_range,
+    path_option,
+    seconds,
+)
 from labctl.errors import LabctlError, UsageError
 
 DEFAULT_DURATION = 60.0  # a -w capture without --count or --duration stops after this
+MAX_COUNT = 10**9  # packets: --count and --first
+MAX_LADDER = 2000  # arrows in one ladder (a row each: 2000 make a 720-inch image)
 
 
 @contextmanager
@@ -40,14 +49,12 @@ def _record(endpoint: str, write: Path | None, count: int, duration: float | Non
     from labctl.capture.target import check_filter, parse_endpoint, resolve
     from labctl.lab.handle import open_lab
 
-    if count < 0 or (duration is not None and duration <= 0):
-        raise UsageError("--count and --duration must be positive")
     check_filter(bpf)
-    # Fail here, before the child starts, if the file cannot be written (and make nothing).
-    if write is not None and (write.is_dir() or not write.parent.is_dir()
-                              or not os.access(write.parent, os.W_OK)):
+    # Fail here, before the child starts, if the file cannot be written (and make nothing);
+    # --write's callback has checked the path itself.
+    if write is not None and not os.access(write.parent, os.W_OK):
         raise UsageError(f"cannot write {write}",
-                         hint="give -w a file name in a directory that exists")
+                         hint="give -w a file name in a directory you can write")
     handle = open_lab(lab)
     node, ifname = parse_endpoint(handle, endpoint)
     target = resolve(handle, node, ifname)
@@ -73,36 +80,50 @@ def _record(endpoint: str, write: Path | None, count: int, duration: float | Non
 
 
 def _decode(path: Path, first: int | None, ladder: Path | None) -> None:
-    from labctl.capture.summary import counts, decode_file, line
+    """Decode a pcap frame by frame: a line printed and counted per frame, none kept (a
+    capture can be any size). A ladder draws its frames at once: at most MAX_LADDER."""
+    from collections import Counter
 
-    frames = decode_file(path, first)
+    from labctl.capture.summary import count, decode_file, iter_frames, line
+
     if ladder is not None:
         from labctl.capture.ladder import draw
 
+        frames = decode_file(path, first)
         draw(frames, ladder)
         err_console.print(f"ladder of {len(frames)} packets written to {ladder}")
         return
-    for frame in frames:
+    totals: Counter[str] = Counter()
+    notes: list[str] = []
+    for frame in iter_frames(path, first, notes):
         console.print(line(frame), markup=False, soft_wrap=True)
-    totals = counts(frames)
-    console.print("counts: " + ", ".join(f"{k} {v}" for k, v in totals.items()),
+        count(totals, frame)
+    console.print("counts: " + ", ".join(f"{k} {v}" for k, v in sorted(totals.items())),
                   markup=False, soft_wrap=True)
+    for note in notes:  # e.g. a capture cut short: its last packet is truncated
+        err_console.print(f"note: {path}: {note}", markup=False, soft_wrap=True)
 
 
 def capture(
     endpoint: str = typer.Argument(None, help="NODE:IF to capture on, e.g. node1:eth1."),
     write: Path = typer.Option(None, "--write", "-w", help="Write a pcap file (default: "
-                               "print one decoded line per packet)."),
-    count: int = typer.Option(0, "--count", "-c", help="Stop after this many packets."),
+                               "print one decoded line per packet).",
+                               callback=path_option("--write", "write")),
+    count: int = typer.Option(0, "--count", "-c", help="Stop after this many packets "
+                              f"(0: no limit; at most {MAX_COUNT}).",
+                              callback=int_range("--count", 0, MAX_COUNT)),
     duration: float = typer.Option(None, "--duration", help="Stop after this many seconds "
-                                   f"(with -w and no --count: {DEFAULT_DURATION:g})."),
+                                   f"(with -w and no --count: {DEFAULT_DURATION:g}).",
+                                   callback=seconds("duration")),
     bpf: str = typer.Option(None, "--filter", "-f", help="BPF filter, e.g. 'udp port 4791'."),
     decode: Path = typer.Option(None, "--decode", "-r", help="Decode this pcap file instead "
-                                "of capturing."),
+                                "of capturing.", callback=path_option("--decode", "read")),
     ladder: Path = typer.Option(None, "--ladder", help="With --decode: draw a ladder "
-                                "diagram to this .png or .svg file."),
+                                "diagram to this .png or .svg file.",
+                                callback=path_option("--ladder", "write")),
     first: int = typer.Option(None, "--first", "-n", help="With --decode: only the first N "
-                              "packets (a ladder: default 40)."),
+                              "packets (a ladder: default 40).",
+                              callback=int_range("--first", 1, MAX_COUNT)),
     lab: str = LabOption,
 ) -> None:
     """See RDMA on the wire: capture a node's link from the lab's side, or decode a pcap
@@ -110,10 +131,11 @@ def capture(
     if decode is not None:
         if endpoint is not None or write is not None:
             raise UsageError("--decode reads a file; it takes no NODE:IF or -w")
-        if first is not None and first <= 0:
-            raise UsageError("--first must be positive")
         if ladder is not None and ladder.suffix.lower() not in (".png", ".svg"):
             raise UsageError(f"--ladder {ladder}: use a .png or .svg file name")
+        if ladder is not None and first is not None and first > MAX_LADDER:
+            raise UsageError(f"--ladder draws at most {MAX_LADDER} packets (--first {first})",
+                             hint=f"e.g. --first {MAX_LADDER}; or decode without --ladder")
         _decode(decode, first if first is not None else (40 if ladder else None), ladder)
         return
     if ladder is not None or first is not None:
@@ -133,4 +155,5 @@ def register(app: typer.Typer) -> None:
 CaptureOption = typer.Option(False, "--capture", help="Record the run's traffic (a pcap on "
                              "the server's link) and count packets per opcode in the record.")
 CaptureDirOption = typer.Option(None, "--capture-dir", help="Directory for --capture's pcap "
-                                "(default: the lab directory's captures/); implies --capture.")
+                                "(default: the lab directory's captures/); implies --capture.",
+                                callback=path_option("--capture-dir", "dir"))

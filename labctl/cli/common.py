@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import typer
 from rich.console import Console
 
 from labctl.cli import complete
-from labctl.errors import UsageError
+from labctl.errors import UsageError, short_repr
 from labctl.providers.base import Progress
-from labctl.runners.spec import check_seconds
+from labctl.runners.spec import check_options, check_seconds
 
 console = Console(highlight=False, width=None if Console().is_terminal else 120)
 err_console = Console(stderr=True, highlight=False)
@@ -47,11 +50,22 @@ AllowHostMountOption = typer.Option(
     help="Allow mounts of this host folder (and below) even if it is a system directory "
     "or labctl's own; repeatable.")
 
+
+def _check_mirror(value: str | None) -> str | None:
+    """--mirror becomes an argument of mmdebstrap (root, hooks as options): a URL only."""
+    from labctl.images.recipes import check_mirror
+
+    return check_mirror(value)
+
+
+MirrorOption = typer.Option(None, "--mirror", help="Debian mirror URL for image builds "
+                            "(http, https or file; default: mmdebstrap's).", metavar="URL",
+                            callback=_check_mirror)
+
 TopologyArgument = typer.Argument(
     ..., metavar="TOPOLOGY", autocompletion=complete.topologies,
     help="Topology file (YAML), or the name of a shipped one (`labctl topologies`).",
 )
-
 
 
 def seconds(option: str) -> Callable[[float | None], float | None]:
@@ -71,6 +85,73 @@ def int_range(flag: str, low: int, high: int) -> Callable[[int | None], int | No
             raise UsageError(f"{flag} must be a whole number from {low} to {high} (got {value})",
                              hint=f"e.g. {flag} {low}")
         return value
+
+    return check
+
+
+def run_value(option: str) -> Callable[[int | None], int | None]:
+    """A typer callback for a run option (--size, --iters, --port...): checked as every
+    caller of the runners checks it (labctl.runners.spec), as it is parsed (exit 2)."""
+
+    def check(value: int | None) -> int | None:
+        return None if value is None else check_options({option: value})[option]
+
+    return check
+
+
+# --- paths a user gives -----------------------------------------------------------------------
+PathKind = Literal["read", "write", "dir"]
+_PATH_HINTS: dict[str, str] = {
+    "read": "give the path of an existing file",
+    "write": "give a file name in a directory that exists",
+    "dir": "give a directory (it is made if it does not exist)",
+}
+
+
+def check_path(flag: str, value: str | Path, kind: PathKind) -> Path:
+    """A path from the command line, checked against the OS before anything is done: a
+    name too long (ENAMETOOLONG), a loop of links, a file where a directory must be, a
+    NUL... is a UsageError (exit 2), never a traceback later, after minutes of work.
+
+    `kind`: "read" (it may be missing: the command says what it expected), "write" (a
+    file to make: its directory must exist) or "dir" (a directory, made if missing)."""
+    path = Path(value)
+    st = _stat(flag, path, kind)
+    if st is not None:
+        if kind == "write" and stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"{flag} {short_repr(str(path))} is a directory",
+                             hint=_PATH_HINTS[kind])
+        if kind == "dir" and not stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"{flag} {short_repr(str(path))} is not a directory",
+                             hint=_PATH_HINTS[kind])
+    elif kind == "write":
+        parent = _stat(flag, path.parent, kind)
+        if parent is None or not stat.S_ISDIR(parent.st_mode):
+            raise UsageError(f"{flag} {short_repr(str(path))}: no directory "
+                             f"{short_repr(str(path.parent))}", hint=_PATH_HINTS[kind])
+    return path
+
+
+def _stat(flag: str, path: Path, kind: PathKind) -> os.stat_result | None:
+    """os.stat(path), None when it does not exist, a UsageError for any other failure."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"{flag} {short_repr(str(path))}: {reason}",
+                         hint=_PATH_HINTS[kind]) from None
+
+
+def path_option(flag: str, kind: PathKind) -> Callable[[Any], Any]:
+    """A typer callback checking a path option with check_path() as it is parsed."""
+
+    def check(value: Any) -> Any:
+        if value is None:
+            return None
+        checked = check_path(flag, value, kind)
+        return checked if isinstance(value, Path) else str(checked)
 
     return check
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from labctl.cli.common import console, int_range, progress_reporter, seconds
+from labctl.cli.common import MirrorOption, console, int_range, progress_reporter, seconds
 from labctl.cli.complete import choice_metavar, choices
 from labctl.cli.up import ACCELS
 from labctl.errors import LabctlError, UsageError
@@ -39,7 +39,7 @@ def up(
                              callback=int_range("--cpus", 1, 64)),
     accel: str = typer.Option("auto", help="qemu accelerator: auto (probe KVM), kvm or tcg.",
                               metavar=choice_metavar(*ACCELS), autocompletion=choices(*ACCELS)),
-    mirror: str = typer.Option(None, help="Debian mirror URL for the image build."),
+    mirror: str = MirrorOption,
     timeout: float = typer.Option(600, help="Seconds to wait for the VM and its engine.",
                                   callback=seconds("timeout")),
 ) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from labctl.cli.common import console, progress_reporter
-from labctl.images.builder import Image, build_image, image_dir
+from labctl.cli.common import MirrorOption, console, err_console, progress_reporter
+from labctl.images.builder import CorruptImage, Image, build_image, image_dir
 from labctl.images.recipes import RECIPES, recipe
 from labctl.paths import cache_root
 
@@ -20,7 +22,7 @@ image_app = typer.Typer(help="Build and list node images.", no_args_is_help=True
 def build(
     name: str = typer.Argument("trixie", help=f"Image recipe: {', '.join(RECIPES)}.",
                                metavar="NAME"),
-    mirror: str = typer.Option(None, help="Debian mirror URL (default: mmdebstrap's)."),
+    mirror: str = MirrorOption,
     force: bool = typer.Option(False, help="Rebuild even if the cache has it."),
 ) -> None:
     """Build a node image (a no-op when the cache already holds it)."""
@@ -38,7 +40,7 @@ def build(
 def box(
     name: str = typer.Argument("trixie", help=f"Image recipe: {', '.join(RECIPES)}.",
                                metavar="NAME"),
-    mirror: str = typer.Option(None, help="Debian mirror URL (default: mmdebstrap's)."),
+    mirror: str = MirrorOption,
 ) -> None:
     """Make a Vagrant box (libvirt) of a node image, building the image first if needed;
     a no-op when the cache holds it (docs/vagrant.md)."""
@@ -87,12 +89,13 @@ def list_images(
 ) -> None:
     """List cached images."""
     base = cache_root() / "images"
-    images = [Image.at(p) for p in sorted(base.glob("*")) if (p / "manifest.json").is_file()]
+    images, corrupt = cached_images(base)
     if as_json:
         records = [{k: i.manifest.get(k) for k in IMAGE_KEYS}
                    | {"added_packages": added_packages(i), "path": str(i.path)}
                    for i in images]
-        print(json.dumps({"images": records}, indent=2))
+        print(json.dumps({"images": records, "corrupt": [
+            {"path": str(c.path), "problem": c.problem} for c in corrupt]}, indent=2))
         return
     table = Table(title=f"images in {base}")
     for column in ("image", "recipe + packages", "kernel", "rdma-core", "root fs", "built in"):
@@ -108,6 +111,23 @@ def list_images(
             f"{m['build_seconds']} s",
         )
     console.print(table)
+    for c in corrupt:  # one corrupt image does not hide the others
+        err_console.print(f"[yellow]corrupt:[/] {escape(c.message)}\n  [yellow]hint:[/] "
+                          f"{escape(c.hint or '')}", highlight=False, soft_wrap=True)
+
+
+def cached_images(base: Path) -> tuple[list[Image], list[CorruptImage]]:
+    """The images in the cache directory `base`, and those whose manifest is corrupt."""
+    images: list[Image] = []
+    corrupt: list[CorruptImage] = []
+    for path in sorted(base.glob("*")):
+        try:
+            images.append(Image.at(path))
+        except (FileNotFoundError, NotADirectoryError):  # not an image (logs/, a file)
+            continue
+        except CorruptImage as exc:
+            corrupt.append(exc)
+    return images, corrupt
 
 
 def register(app: typer.Typer) -> None:

@@ -13,7 +13,14 @@ from rich.table import Table
 from labctl.capture.runhook import capture_line, captured_runner
 from labctl.cli import complete
 from labctl.cli.capture import CaptureDirOption, CaptureOption
-from labctl.cli.common import LabOption, console, err_console, int_range, seconds
+from labctl.cli.common import (
+    LabOption,
+    console,
+    err_console,
+    int_range,
+    run_value,
+    seconds,
+)
 from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import LabHandle, open_lab
 from labctl.runners.custom import custom_spec
@@ -92,7 +99,8 @@ PairsOption = typer.Option("first", "--pairs", metavar="first|adjacent|all|A:B,C
                            "--pairs), adjacent (every pair sharing a segment), all (every "
                            "pair; those without an IP path are skipped) or A:B,C:D "
                            "(server:client).")
-JobsOption = typer.Option(1, "--jobs", "-j", help="With --pairs: runs at once at most "
+JobsOption = typer.Option(1, "--jobs", "-j", callback=int_range("--jobs", 1, MAX_JOBS),
+                          help="With --pairs: runs at once at most "
                           "(runs that share a node never overlap).")
 
 
@@ -286,11 +294,16 @@ def pingpong(
     client_impl: str = ClientImplOption,
     server: str = ServerOption,
     client: str = ClientOption,
-    size: int = typer.Option(None, "--size", "-s", help="Message size in bytes."),
-    iters: int = typer.Option(None, "--iters", "-n", help="Number of exchanges."),
-    mtu: int = typer.Option(None, "--mtu", "-m", help="Path MTU (256..4096)."),
-    rx_depth: int = typer.Option(None, "--rx-depth", "-r", help="Receives posted at a time."),
-    port: int = typer.Option(None, "--port", "-p", help="TCP port of the exchange (18515)."),
+    size: int = typer.Option(None, "--size", "-s", callback=run_value("size"),
+                             help="Message size in bytes."),
+    iters: int = typer.Option(None, "--iters", "-n", callback=run_value("iters"),
+                              help="Number of exchanges."),
+    mtu: int = typer.Option(None, "--mtu", "-m", callback=run_value("mtu"),
+                            help="Path MTU (256..4096)."),
+    rx_depth: int = typer.Option(None, "--rx-depth", "-r", callback=run_value("rx_depth"),
+                                 help="Receives posted at a time."),
+    port: int = typer.Option(None, "--port", "-p", callback=run_value("port"),
+                             help="TCP port of the exchange (18515)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
     capture: bool = CaptureOption,
@@ -322,9 +335,12 @@ def pingpong(
 def rping(
     server: str = ServerOption,
     client: str = ClientOption,
-    count: int = typer.Option(10, "--count", "-C", help="Pings (rping -C)."),
-    size: int = typer.Option(None, "--size", "-S", help="Ping data size (rping -S)."),
-    port: int = typer.Option(None, "--port", "-p", help="RDMA CM port (rping -p)."),
+    count: int = typer.Option(10, "--count", "-C", callback=run_value("count"),
+                              help="Pings (rping -C)."),
+    size: int = typer.Option(None, "--size", "-S", callback=run_value("size"),
+                             help="Ping data size (rping -S)."),
+    port: int = typer.Option(None, "--port", "-p", callback=run_value("port"),
+                             help="RDMA CM port (rping -p)."),
     verbose: bool = typer.Option(True, "--verbose/--quiet", "-v/-q",
                                  help="rping -v: print (and count) each ping."),
     timeout: float = TimeoutOption,
@@ -348,11 +364,14 @@ def perftest(
                                metavar="TEST", autocompletion=complete.choices(*ALL_PERFTESTS)),
     server: str = ServerOption,
     client: str = ClientOption,
-    iters: int = typer.Option(100, "--iters", "-n", help="Iterations (perftest -n)."),
-    size: int = typer.Option(None, "--size", "-s", help="Message size (perftest -s)."),
+    iters: int = typer.Option(100, "--iters", "-n", callback=run_value("iters"),
+                              help="Iterations (perftest -n)."),
+    size: int = typer.Option(None, "--size", "-s", callback=run_value("size"),
+                             help="Message size (perftest -s)."),
     rdma_cm: bool = typer.Option(False, "--rdma-cm", "-R",
                                  help="Connect through RDMA CM (always on siw)."),
-    port: int = typer.Option(None, "--port", "-p", help="Exchange port (perftest -p)."),
+    port: int = typer.Option(None, "--port", "-p", callback=run_value("port"),
+                             help="Exchange port (perftest -p)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
     capture: bool = CaptureOption,
@@ -378,10 +397,12 @@ def mckey(
                                metavar="NODE", autocompletion=complete.node_names),
     client: str = typer.Option(None, "--client", help="Sender node (default: the second).",
                                metavar="NODE", autocompletion=complete.node_names),
-    count: int = typer.Option(4, "--count", "-C", help="Messages expected by the receiver."),
+    count: int = typer.Option(4, "--count", "-C", callback=run_value("count"),
+                              help="Messages expected by the receiver."),
     group: str = typer.Option(None, "--group", "-m", help=f"Multicast address (default "
                               f"{MCKEY_GROUP}; with --pairs, pair N uses 239.1.N.1)."),
-    wait: int = typer.Option(20, "--wait", help="Seconds the receiver waits at most."),
+    wait: int = typer.Option(20, "--wait", callback=run_value("wait"),
+                             help="Seconds the receiver waits at most."),
     one_qp: bool = typer.Option(False, "--one-qp", help="Send all messages from one QP "
                                 "(mckey -C N): on rxe only the first arrives."),
     timeout: float = TimeoutOption,
@@ -398,7 +419,8 @@ def mckey(
              capture_dir, pairs=pairs, jobs=jobs)
 
 
-PortOption = typer.Option(None, "--port", "-p", help="Port the server listens on.")
+PortOption = typer.Option(None, "--port", "-p", callback=run_value("port"),
+                          help="Port the server listens on.")
 
 
 @run_app.command("rdma-server")
@@ -419,8 +441,10 @@ def rdma_server(
              as_json, capture, capture_dir, pairs=pairs, jobs=jobs)
 
 
-CountOption = typer.Option(10, "--count", "-C", help="Messages each way (-C).")
-SizeOption = typer.Option(None, "--size", "-S", help="Message size in bytes (-S).")
+CountOption = typer.Option(10, "--count", "-C", callback=run_value("count"),
+                           help="Messages each way (-C).")
+SizeOption = typer.Option(None, "--size", "-S", callback=run_value("size"),
+                          help="Message size in bytes (-S).")
 
 
 @run_app.command()
@@ -447,7 +471,8 @@ def udaddy(
 def ucmatose(
     server: str = ServerOption,
     client: str = ClientOption,
-    connections: int = typer.Option(4, "--connections", "-c", help="Connections (-c)."),
+    connections: int = typer.Option(4, "--connections", "-c", callback=run_value("connections"),
+                                    help="Connections (-c)."),
     count: int = CountOption,
     size: int = SizeOption,
     port: int = PortOption,
@@ -469,7 +494,8 @@ def ucmatose(
 def cmtime(
     server: str = ServerOption,
     client: str = ClientOption,
-    connections: int = typer.Option(10, "--connections", "-c", help="Connections (-c)."),
+    connections: int = typer.Option(10, "--connections", "-c", callback=run_value("connections"),
+                                    help="Connections (-c)."),
     port: int = PortOption,
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
@@ -491,8 +517,10 @@ def _stream_command(name: str, doc: str) -> None:
     def command(
         server: str = ServerOption,
         client: str = ClientOption,
-        count: int = typer.Option(100, "--count", "-C", help="Transfers (-C)."),
-        size: int = typer.Option(4096, "--size", "-S", help="Transfer size in bytes (-S)."),
+        count: int = typer.Option(100, "--count", "-C", callback=run_value("count"),
+                                  help="Transfers (-C)."),
+        size: int = typer.Option(4096, "--size", "-S", callback=run_value("size"),
+                                 help="Transfer size in bytes (-S)."),
         port: int = PortOption,
         timeout: float = TimeoutOption,
         as_json: bool = JsonOption,
@@ -519,7 +547,8 @@ _stream_command("riostream",
 def rcopy(
     server: str = ServerOption,
     client: str = ClientOption,
-    size: int = typer.Option(65536, "--size", "-s", help="Bytes of the file copied."),
+    size: int = typer.Option(65536, "--size", "-s", callback=run_value("size"),
+                             help="Bytes of the file copied."),
     port: int = PortOption,
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
@@ -556,7 +585,8 @@ def custom(
     ready_port: int = typer.Option(None, "--ready-port", help="The server is ready once "
                                    "something listens on this TCP port.", metavar="PORT",
                                    callback=int_range("--ready-port", 1, 65535)),
-    port: int = typer.Option(None, "--port", "-p", help="The value of {port} (18515)."),
+    port: int = typer.Option(None, "--port", "-p", callback=run_value("port"),
+                             help="The value of {port} (18515)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
     capture: bool = CaptureOption,
@@ -627,7 +657,8 @@ def run_list(as_json: bool = JsonOption) -> None:
 def run_all(
     server: str = ServerOption,
     client: str = ClientOption,
-    iters: int = typer.Option(100, "--iters", "-n", help="Iterations of each pingpong and "
+    iters: int = typer.Option(100, "--iters", "-n", callback=run_value("iters"),
+                              help="Iterations of each pingpong and "
                               "perftest (small: TCG is slow)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,

@@ -89,10 +89,16 @@ class ImageRecord(Shape):
     path: str
 
 
+class CorruptImageRecord(Shape):
+    path: str  # the image's cache directory
+    problem: str  # what is wrong with its manifest.json
+
+
 class ImageListOutput(Shape):
     """`labctl image list --json`: the cached node images."""
 
     images: list[ImageRecord]
+    corrupt: list[CorruptImageRecord]  # images whose manifest labctl cannot use
 
 
 # --- labctl doctor --json ----------------------------------------------------------------

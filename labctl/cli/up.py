@@ -6,6 +6,7 @@ import typer
 
 from labctl.cli.common import (
     AllowHostMountOption,
+    MirrorOption,
     TopologyArgument,
     console,
     progress_reporter,
@@ -25,7 +26,7 @@ def up(
     topology: str = TopologyArgument,
     accel: str = typer.Option("auto", help="qemu accelerator: auto (probe KVM), kvm or tcg.",
                               metavar=choice_metavar(*ACCELS), autocompletion=choices(*ACCELS)),
-    mirror: str = typer.Option(None, help="Debian mirror URL for image builds.", metavar="URL"),
+    mirror: str = MirrorOption,
     timeout: float = typer.Option(300, help="Seconds to wait for every node to be ready.",
                                   metavar="SECONDS", callback=seconds("timeout")),
     provider_name: str = typer.Option(

@@ -20,7 +20,7 @@ from pathlib import Path
 from labctl.errors import LabctlError
 from labctl.lab.labdir import blocking_lock
 from labctl.net import labnet
-from labctl.paths import state_root
+from labctl.paths import docker_hosts_root
 
 NETNS = "labctl-docker_hosts"
 BRIDGE = "br0"
@@ -31,7 +31,7 @@ MAX_INDEX = 200
 
 
 def lock_path() -> Path:
-    return state_root().parent / "docker-hosts-net.lock"
+    return docker_hosts_root() / "docker-hosts-net.lock"
 
 
 def address(index: int) -> str:
@@ -59,7 +59,7 @@ def recorded_index(vm_path: Path) -> int:
 
 
 def _vm_paths() -> list[Path]:
-    root = state_root().parent
+    root = docker_hosts_root()
     if not root.is_dir():
         return []
     return [p for p in root.iterdir() if p.is_dir() and p.name.startswith("docker-host-")]

@@ -40,7 +40,7 @@ from labctl.images.recipes import recipe
 from labctl.lab import ssh
 from labctl.lab.labdir import LabDir, blocking_lock
 from labctl.lab.state import CorruptStateError, LabState, NodeState, Phase, TapState, VmInfo
-from labctl.paths import cache_root, state_root
+from labctl.paths import cache_root, docker_hosts_root
 from labctl.providers.accel import choose_accel
 from labctl.providers.base import Progress
 from labctl.providers.machine import (
@@ -97,15 +97,15 @@ def _dirname(name: str) -> str:
 
 def share_dir() -> Path:
     """The host folders' share, one for every Docker host VM: they all run on this host."""
-    return state_root().parent / f"{DIR_PREFIX}-{SHARE_SUFFIX}"
+    return docker_hosts_root() / f"{DIR_PREFIX}-{SHARE_SUFFIX}"
 
 
 def vm_dir(name: str = DEFAULT_NAME) -> LabDir:
-    return LabDir(_dirname(name), root=state_root().parent)
+    return LabDir(_dirname(name), root=docker_hosts_root())
 
 
 def lock_file(name: str = DEFAULT_NAME) -> Path:
-    return state_root().parent / f"{_dirname(name)}.lock"
+    return docker_hosts_root() / f"{_dirname(name)}.lock"
 
 
 def data_disk(image: Image, name: str = DEFAULT_NAME) -> Path:
@@ -119,7 +119,7 @@ def vm_lab_name(name: str) -> str:
 
 def vm_names() -> list[str]:
     """Every Docker host VM with a directory (running or left behind), default first."""
-    root = state_root().parent
+    root = docker_hosts_root()
     if not root.is_dir():
         return []
     names: list[str] = []

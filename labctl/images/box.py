@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from labctl.errors import LabctlError
+from labctl import bounded
+from labctl.errors import LabctlError, short_repr
 from labctl.images.builder import Image, Progress, build_image
 from labctl.images.cpio import CpioWriter
 from labctl.images.recipes import node_recipe
@@ -133,8 +134,17 @@ def _run(argv: list[str], what: str) -> str:
 
 
 def _virtual_size(disk: Path) -> int:
-    info = json.loads(_run(["qemu-img", "info", "--output=json", str(disk)], "qemu-img info"))
-    return -(-int(info["virtual-size"]) // (1 << 30))  # GiB, rounded up
+    """The disk's size in GiB, rounded up, as `qemu-img info` reports it."""
+    text = _run(["qemu-img", "info", "--output=json", str(disk)], "qemu-img info")
+    try:
+        size = bounded.load_object(text).get("virtual-size")
+    except bounded.BoundedError as exc:
+        raise LabctlError(f"qemu-img info about {disk}: {exc}",
+                          hint="see docs/vagrant.md, section Boxes") from None
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise LabctlError(f"qemu-img info gave no disk size for {disk} ({short_repr(size)})",
+                          hint="see docs/vagrant.md, section Boxes")
+    return -(-size // (1 << 30))
 
 
 def build_box(image_name: str = "trixie", packages: tuple[str, ...] = (), *,

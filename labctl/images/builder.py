@@ -26,10 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
+from labctl import bounded
 from labctl.errors import LabctlError
 from labctl.images.cpio import CpioWriter
-from labctl.images.recipes import RECIPES, Recipe
+from labctl.images.recipes import RECIPES, Recipe, check_mirror
 from labctl.paths import cache_root
 
 BUILDER_VERSION = "4"  # 4: boot modules stored without their signatures
@@ -56,9 +58,51 @@ class Image:
 
     @classmethod
     def at(cls, path: Path) -> Image:
-        manifest = json.loads((path / "manifest.json").read_text())
+        """The image in cache directory `path`; CorruptImage when its manifest is not one
+        labctl wrote (FileNotFoundError or NotADirectoryError when there is none)."""
+        manifest = read_manifest(path)
         kernel = path / "vmlinux" if (path / "vmlinux").is_file() else path / "vmlinuz"
         return cls(path, kernel, path / "initrd.cpio", path / "root.ext4", manifest)
+
+
+class CorruptImage(LabctlError):
+    """An image directory in the cache whose manifest labctl cannot use."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"image {path.name} in the cache is corrupt: {problem}",
+                         hint=f"remove it (rm -r {path}) or rebuild it (labctl image build "
+                         "--force)")
+        self.path = path
+        self.problem = problem
+
+
+MANIFEST_BYTES = 1 << 20  # a manifest is a few KiB (the package list)
+# The manifest keys labctl reads, and their types: checked once, when it is read.
+_MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,), "key": (str,), "kernel": (str,), "rdma_core": (str,),
+    "rootfs_bytes": (int,), "build_seconds": (int, float),
+}
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest of the image directory `path`, read bounded (a regular file, not a
+    link, at most MANIFEST_BYTES, JSON without NaN) with the keys labctl reads checked;
+    CorruptImage otherwise. FileNotFoundError and NotADirectoryError pass through: no
+    manifest, no image."""
+    try:
+        manifest = bounded.load_object(bounded.read_regular(path / "manifest.json",
+                                                            MANIFEST_BYTES))
+    except bounded.BoundedError as exc:
+        raise CorruptImage(path, f"manifest.json: {exc}") from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise  # no manifest (or `path` is a file): not an image at all
+    except OSError as exc:
+        raise CorruptImage(path, f"manifest.json: {exc.strerror or exc}") from None
+    for key, types in _MANIFEST_TYPES.items():
+        value = manifest.get(key)
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise CorruptImage(path, f"manifest.json has no valid {key!r}")
+    return manifest
 
 
 def _resource_text(*parts: str) -> str:
@@ -84,8 +128,17 @@ def image_dir(recipe: Recipe, mirror: str | None = None) -> Path:
 
 
 def cached_image(recipe: Recipe, mirror: str | None = None) -> Image | None:
-    path = image_dir(recipe, mirror)
-    return Image.at(path) if (path / "manifest.json").is_file() else None
+    """The cached image of `recipe`; None when it is missing or corrupt (a build makes it
+    anew)."""
+    return usable_image(image_dir(recipe, mirror))
+
+
+def usable_image(path: Path) -> Image | None:
+    """The image in `path`, None when there is none or it is corrupt."""
+    try:
+        return Image.at(path)
+    except (FileNotFoundError, NotADirectoryError, CorruptImage):
+        return None
 
 
 def _check_host_tools() -> None:
@@ -145,10 +198,14 @@ def _mmdebstrap(
         # soft-iWARP (Debian's kernels lack it) and labctl's compiled inspector client
         f'--customize-hook=sh {build_hook} "$1" {recipe.kernel_suite} {shlex.quote(str(client))}',
         f'--customize-hook=sh {trim_hook} "$1"',
+        # Options end here: no suite, path or mirror after it is ever read as an option
+        # (mmdebstrap's Getopt reads options after its arguments too).
+        "--",
         recipe.suite,
         str(rootdir),
     ]
     if mirror:
+        check_mirror(mirror)  # checked where it entered too: this is the last gate to root
         argv.append(mirror)
     _run_streamed(argv, progress, log)
 
@@ -293,10 +350,12 @@ def build_image(
     force: bool = False,
     progress: Progress = lambda _msg: None,
 ) -> Image:
-    """Return the cached image for `recipe`, building it first when it is missing."""
+    """Return the cached image for `recipe`, building it first when it is missing (or
+    corrupt: it is built anew in its place)."""
+    check_mirror(mirror)  # before anything is made
     final = image_dir(recipe, mirror)
-    if not force and (final / "manifest.json").is_file():
-        return Image.at(final)
+    if not force and (cached := usable_image(final)) is not None:
+        return cached
     _check_host_tools()
     final.parent.mkdir(parents=True, exist_ok=True)
     # One build per image at a time: a second labctl waits, then finds it in the cache.
@@ -308,8 +367,8 @@ def build_image(
         progress("waiting for another labctl building the same image")
         fcntl.flock(lock, fcntl.LOCK_EX)
     try:
-        if not force and (final / "manifest.json").is_file():
-            return Image.at(final)
+        if not force and (cached := usable_image(final)) is not None:
+            return cached
         return _build_locked(recipe, mirror, final, force, progress)
     finally:
         os.close(lock)
@@ -355,8 +414,8 @@ def _build_locked(
         }
         shutil.rmtree(rootdir)
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
-        if force:
-            shutil.rmtree(final, ignore_errors=True)
+        # Built because forced, or because what is there is corrupt or half-made: replaced.
+        shutil.rmtree(final, ignore_errors=True)
         work.rename(final)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from importlib import resources
 
-from labctl.errors import UsageError
+from labctl.errors import UsageError, short_repr
 
 
 def node_packages() -> tuple[str, ...]:
@@ -73,3 +73,47 @@ def recipe(name: str) -> Recipe:
         raise UsageError(
             f"unknown image {name!r}", hint=f"known images: {', '.join(sorted(RECIPES))}"
         ) from None
+
+
+# --- the Debian mirror -------------------------------------------------------------------
+# The mirror becomes an argument of mmdebstrap, which runs as root and takes hooks as
+# options (--customize-hook=CMD): it must be a URL and nothing else. Only the characters a
+# mirror URL needs: no whitespace (mmdebstrap reads "deb ..." lines as sources.list
+# entries), no '#' (a comment there) and no query, which a Debian mirror never uses.
+MIRROR_SCHEMES = ("http", "https", "file")
+MIRROR_HINT = "give a URL, e.g. --mirror http://deb.debian.org/debian"
+_MIRROR_PATH_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                               "0123456789-._~%!$&'()*+,;=:@/")
+_MIRROR_HOST_CHARS = _MIRROR_PATH_CHARS | frozenset("[]")  # [::1], an IPv6 literal
+MAX_MIRROR = 2048
+
+
+def check_mirror(value: str | None) -> str | None:
+    """`value` if it is a mirror URL (http, https with a host, or file with an absolute
+    path), else UsageError (exit 2). None (mmdebstrap's default mirror) stays None."""
+    if value is None:
+        return None
+    scheme, sep, rest = value.partition("://")
+    if len(value) > MAX_MIRROR or not sep or scheme.lower() not in MIRROR_SCHEMES:
+        raise UsageError(f"--mirror must be an http, https or file URL (got "
+                         f"{short_repr(value)})", hint=MIRROR_HINT)
+    host, slash, path = rest.partition("/")
+    if not set(host) <= _MIRROR_HOST_CHARS or not set(path) <= _MIRROR_PATH_CHARS:
+        raise UsageError(f"--mirror {short_repr(value)} holds a character a mirror URL does "
+                         "not need (whitespace, a control character, '#', '?', '\"'...)",
+                         hint=MIRROR_HINT)
+    if scheme.lower() == "file":
+        if host or not slash:
+            raise UsageError(f"--mirror {short_repr(value)}: a file URL names an absolute "
+                             "path and no host", hint="e.g. --mirror file:///srv/debian")
+    elif not _host_name(host):
+        raise UsageError(f"--mirror {short_repr(value)} names no host", hint=MIRROR_HINT)
+    return value
+
+
+def _host_name(netloc: str) -> str:
+    """The host of a URL's netloc, without user and port ("" when there is none)."""
+    host = netloc.rpartition("@")[2]
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.partition(":")[0]

@@ -213,7 +213,7 @@ class QemuMachine:
             *accel_args, "-m", str(memory_mib), "-smp", str(cpus), "-nodefaults",
             "-no-user-config", "-display", "none", "-no-reboot",
             "-kernel", str(kernel), "-initrd", str(self.initrd), "-append", append,
-            "-drive", f"file={self.disk},if=virtio,format=qcow2,cache=unsafe",
+            "-drive", f"file={_qemu_value(self.disk)},if=virtio,format=qcow2,cache=unsafe",
         ]
         for drive in extra_drives:  # right after the root disk: /dev/vdb, ...
             argv += ["-drive", drive]
@@ -226,8 +226,7 @@ class QemuMachine:
             "-device", "virtio-balloon-pci,free-page-reporting=on",
         ]
         for i, share in enumerate(shares):
-            # qemu's option syntax: a comma inside a value is written twice
-            path = share.path.replace(",", ",,")
+            path = _qemu_value(share.path)
             # multidevs=remap: a folder holding other file systems (bind mounts) keeps
             # unique inode numbers in the node
             argv += ["-fsdev", f"local,id=fs{i},path={path},security_model=none,"
@@ -239,7 +238,7 @@ class QemuMachine:
                      "-device", virtio_nic(nic.netdev, nic.mac)]
         argv += [
             "-serial", f"file:{self.console_log}",
-            "-qmp", f"unix:{self.qmp_socket},server=on,wait=off",
+            "-qmp", f"unix:{_qemu_value(self.qmp_socket)},server=on,wait=off",
             "-pidfile", str(self.pidfile),
         ]
         return argv
@@ -540,3 +539,9 @@ def wait_machines_ready(
         for master in masters:
             master.result()
     return time.monotonic() - started
+
+
+def _qemu_value(value: str | Path) -> str:
+    """A path inside a qemu option list: a comma in it is written twice (qemu's syntax),
+    so a state dir such as /tmp/a,readonly=on can never add an option."""
+    return str(value).replace(",", ",,")

@@ -40,12 +40,21 @@ def _looks_like_a_path(arg: str) -> bool:
     return "/" in arg or arg.endswith(SUFFIXES) or arg.startswith(".")
 
 
+def _exists(path: Path) -> bool:
+    """path.exists(); a name the OS refuses (too long) counts as a path, never as a
+    shipped topology's name: reading it then says what is wrong, with exit 2."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return True
+
+
 def find_topology(arg: str | Path) -> Path:
     """The topology file `arg` means: an existing file, a path (whose reading then reports
     what is wrong with it), or the name of a shipped topology."""
     text = str(arg)
     path = Path(text)
-    if path.exists() or _looks_like_a_path(text):
+    if _looks_like_a_path(text) or _exists(path):
         return path
     for topology in shipped():
         if topology.name == text:

@@ -5,6 +5,7 @@ duplicate keys refused)."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +144,65 @@ def _expanded_size(root: yaml.Node) -> int:
     return size(root)
 
 
+# --------------------------------------------------------------------------- what is quoted
+# labctl runs as root, and a topology file comes from elsewhere: `validate` on a link to
+# /etc/shadow (or a key, a token file) must not print what it holds, a line at a time
+# through its error messages. The rule: nothing from a file is quoted in an error until the
+# file looks like a topology, a YAML mapping with a top-level `nodes` key or two of the
+# topology's top-level keys (any case: `Nodes` is a typo to point out). No system file is
+# YAML with such keys. Before that, an error names the file, the line and the kind of
+# problem only: a mapping that does not look like a topology is refused as missing
+# `nodes`, without naming its keys, and the YAML parser's messages (given before there is
+# a mapping to look at) keep what they quote only when the text has such keys at the start
+# of its lines, else only a single character (a tab) or a token name (<block end>).
+TOPOLOGY_KEYS = frozenset({"name", "provider", "defaults", "addressing", "nodes", "links",
+                           "hosts"})
+
+
+def _looks_like_topology(keys: list[str]) -> bool:
+    found = {k.lower() for k in keys} & TOPOLOGY_KEYS
+    return "nodes" in found or len(found) >= 2
+
+
+_LINE_KEY = re.compile(r"^[\"']?([A-Za-z]+)[\"']?[ \t]*:", re.MULTILINE)
+
+
+def _text_looks_like_topology(text: str) -> bool:
+    return _looks_like_topology(_LINE_KEY.findall(text[:MAX_FILE_BYTES]))
+
+
+def _refuse_unless_topology(root: yaml.Node, file: str) -> None:
+    """Refuse a YAML mapping that does not look like a topology, quoting nothing of it."""
+    if not isinstance(root, yaml.MappingNode):
+        return  # not a mapping: refused later as such, with nothing quoted
+    keys = [k.value for k, _ in root.value if isinstance(k, yaml.ScalarNode)]
+    if _looks_like_topology([k for k in keys if isinstance(k, str)]):
+        return
+    raise TopologyError(
+        file, root.start_mark.line + 1, "nodes",
+        "required key missing, and this file does not look like a topology (none of its "
+        "content is shown)",
+        hint="check the path; a topology names its nodes under `nodes:` (see "
+        "topologies/two-node.yaml)",
+    )
+
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def _without_quotes(problem: str) -> str:
+    """A YAML parser message with what it quotes from the file cut out, but a single
+    character (a tab, a '@' that cannot start a token) or a token name."""
+
+    def keep_short(match: re.Match[str]) -> str:
+        inner = match.group()[1:-1]
+        harmless = (len(inner) == 1 or re.fullmatch(r"\\\w\w{0,4}", inner)
+                    or re.fullmatch(r"<[a-z ]+>", inner))
+        return match.group() if harmless else "(…)"
+
+    return _QUOTED.sub(keep_short, problem)
+
+
 def read_yaml(text: str, file: str) -> tuple[yaml.Node | None, Any]:
     """Compose the document (positions kept), refuse duplicate keys, then construct it."""
     loader: yaml.SafeLoader | None = None
@@ -150,6 +210,7 @@ def read_yaml(text: str, file: str) -> tuple[yaml.Node | None, Any]:
         loader = _BoundedLoader(text)
         root = loader.get_single_node()
         if root is not None:
+            _refuse_unless_topology(root, file)
             if _expanded_size(root) > MAX_YAML_NODES:
                 raise TopologyError(
                     file, root.start_mark.line + 1, "",
@@ -167,6 +228,8 @@ def read_yaml(text: str, file: str) -> tuple[yaml.Node | None, Any]:
         problem = exc.problem or exc.context or "cannot parse"
         if exc.context and exc.problem:
             problem = f"{problem} ({exc.context})"
+        if not _text_looks_like_topology(text):
+            problem = _without_quotes(problem)
         raise TopologyError(
             file,
             line,

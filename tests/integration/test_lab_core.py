@@ -81,9 +81,10 @@ def test_rc_pingpong_passes_between_the_nodes() -> None:
 
 
 def test_failed_run_shows_output_and_exits_nonzero() -> None:
-    # MTU 5000 is not a valid IB MTU: the C program refuses it, labctl must say so.
+    # MTU 300 is within --mtu's range but not an IB MTU: the C program refuses it, labctl
+    # must say so.
     result = labctl(
-        "run", "pingpong", "--lab", LAB_NAME, "--mtu", "5000", "--iters", "5", timeout=300
+        "run", "pingpong", "--lab", LAB_NAME, "--mtu", "300", "--iters", "5", timeout=300
     )
     assert result.returncode == 1
     assert "failed" in result.stderr

@@ -96,7 +96,8 @@ def offline_lab(tmp_path: Path) -> dict[str, str]:
     ("node9:eth1", 2, "has no node 'node9'"),
     ("node1:eth7", 2, "has no data interface 'eth7'"),
     ("node1:eth1", 1, f"no network namespace labctl-{OFFLINE_LAB}"),  # lab not up
-    ("node1:eth1 -w /nonexistent/x.pcap", 2, "cannot write /nonexistent/x.pcap"),
+    ("node1:eth1 -w /nonexistent/x.pcap", 2,
+     "--write '/nonexistent/x.pcap': no directory '/nonexistent'"),
 ])
 def test_bad_endpoints(offline_lab: dict[str, str], endpoint: str, code: int,
                        message: str) -> None:
@@ -205,6 +206,6 @@ def test_docker_lab_with_a_local_engine_is_captured_like_a_qemu_lab(tmp_path: Pa
 
 
 def _workers(ns: str) -> str:
-    found = subprocess.run(["pgrep", "-af", f"labctl.capture.worker {ns} "],
+    found = subprocess.run(["pgrep", "-af", f"labctl.capture.worker .*-- {ns} "],
                            capture_output=True, text=True, check=False)
     return found.stdout.strip()

@@ -422,7 +422,7 @@ def test_first_overlap_matches_the_quadratic_version(nets: list[Any]) -> None:
 @pytest.mark.parametrize(("text", "says"), [
     ("`not yaml`\n", "invalid YAML"),
     ("- a list\n", "cannot tell the lab from this file (no name)"),
-    ("name: Bad_Name\n", "cannot tell the lab from this file (name 'Bad_Name')"),
+    ("name: Bad_Name\nnodes: {}\n", "cannot tell the lab from this file (name 'Bad_Name')"),
     ("name: x\nnodes: " + "[" * 100 + "]" * 100 + "\n", "nested deeper than"),
 ])
 def test_down_of_a_file_without_a_usable_name(text: str, says: str, cli: Cli,

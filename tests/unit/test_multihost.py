@@ -41,20 +41,20 @@ def _lab(text: str) -> Lab:
 
 
 def test_the_default_vm_keeps_its_paths(state_root: Path) -> None:
-    assert vm_dir().path == state_root.parent / "docker-host"
-    assert lock_file() == state_root.parent / "docker-host.lock"
+    assert vm_dir().path == state_root / ".docker-hosts" / "docker-host"
+    assert lock_file() == state_root / ".docker-hosts" / "docker-host.lock"
     vm = DockerHostVM()
-    assert vm.socket == state_root.parent / "docker-host" / "docker.sock"
+    assert vm.socket == state_root / ".docker-hosts" / "docker-host" / "docker.sock"
     assert vm.machine.guest == "labctl-docker_host-engine"
     assert not vm.named and vm.host_address == ""
 
 
 def test_named_vms_have_their_own_paths(state_root: Path) -> None:
     vm = DockerHostVM("sw1")
-    assert vm.labdir.path == state_root.parent / "docker-host-sw1"
-    assert lock_file("sw1") == state_root.parent / "docker-host-sw1.lock"
+    assert vm.labdir.path == state_root / ".docker-hosts" / "docker-host-sw1"
+    assert lock_file("sw1") == state_root / ".docker-hosts" / "docker-host-sw1.lock"
     assert vm.machine.guest == "labctl-docker_host_sw1-engine"
-    assert vm.base_url == f"unix://{state_root.parent}/docker-host-sw1/docker.sock"
+    assert vm.base_url == f"unix://{state_root / '.docker-hosts'}/docker-host-sw1/docker.sock"
 
     class FakeImage:  # data_disk reads only the image directory's name
         path = Path("/x/docker-host-abc")
@@ -72,8 +72,8 @@ def test_bad_vm_names_are_usage_errors(bad: str, state_root: Path) -> None:
 def test_vm_names_lists_default_first(state_root: Path) -> None:
     for name in ("docker-host-sw2", "docker-host", "docker-host-sw1", "docker-host-Bad", "labs",
                  "docker-host-share"):  # the host folders' share, not a VM
-        (state_root.parent / name).mkdir(parents=True, exist_ok=True)
-    (state_root.parent / "docker-host.lock").touch()
+        (state_root / ".docker-hosts" / name).mkdir(parents=True, exist_ok=True)
+    (state_root / ".docker-hosts" / "docker-host.lock").touch()
     assert vm_names() == ["default", "sw1", "sw2"]
 
 
