@@ -36,6 +36,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from labctl import bounded
 from labctl.cli.common import console
 from labctl.errors import LabctlError, short_repr
 
@@ -316,7 +317,7 @@ def check_host_rdma() -> tuple[list[Check], bool]:
     config = kernel_config()
     release = platform.release()
     checks = []
-    loaded = Path("/sys/module/rdma_rxe").is_dir()
+    loaded = RXE_MODULE.is_dir()
     rxe = config.get("CONFIG_RDMA_RXE", "")
     modules = config.get("CONFIG_MODULES", "")
     if loaded or rxe == "y":
@@ -333,9 +334,7 @@ def check_host_rdma() -> tuple[list[Check], bool]:
                             "qemu provider"))
         usable = False
     else:
-        probe = subprocess.run(["modprobe", "-n", "rdma_rxe"], capture_output=True, text=True,
-                               check=False) if shutil.which("modprobe") else None
-        if probe is not None and probe.returncode == 0:
+        if shutil.which("modprobe") and _quick(["modprobe", "-n", "rdma_rxe"]) is not None:
             checks.append(Check("host kernel RDMA", OK, f"{release}: rdma_rxe is loadable"))
             usable = True
         else:
@@ -344,8 +343,7 @@ def check_host_rdma() -> tuple[list[Check], bool]:
             usable = False
     mode = ""
     if usable and shutil.which("rdma"):
-        mode = subprocess.run(["rdma", "system", "show"], capture_output=True, text=True,
-                              check=False).stdout.strip()
+        mode = (_quick(["rdma", "system", "show"]) or "").strip()
     checks.append(Check("netns mode (host)", OK if "shared" in mode else SKIP,
                         mode or "no RDMA subsystem on this kernel",
                         "" if not mode or "shared" in mode else
@@ -358,6 +356,20 @@ def check_host_rdma() -> tuple[list[Check], bool]:
                         "" if soft == resource.RLIM_INFINITY else
                         "for RDMA programs run directly here: ulimit -l unlimited"))
     return checks, usable
+
+
+RXE_MODULE = Path("/sys/module/rdma_rxe")  # there while rdma_rxe is loaded
+QUICK_TIMEOUT = 10.0  # for modprobe -n and rdma, which answer at once
+
+
+def _quick(argv: list[str]) -> str | None:
+    """A host tool's output when it exits 0 within QUICK_TIMEOUT (a few lines: bounded),
+    else None: doctor must answer even when a tool hangs."""
+    try:
+        result, _ = bounded.run(argv, timeout=QUICK_TIMEOUT, limit=64 << 10)
+    except OSError:
+        return None
+    return result.stdout if result.returncode == 0 else None
 
 
 def check_host_probe(usable: bool) -> Check:

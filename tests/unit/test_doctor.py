@@ -278,3 +278,22 @@ def test_doctor_checks_every_package_setup_installs() -> None:
     assert installed, "no package arrays found in scripts/setup.sh"
     setup_only = {"python3", "python3-venv", "python3-pip"}
     assert sorted(installed - setup_only) == sorted(PACKAGES)
+
+
+def test_the_host_rdma_probes_are_bounded_in_time(host: FakeHost,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel whose config doctor cannot read: `modprobe -n rdma_rxe` decides, and one
+    that hangs counts as not loadable instead of hanging doctor."""
+    monkeypatch.setattr(doctor, "kernel_config", dict)
+    monkeypatch.setattr(doctor, "RXE_MODULE", host.bin / "rdma_rxe")  # not loaded
+    host.stub("modprobe", "exit 0")
+    host.stub("rdma", 'echo "netns shared copy-on-fork on"')
+    checks, usable = doctor.check_host_rdma()
+    assert usable and checks[0].detail.endswith("rdma_rxe is loadable")
+    assert (checks[1].result, checks[1].detail) == (OK, "netns shared copy-on-fork on")
+    host.stub("modprobe", f"exec {SLEEP} 30")
+    monkeypatch.setattr(doctor, "QUICK_TIMEOUT", 0.5)
+    started = time.monotonic()
+    checks, usable = doctor.check_host_rdma()
+    assert time.monotonic() - started < 10
+    assert not usable and checks[0].result == NO and "rdma_rxe not found" in checks[0].detail
