@@ -312,6 +312,20 @@ def check_ksm(ksm: Path = KSM) -> Check:
                  "lab then needs about half the memory, docs/performance.md)")
 
 
+RXE_MODULE = Path("/sys/module/rdma_rxe")  # there while rdma_rxe is loaded
+QUICK_TIMEOUT = 10.0  # for modprobe -n and rdma, which answer at once
+
+
+def _quick(argv: list[str]) -> str | None:
+    """A host tool's output when it exits 0 within QUICK_TIMEOUT (a few lines: bounded),
+    else None: doctor must answer even when a tool hangs."""
+    try:
+        result, _ = bounded.run(argv, timeout=QUICK_TIMEOUT, limit=64 << 10)
+    except OSError:
+        return None
+    return result.stdout if result.returncode == 0 else None
+
+
 def check_host_rdma() -> tuple[list[Check], bool]:
     """Host kernel RDMA; True when the per-netns probe is worth running here."""
     config = kernel_config()
@@ -356,20 +370,6 @@ def check_host_rdma() -> tuple[list[Check], bool]:
                         "" if soft == resource.RLIM_INFINITY else
                         "for RDMA programs run directly here: ulimit -l unlimited"))
     return checks, usable
-
-
-RXE_MODULE = Path("/sys/module/rdma_rxe")  # there while rdma_rxe is loaded
-QUICK_TIMEOUT = 10.0  # for modprobe -n and rdma, which answer at once
-
-
-def _quick(argv: list[str]) -> str | None:
-    """A host tool's output when it exits 0 within QUICK_TIMEOUT (a few lines: bounded),
-    else None: doctor must answer even when a tool hangs."""
-    try:
-        result, _ = bounded.run(argv, timeout=QUICK_TIMEOUT, limit=64 << 10)
-    except OSError:
-        return None
-    return result.stdout if result.returncode == 0 else None
 
 
 def check_host_probe(usable: bool) -> Check:
