@@ -265,19 +265,40 @@ def test_doctor_json_on_a_host_without_tshark(host: FakeHost, monkeypatch: pytes
     assert "qemu provider: works" in " ".join(text.split())
 
 
-def _setup_arrays() -> dict[str, list[str]]:
-    setup = (ROOT / "scripts" / "setup.sh").read_text()
-    return {m.group(1): m.group(2).split() for m in
-            re.finditer(r"^(\w+)=\(([^)]*)\)", re.sub(r"#.*", "", setup), re.M)}
+SETUP_LISTS = ("lab", "tests", "optional")  # scripts/setup.sh's package arrays
+
+
+def setup_lists() -> dict[str, list[str]]:
+    """scripts/setup.sh's package lists by name (comments dropped)."""
+    setup = re.sub(r"#.*", "", (ROOT / "scripts" / "setup.sh").read_text())
+    lists = {m.group(1): m.group(2).split()
+             for m in re.finditer(r"^(\w+)=\(([^)]*)\)", setup, re.M)}
+    assert set(SETUP_LISTS) <= set(lists), f"scripts/setup.sh lacks one of {SETUP_LISTS}"
+    return {name: lists[name] for name in SETUP_LISTS}
 
 
 def test_doctor_checks_every_package_setup_installs() -> None:
     """Every system package scripts/setup.sh installs has its doctor line, and doctor checks
     none it does not install; only the Python ones, which make the .venv, are setup's own."""
-    installed = {p for packages in _setup_arrays().values() for p in packages}
-    assert installed, "no package arrays found in scripts/setup.sh"
+    installed = {p for packages in setup_lists().values() for p in packages}
     setup_only = {"python3", "python3-venv", "python3-pip"}
+    assert setup_only <= installed
     assert sorted(installed - setup_only) == sorted(PACKAGES)
+
+
+def test_the_demos_packages_are_what_a_qemu_lab_needs() -> None:
+    """`setup.sh --minimal` (demo.sh) installs every package the qemu provider or the image
+    build needs, and nothing only the tests or the vagrant provider use."""
+    lab = set(setup_lists()["lab"])
+    assert set(QEMU_NEEDS + IMAGE_NEEDS) <= lab
+    tests_only = {p.package for p in HOST_PACKAGES if p.used_by.startswith("the tests only")}
+    vagrant = {p.package for p in HOST_PACKAGES if "vagrant provider" in p.used_by
+               and p.package != "openssh-client"}
+    assert tests_only == {"tshark", "gcc", "libc6-dev", "cpio"}
+    assert vagrant == {"vagrant", "vagrant-libvirt", "libvirt-daemon",
+                       "libvirt-daemon-driver-qemu", "libvirt-clients", "dnsmasq-base",
+                       "iptables"}
+    assert lab & (tests_only | vagrant) == set()
 
 
 def test_the_host_rdma_probes_are_bounded_in_time(host: FakeHost,
