@@ -3,7 +3,7 @@
 # RDMA, print the result, and tear the lab down (KEEP=1 leaves it up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+./scripts/setup.sh --minimal  # what a qemu lab needs; test.sh installs the rest
 labctl=.venv/bin/labctl
 if [ "${KEEP:-0}" != 1 ]; then
     trap '"$labctl" down --lab two-node' EXIT

@@ -37,7 +37,7 @@ stage() {  # stage NAME COMMAND...: run it, remember how long it took
     stages+=("$name $((SECONDS - t0))")
 }
 
-stage setup ./scripts/setup.sh
+stage setup ./scripts/setup.sh  # everything the tests need (demo.sh: --minimal)
 stage lint .venv/bin/ruff check labctl tests
 stage typecheck .venv/bin/mypy labctl
 # -rs: every skipped test says why (in CI, as root, a skipped integration test fails:

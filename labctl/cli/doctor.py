@@ -2,6 +2,10 @@
 
 Checks, each with a verdict and a hint:
   qemu tools, KVM                        the qemu provider (TCG works everywhere)
+  a line per host package                each Debian package scripts/setup.sh installs, found
+                                         by what uses it (binary, library, file), with the
+                                         provider, feature or tests that need it; only the
+                                         qemu provider's own tools can make it `no`
   KSM                                    whether qemu nodes share their identical pages
   host kernel RDMA, rdma_rxe loadable    can containers on this kernel get Soft-RoCE at all
   per-netns rxe (functional probe)       two netns, a veth, one rxe each, a short RC pingpong
@@ -22,7 +26,10 @@ import platform
 import resource
 import shutil
 import subprocess
+from collections.abc import Callable
+from ctypes.util import find_library
 from dataclasses import asdict, dataclass
+from glob import glob
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +38,7 @@ from rich.table import Table
 
 from labctl import bounded
 from labctl.cli.common import console
-from labctl.errors import LabctlError
+from labctl.errors import LabctlError, short_repr
 
 OK, NO, WARN, SKIP = "ok", "no", "warn", "skipped"
 
@@ -64,32 +71,222 @@ def kernel_config() -> dict[str, str]:
     return config
 
 
-def check_qemu() -> list[Check]:
-    tools = {"qemu-system-x86_64": "qemu-system-x86", "qemu-img": "qemu-utils",
-             "mmdebstrap": "mmdebstrap", "mkfs.ext4": "e2fsprogs", "ssh": "openssh-client"}
-    missing = sorted({pkg for tool, pkg in tools.items() if shutil.which(tool) is None})
-    checks = [Check("qemu tools", NO if missing else OK,
-                    f"missing: {', '.join(missing)}" if missing else "qemu, qemu-img, mmdebstrap,"
-                    " mkfs.ext4, ssh found",
-                    f"apt-get install {' '.join(missing)}" if missing else "")]
-    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        checks.append(Check("KVM", WARN, "/dev/kvm is not usable: nodes run under TCG (slower)",
-                            "enable virtualization (or nested virtualization) for this host"))
-    else:
-        from labctl.images.builder import cached_image
-        from labctl.images.recipes import recipe
-        from labctl.providers.accel import kvm_works
+# --- host packages -------------------------------------------------------------------
+# Each Debian package scripts/setup.sh installs, found by what labctl (or the tests) really
+# use: the binary, the library scapy loads, the file another tool reads. `need` says what a
+# missing one costs: QEMU, the qemu provider cannot run; IMAGE, node images cannot be built
+# (a cached one still boots); OPTIONAL, only the feature named in `used_by`.
+QEMU, IMAGE, OPTIONAL = "qemu", "image", "optional"
+# A user's PATH on Debian lacks /usr/sbin, where mkfs.ext4, iptables, libvirtd, dnsmasq are.
+SBIN_DIRS = (Path("/usr/sbin"), Path("/sbin"))
+KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")  # mmdebstrap's for Debian
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")  # apt's https transport reads it
+LIBC_HEADER = Path("/usr/include/stdio.h")  # libc6-dev's: cc cannot build without it
+LIBVIRT_QEMU_DRIVER = ("/usr/lib/*/libvirt/connection-driver/libvirt_driver_qemu.so",
+                       "/usr/lib64/libvirt/connection-driver/libvirt_driver_qemu.so")
+VAGRANT_PLUGINS_TIMEOUT = 20.0  # `vagrant plugin list` took 0.6 s here (ruby's start)
+ASK_VAGRANT = "run `vagrant plugin list` to see why"
 
-        image = cached_image(recipe("trixie"))
-        if image is None:
-            checks.append(Check("KVM", WARN, "/dev/kvm exists; not probed (no node image yet)",
-                                "`labctl image build`, then doctor again"))
-        elif kvm_works(image.kernel):
-            checks.append(Check("KVM", OK, "a guest kernel boots under KVM"))
-        else:
-            checks.append(Check("KVM", WARN, "/dev/kvm exists but a guest does not run on it: "
-                                "nodes run under TCG (slower, works)", ""))
-    return checks
+
+class Unprobed(Exception):
+    """The probe could not tell whether the package is there (the message says why)."""
+
+    def __init__(self, message: str, result: str = WARN, todo: str = "") -> None:
+        super().__init__(message)
+        self.result, self.todo = result, todo
+
+
+Probe = Callable[[], str]  # what was found (a path, a line), "" when missing
+
+
+def binary(name: str) -> Probe:
+    def probe() -> str:
+        found = shutil.which(name)
+        if found:
+            return found
+        for directory in SBIN_DIRS:
+            candidate = directory / name
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate)
+        return ""
+    return probe
+
+
+def library(name: str) -> Probe:
+    # What scapy's libpcap binding loads, found the way it finds it.
+    return lambda: find_library(name) or ""
+
+
+def keyring() -> str:
+    return str(KEYRING) if KEYRING.is_file() else ""
+
+
+def ca_bundle() -> str:
+    return str(CA_BUNDLE) if CA_BUNDLE.is_file() else ""
+
+
+def libc_header() -> str:
+    return str(LIBC_HEADER) if LIBC_HEADER.is_file() else ""
+
+
+def libvirt_qemu_driver() -> str:
+    return next((found for pattern in LIBVIRT_QEMU_DRIVER for found in sorted(glob(pattern))),
+                "")
+
+
+def vagrant_plugin(name: str) -> Probe:
+    def probe() -> str:
+        vagrant = shutil.which("vagrant")
+        if vagrant is None:
+            raise Unprobed("vagrant is not installed, so its plugins cannot be listed", SKIP,
+                           "apt-get install vagrant vagrant-libvirt")
+        try:
+            # From /, as labctl runs vagrant outside a lab: no Vagrantfile here is read.
+            result = subprocess.run(
+                [vagrant, "plugin", "list"], cwd="/", capture_output=True, text=True,
+                stdin=subprocess.DEVNULL, timeout=VAGRANT_PLUGINS_TIMEOUT, check=False,
+                env={**os.environ, "VAGRANT_CHECKPOINT_DISABLE": "1"})
+        except subprocess.TimeoutExpired:
+            raise Unprobed(f"`vagrant plugin list` did not answer in "
+                           f"{VAGRANT_PLUGINS_TIMEOUT:g} s", todo=ASK_VAGRANT) from None
+        except OSError as exc:
+            raise Unprobed(f"`vagrant plugin list` failed: {exc.strerror}",
+                           todo=ASK_VAGRANT) from None
+        if result.returncode != 0:
+            said = (result.stderr.strip().splitlines() or [""])[-1]
+            raise Unprobed(f"`vagrant plugin list` exited {result.returncode}: "
+                           f"{short_repr(said)}", todo=ASK_VAGRANT)
+        # Lines such as "vagrant-libvirt (0.11.2, system)".
+        return next((line.strip() for line in result.stdout.splitlines()
+                     if line.split()[:1] == [name]), "")
+    return probe
+
+
+@dataclass(frozen=True)
+class HostPackage:
+    package: str  # the Debian package (scripts/setup.sh's name; the hint installs it)
+    what: str  # what doctor looks for
+    probe: Probe
+    used_by: str  # the provider, feature or tests that need it
+    need: str = OPTIONAL  # QEMU | IMAGE | OPTIONAL
+    without: str = ""  # what happens without it, when more than losing `used_by`
+
+
+LIBVIRT = "the vagrant provider on libvirt"
+HOST_PACKAGES = (
+    HostPackage("qemu-system-x86", "qemu-system-x86_64", binary("qemu-system-x86_64"),
+                "the qemu provider (a VM per node) and the Docker host VM", QEMU),
+    HostPackage("qemu-utils", "qemu-img", binary("qemu-img"),
+                "the qemu provider (each node's disk is an overlay) and `labctl image box`",
+                QEMU),
+    HostPackage("openssh-client", "ssh", binary("ssh"),
+                "the qemu and vagrant providers and the Docker host VM (nodes are reached "
+                "over ssh)", QEMU),
+    HostPackage("mmdebstrap", "mmdebstrap", binary("mmdebstrap"),
+                "building node images (`labctl image build`, the first `up`)", IMAGE),
+    HostPackage("e2fsprogs", "mkfs.ext4", binary("mkfs.ext4"),
+                "building node images (their root filesystem) and the Docker host VM's disk",
+                IMAGE),
+    HostPackage("debian-archive-keyring", str(KEYRING), keyring,
+                "building node images (mmdebstrap checks Debian's signatures with it)", IMAGE),
+    HostPackage("zstd", "zstd", binary("zstd"),
+                "building node images: the kernel uncompressed, booted directly (PVH)",
+                without="nodes boot the compressed kernel, 1.4-3 s slower each "
+                "(docs/performance.md)"),
+    HostPackage("ca-certificates", str(CA_BUNDLE), ca_bundle,
+                "building node images from an https:// `--mirror` (apt checks its "
+                "certificate)"),
+    HostPackage("libpcap0.8", "libpcap (as scapy loads it)", library("pcap"),
+                "`labctl capture --filter` (scapy compiles the BPF expression with libpcap)"),
+    HostPackage("iproute2", "ip", binary("ip"),
+                "docker labs with `--engine local` (the network helper runs `ip` and `rdma` "
+                "here) and the tests' network namespaces"),
+    HostPackage("vagrant", "vagrant", binary("vagrant"),
+                "the vagrant provider, and the tests' `vagrant validate` of the Vagrantfile"),
+    HostPackage("vagrant-libvirt", "`vagrant plugin list`", vagrant_plugin("vagrant-libvirt"),
+                LIBVIRT),
+    HostPackage("libvirt-daemon", "libvirtd", binary("libvirtd"),
+                f"{LIBVIRT}: labctl starts libvirtd and virtlogd when none runs"),
+    HostPackage("libvirt-daemon-driver-qemu", "libvirt's qemu driver", libvirt_qemu_driver,
+                f"{LIBVIRT}: libvirt runs the nodes through it"),
+    HostPackage("libvirt-clients", "virsh", binary("virsh"),
+                f"{LIBVIRT}: labctl asks libvirt with virsh"),
+    HostPackage("dnsmasq-base", "dnsmasq", binary("dnsmasq"),
+                f"{LIBVIRT}: DHCP on the nodes' management network"),
+    HostPackage("iptables", "iptables", binary("iptables"),
+                f"{LIBVIRT}: libvirt's isolated networks"),
+    HostPackage("tshark", "tshark", binary("tshark"),
+                "the tests only: the decoder's cross-check against Wireshark "
+                "(tests/unit/test_capture_tshark.py); labctl does not run it"),
+    HostPackage("gcc", "gcc", binary("gcc"),
+                "the tests only: building the nodes' inspector client here "
+                "(tests/unit/test_verbs_helper.py); node images compile it themselves"),
+    HostPackage("libc6-dev", str(LIBC_HEADER), libc_header,
+                "the tests only: gcc's C library headers for the inspector client's build"),
+    HostPackage("cpio", "cpio", binary("cpio"),
+                "the tests only: GNU cpio reads back labctl's initramfs "
+                "(tests/unit/test_cpio.py); labctl writes cpio itself"),
+)
+
+
+def check_package(package: HostPackage, image_cached: bool) -> Check:
+    todo = f"apt-get install {package.package}"
+    try:
+        found = package.probe()
+    except Unprobed as exc:
+        return Check(package.package, exc.result, f"{exc}; needed for {package.used_by}",
+                     exc.todo)
+    if found:
+        return Check(package.package, OK, f"{found}; for {package.used_by}")
+    detail = f"missing ({package.what}): needed for {package.used_by}"
+    if package.without:
+        detail += f"; without it {package.without}"
+    if package.need == QEMU or (package.need == IMAGE and not image_cached):
+        return Check(package.package, NO, detail, todo)
+    if package.need == IMAGE:
+        detail += "; a node image is cached, so labs still start"
+    return Check(package.package, WARN, detail, todo)
+
+
+def check_host_packages(image_cached: bool) -> list[Check]:
+    """"qemu tools" (what the qemu provider's verdict rests on) and a line per package."""
+    lines = [check_package(p, image_cached) for p in HOST_PACKAGES]
+    needed = {p.package for p in HOST_PACKAGES if p.need in (QEMU, IMAGE)}
+    missing = [c.name for c in lines if c.name in needed and c.result == NO]
+    if missing:
+        summary = Check("qemu tools", NO, f"missing: {', '.join(missing)}",
+                        f"apt-get install {' '.join(missing)}")
+    else:
+        unbuildable = [c.name for c in lines if c.name in needed and c.result != OK]
+        summary = Check("qemu tools", OK, "qemu, qemu-img, ssh found; " + (
+            f"nodes boot the cached image (building one needs {', '.join(unbuildable)})"
+            if unbuildable else "node images can be built (mmdebstrap, mkfs.ext4, keyring)"))
+    return [summary, *lines]
+
+
+def node_image_cached() -> bool:
+    from labctl.images.builder import cached_image
+    from labctl.images.recipes import recipe
+
+    return cached_image(recipe("trixie")) is not None
+
+
+def check_kvm() -> Check:
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return Check("KVM", WARN, "/dev/kvm is not usable: nodes run under TCG (slower)",
+                     "enable virtualization (or nested virtualization) for this host")
+    from labctl.images.builder import cached_image
+    from labctl.images.recipes import recipe
+    from labctl.providers.accel import kvm_works
+
+    image = cached_image(recipe("trixie"))
+    if image is None:
+        return Check("KVM", WARN, "/dev/kvm exists; not probed (no node image yet)",
+                     "`labctl image build`, then doctor again")
+    if kvm_works(image.kernel):
+        return Check("KVM", OK, "a guest kernel boots under KVM")
+    return Check("KVM", WARN, "/dev/kvm exists but a guest does not run on it: "
+                 "nodes run under TCG (slower, works)", "")
 
 
 KSM = Path("/sys/kernel/mm/ksm")
@@ -115,12 +312,26 @@ def check_ksm(ksm: Path = KSM) -> Check:
                  "lab then needs about half the memory, docs/performance.md)")
 
 
+RXE_MODULE = Path("/sys/module/rdma_rxe")  # there while rdma_rxe is loaded
+QUICK_TIMEOUT = 10.0  # for modprobe -n and rdma, which answer at once
+
+
+def _quick(argv: list[str]) -> str | None:
+    """A host tool's output when it exits 0 within QUICK_TIMEOUT (a few lines: bounded),
+    else None: doctor must answer even when a tool hangs."""
+    try:
+        result, _ = bounded.run(argv, timeout=QUICK_TIMEOUT, limit=64 << 10)
+    except OSError:
+        return None
+    return result.stdout if result.returncode == 0 else None
+
+
 def check_host_rdma() -> tuple[list[Check], bool]:
     """Host kernel RDMA; True when the per-netns probe is worth running here."""
     config = kernel_config()
     release = platform.release()
     checks = []
-    loaded = Path("/sys/module/rdma_rxe").is_dir()
+    loaded = RXE_MODULE.is_dir()
     rxe = config.get("CONFIG_RDMA_RXE", "")
     modules = config.get("CONFIG_MODULES", "")
     if loaded or rxe == "y":
@@ -137,9 +348,7 @@ def check_host_rdma() -> tuple[list[Check], bool]:
                             "qemu provider"))
         usable = False
     else:
-        probe = subprocess.run(["modprobe", "-n", "rdma_rxe"], capture_output=True, text=True,
-                               check=False) if shutil.which("modprobe") else None
-        if probe is not None and probe.returncode == 0:
+        if shutil.which("modprobe") and _quick(["modprobe", "-n", "rdma_rxe"]) is not None:
             checks.append(Check("host kernel RDMA", OK, f"{release}: rdma_rxe is loadable"))
             usable = True
         else:
@@ -148,8 +357,7 @@ def check_host_rdma() -> tuple[list[Check], bool]:
             usable = False
     mode = ""
     if usable and shutil.which("rdma"):
-        mode = subprocess.run(["rdma", "system", "show"], capture_output=True, text=True,
-                              check=False).stdout.strip()
+        mode = (_quick(["rdma", "system", "show"]) or "").strip()
     checks.append(Check("netns mode (host)", OK if "shared" in mode else SKIP,
                         mode or "no RDMA subsystem on this kernel",
                         "" if not mode or "shared" in mode else
@@ -315,7 +523,8 @@ def doctor(
     """Check this host for the qemu and docker providers; say what works and what to do.
 
     Exit 1 when no provider can run labs on this host."""
-    checks = check_qemu()
+    checks = check_host_packages(node_image_cached())
+    checks.append(check_kvm())
     checks.append(check_ksm())
     rdma_checks, usable = check_host_rdma()
     checks += rdma_checks

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import re
 import shlex
+import tomllib
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import pytest
 import typer
 
 from labctl.cli.app import app
+from tests.unit.test_doctor import SETUP_LISTS, setup_lists
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -261,16 +263,75 @@ def test_every_shipped_topology_is_documented(doc: str) -> None:
     assert missing == [], f"{doc} does not mention {missing}"
 
 
-def test_readme_lists_the_packages_setup_installs() -> None:
-    setup = (ROOT / "scripts" / "setup.sh").read_text()
-    packages: list[str] = []
-    for array in ("packages", "optional"):
-        match = re.search(rf"^{array}=\(([^)]*)\)", setup, re.M)
-        assert match, f"setup.sh has no {array}=(...)"
-        packages += match.group(1).split()
+def test_readme_names_each_setup_list_word_for_word() -> None:
+    """README's opening gives scripts/setup.sh's package lists as they are, one code span
+    each: what `--minimal` (demo.sh) installs, what the tests add, the optional ones. A
+    package moved from one list to another in setup.sh must move in README too."""
     readme = (ROOT / "README.md").read_text()
-    word = r"(?<![\w-]){}(?![\w-])"
-    assert [p for p in packages if not re.search(word.format(re.escape(p)), readme)] == []
+    spans = set(_CODE_SPAN.findall(readme))
+    lists = setup_lists()
+    assert {name: " ".join(packages) for name, packages in lists.items()
+            if " ".join(packages) not in spans} == {}
+    opening = readme[:readme.index("## A session")]
+    # each list is said to belong to its command, in this order
+    order = [opening.index(f"`{' '.join(lists[name])}`") for name in SETUP_LISTS]
+    assert order == sorted(order)
+    assert opening.index("`./scripts/demo.sh` runs `scripts/setup.sh --minimal`") < order[0]
+    assert order[0] < opening.index("`./scripts/test.sh` runs `scripts/setup.sh`") < order[1]
+
+
+def test_readme_says_cpio_is_only_for_the_tests() -> None:
+    """labctl writes its initramfs itself (labctl/images/cpio.py); only a unit test runs
+    GNU cpio. README said qemu nodes need it."""
+    lists = setup_lists()
+    assert "cpio" in lists["tests"] and "cpio" not in lists["lab"]
+    runs_cpio = [p for p in (ROOT / "labctl").rglob("*.py")  # an argv that starts with it
+                 if re.search(r"""\[\s*["']cpio["']""", p.read_text())]
+    assert runs_cpio == []
+    readme = (ROOT / "README.md").read_text()
+    assert "zstd cpio" not in readme and "GNU cpio reads back labctl's initramfs" in readme
+
+
+def _parenthesised(text: str, start: int) -> str:
+    """The text inside the parentheses that open at text[start], nested ones included."""
+    depth = 0
+    for end in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[end], 0)
+        if depth == 0:
+            return text[start + 1:end]
+    raise AssertionError(f"unbalanced parentheses after {text[start:start + 40]!r}")
+
+
+def _requirement_names(requirements: list[str]) -> list[str]:
+    """pyproject's requirement strings as README names them: the distribution's name, or
+    `extra` in backticks for labctl's own extras."""
+    names = []
+    for requirement in requirements:
+        own = re.fullmatch(r"labctl\[([\w,]+)\]", requirement)
+        if own:
+            names += [f"`{extra}`" for extra in own.group(1).split(",")]
+        else:
+            names.append(re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0])
+    return names
+
+
+def test_readme_describes_every_extra_with_what_it_holds() -> None:
+    """"Extras: `plot` (matplotlib), ..." in README names each of pyproject.toml's extras and
+    every requirement in it (README once left jsonschema, types-PyYAML and setuptools out)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    described = readme[readme.index("Extras: "):]
+    missing = {}
+    for extra, requirements in extras.items():
+        at = described.find(f"`{extra}` (")
+        assert at >= 0, f"README does not describe the {extra!r} extra"
+        said = _parenthesised(described, at + len(f"`{extra}` "))
+        left_out = [n for n in _requirement_names(requirements)
+                    if not re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", said, re.I)]
+        if left_out:
+            missing[extra] = left_out
+    assert missing == {}
 
 
 def _undocumented(command: Any, path: tuple[str, ...] = ("labctl",)) -> Iterator[str]:
