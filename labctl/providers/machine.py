@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from labctl import bounded
 from labctl.errors import LabctlError
 from labctl.faults import fault_point
 from labctl.images.builder import Image
@@ -322,10 +323,11 @@ class QemuMachine:
 
     def pidfile_pid(self) -> int:
         """The pid qemu wrote to its -pidfile (0 if none)."""
-        try:
-            return int(self.pidfile.read_text().strip() or 0)
+        try:  # a regular file of a few bytes, or no pid (a FIFO there never blocks)
+            text = bounded.read_text(self.pidfile, 64).strip()
         except (OSError, ValueError):
             return 0
+        return int(text) if text.isdigit() and len(text) < 10 else 0
 
     def stop(self, pid: int) -> bool:
         """Stop this machine's qemu `pid`; return once it has exited. False if not ours."""
