@@ -167,14 +167,22 @@ class LabDir:
 
 
 def _open_lock(path: Path, lab: str) -> int:
-    """The lab's lock file, opened without following a link and only if it is a regular
-    file (a link planted as `lock` would make labctl create or hold a file elsewhere)."""
+    """The lab's lock file, opened without following a link. Anything but a regular file
+    there (a link that would make labctl create or hold a file elsewhere, a FIFO) is not
+    labctl's: it is removed, never followed, and a new lock file made (`down` must work)."""
     flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISREG(path.lstat().st_mode):
+            try:
+                path.unlink()
+            except OSError as exc:  # a directory, say
+                raise CorruptStateError(path, f"not a regular file ({exc.strerror})",
+                                        lab) from None
     try:
         fd = os.open(path, flags, 0o600)
     except OSError as exc:
         raise CorruptStateError(path, f"cannot open it: {exc.strerror}", lab) from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced in between
         os.close(fd)
         raise CorruptStateError(path, "not a regular file", lab)
     return fd
@@ -205,7 +213,7 @@ def running_labs(root: Path | None = None) -> list[str]:
     """The labs of the state dir: directories with a lab's name and a lab.json (a symlinked
     one too, so that `status` reports it and `down` removes the link)."""
     return [name for name in lab_dir_names(root)
-            if (base_of(root) / name / "lab.json").is_file()
+            if os.path.lexists(base_of(root) / name / "lab.json")  # a corrupt one too
             or (base_of(root) / name).is_symlink()]
 
 
