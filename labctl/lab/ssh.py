@@ -16,8 +16,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from labctl import bounded
 from labctl.errors import LabctlError, short_repr
 from labctl.lab.procs import pids_with_option
+from labctl.lab.state import atomic_write
 from labctl.topology.model import NODE_NAME_RE
 
 SSH_OPTIONS = {
@@ -82,10 +84,26 @@ def control_path(config: Path, node: str) -> Path:
 
 
 def write_config(path: Path, key: Path, ports: dict[str, int], known_hosts: Path) -> None:
+    atomic_write(path, config_text(path, key, ports, known_hosts), 0o600)
+
+
+def refresh_config(path: Path, key: Path, ports: dict[str, int], known_hosts: Path) -> None:
+    """Write the config again unless it holds exactly what labctl writes: ssh runs as root
+    what a config says (ProxyCommand, Match exec), and it is a file of the state dir."""
+    text = config_text(path, key, ports, known_hosts)
+    try:
+        if bounded.read_text(path) == text:
+            return
+    except (OSError, ValueError):
+        pass
+    atomic_write(path, text, 0o600)
+
+
+def config_text(path: Path, key: Path, ports: dict[str, int], known_hosts: Path) -> str:
     lines = []
     for node, port in sorted(ports.items()):
         lines += [
-            f"Host {node}",
+            f"Host {host_arg(node)}",
             "  HostName 127.0.0.1",
             f"  Port {port}",
             f"  IdentityFile {config_path(key)}",
@@ -95,8 +113,7 @@ def write_config(path: Path, key: Path, ports: dict[str, int], known_hosts: Path
         ]
         lines += [f"  {key_}={value}" for key_, value in SSH_OPTIONS.items()]
         lines.append("")
-    path.write_text("\n".join(lines))
-    os.chmod(path, 0o600)
+    return "\n".join(lines)
 
 
 def host_arg(node: str) -> str:

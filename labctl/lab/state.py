@@ -45,6 +45,8 @@ class CorruptStateError(LabctlError):
     """lab.json or state.json cannot be read: `labctl down` still removes the lab."""
 
     def __init__(self, path: Path, why: str, lab: str) -> None:
+        # bounded's reasons start with the path: "PATH is a FIFO" reads "it is a FIFO" here
+        why = why.replace(f"{path} is ", "it is ", 1)
         super().__init__(f"{path} is corrupt ({why})",
                          hint=f"`labctl down --lab {lab}` removes the lab from what it can find")
 

@@ -219,6 +219,7 @@ class QemuProvider(Provider):
         state = self.labdir.load_state()
         started = time.monotonic()
         machines = {name: self.machine(name) for name in state.nodes}
+        self._refresh_ssh_config()
         wait_machines_ready(machines, state, self.labdir.ssh_config, timeout, progress)
         state.phase = Phase.UP
         state.ready_seconds = round(time.monotonic() - started, 1)
@@ -258,7 +259,15 @@ class QemuProvider(Provider):
         return result
 
     def exec_argv(self, node: str, command: list[str], *, tty: bool = False) -> list[str]:
+        self._refresh_ssh_config()
         return ssh.ssh_argv(self.labdir.ssh_config, node, command, tty=tty)
+
+    def _refresh_ssh_config(self) -> None:
+        """The lab's ssh_config as labctl writes it, from state.json's checked ports."""
+        ports = {name: info.ssh_port for name, info in self.labdir.load_state().nodes.items()
+                 if info.ssh_port}
+        ssh.refresh_config(self.labdir.ssh_config, self.labdir.ssh_key, ports,
+                           self.labdir.known_hosts)
 
     def destroy(self) -> list[str]:
         try:

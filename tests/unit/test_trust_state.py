@@ -613,3 +613,29 @@ def test_a_bind_mount_under_a_state_dir_with_a_space_is_undone(tmp_path: Path) -
     finally:
         if hostbinds.mounted(point):
             subprocess.run(["umount", str(point)], check=False)
+
+
+HOSTILE_SSH_CONFIGS = [
+    f"Host *\n  ProxyCommand touch {PWNED}\n",
+    f'Match exec "touch {PWNED}"\n  User root\n',
+    f"Host node1\n  LocalCommand touch {PWNED}\n  PermitLocalCommand yes\n",
+    "Include /etc/shadow\n",
+]
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs openssh-client")
+@pytest.mark.parametrize("config", HOSTILE_SSH_CONFIGS)
+def test_a_planted_ssh_config_is_rewritten_before_ssh_reads_it(
+        config: str, state_root: Path) -> None:
+    """ssh runs what its config says as root: exec goes through the config labctl writes
+    from state.json's ports, never the one found in the lab directory."""
+    labdir, lab = _lab()
+    labdir.ssh_config.write_text(config)
+    argv = QemuProvider(lab, labdir).exec_argv("node1", ["true"])
+    assert argv[:3] == ["ssh", "-F", str(labdir.ssh_config)]
+    parsed = subprocess.run(["ssh", "-G", "-F", str(labdir.ssh_config), "node1"],
+                            capture_output=True, text=True, check=True, timeout=30).stdout
+    keys = {line.partition(" ")[0] for line in parsed.splitlines()}
+    assert not keys & {"proxycommand", "localcommand"}
+    assert "port 2222" in parsed.splitlines() and "permitlocalcommand no" in parsed
+    assert not Path(PWNED).exists()
