@@ -68,10 +68,16 @@ def bind(source: str, point: Path, readonly: bool, what: str) -> None:
 
 def unbind_all(base: Path) -> list[str]:
     """Unmount every bind mount under `base` (one level) and remove the directory."""
+    if base.is_symlink():  # not labctl's: the link goes, never what it points at
+        base.unlink()
+        return []
     if not base.is_dir():
         return []
     removed: list[str] = []
     for point in sorted(base.iterdir()):
+        if point.is_symlink() or not point.is_dir():  # no mount point labctl made
+            point.unlink()
+            continue
         while mounted(point):
             result = _run(["umount", str(point)])
             if result.returncode != 0:

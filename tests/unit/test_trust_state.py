@@ -639,3 +639,18 @@ def test_a_planted_ssh_config_is_rewritten_before_ssh_reads_it(
     assert not keys & {"proxycommand", "localcommand"}
     assert "port 2222" in parsed.splitlines() and "permitlocalcommand no" in parsed
     assert not Path(PWNED).exists()
+
+
+def test_links_in_a_mounts_directory_are_removed_not_followed(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "file").write_text("kept\n")
+    base = tmp_path / "lab" / "mounts"
+    base.mkdir(parents=True)
+    (base / "node1-0").symlink_to(victim)
+    (base / "node1-1").write_text("not a mount point\n")
+    assert hostbinds.unbind_all(base) == []
+    assert not base.exists() and (victim / "file").read_text() == "kept\n"
+    (tmp_path / "lab" / "mounts").symlink_to(victim)
+    assert hostbinds.unbind_all(base) == [] and not base.is_symlink()
+    assert (victim / "file").read_text() == "kept\n"
