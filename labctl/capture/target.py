@@ -84,7 +84,7 @@ def _docker(handle: LabHandle, node: str, ifname: str) -> CaptureTarget:
     from labctl.providers.docker import veth_name
 
     state = handle.labdir.load_state()
-    ns = state.netns or netns_name(handle.lab.name)
+    ns = netns_name(handle.lab.name)  # never state.json's netns (data, not authority)
     device = veth_name(handle.lab.node(node), ifname)
     if state.engine is None:
         raise LabctlError(f"lab {handle.lab.name} has no engine recorded",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import typer
 from labctl.cli import complete
 from labctl.cli.common import LabOption, console
 from labctl.errors import UsageError
-from labctl.lab.labdir import running_labs
+from labctl.lab.labdir import lab_dir_names, running_labs
 from labctl.lab.lifecycle import destroy
 from labctl.net import labnet
 from labctl.topology.catalog import find_topology
@@ -25,6 +26,16 @@ def _name_from_topology(path: Path) -> str:
     return read_lab_name(path)
 
 
+def _all_labs() -> list[str]:
+    """The labs of the state dir (a lab directory, even a corrupt or half-made one). With
+    the default state dir also the labs whose directory is gone but whose netns remains;
+    a separate LABCTL_STATE_DIR is a separate set of labs: another's netns is not its own."""
+    names = set(lab_dir_names())
+    if "LABCTL_STATE_DIR" not in os.environ:
+        names |= {ns.removeprefix(labnet.NETNS_PREFIX) for ns in labnet.lab_namespaces()}
+    return sorted(n for n in names if re.fullmatch(LAB_NAME_RE, n))  # never a path like ".."
+
+
 def down(
     topology: str = typer.Argument(None, help="Topology file of the lab, or a shipped "
                                    "topology's name (or use --lab).", metavar="TOPOLOGY",
@@ -34,11 +45,7 @@ def down(
 ) -> None:
     """Stop the lab's nodes and remove everything it made."""
     if all_labs:
-        names = sorted(
-            set(running_labs())
-            | {ns.removeprefix(labnet.NETNS_PREFIX) for ns in labnet.lab_namespaces()}
-        )
-        names = [n for n in names if re.fullmatch(LAB_NAME_RE, n)]  # never a path like ".."
+        names = _all_labs()
     elif lab or topology:
         names = [lab or _name_from_topology(find_topology(topology))]
     else:

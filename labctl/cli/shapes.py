@@ -61,10 +61,11 @@ class NodeStatus(Shape):
 
 class LabStatus(Shape):
     lab: str
-    provider: Literal["qemu", "docker", "vagrant"]
-    phase: str  # "up" once `up` finished; anything else: an `up` that did not finish
+    provider: Literal["qemu", "docker", "vagrant", "?"]  # "?": a corrupt lab
+    phase: str  # "up" once `up` finished; "corrupt"; anything else: an unfinished `up`
     ready_seconds: float | None
     nodes: list[NodeStatus]
+    error: str | None = None  # only for phase "corrupt": what cannot be read, what to do
 
 
 class StatusOutput(Shape):

@@ -14,7 +14,7 @@ from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir, running_labs
 from labctl.lab.replies import UnreadableReply
-from labctl.lab.state import LabState, NodeStatus, Phase
+from labctl.lab.state import CorruptStateError, LabState, NodeStatus, Phase
 
 
 def _recorded_devices(state: LabState, node: str) -> dict[str, Any]:
@@ -68,6 +68,16 @@ def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
         "ready_seconds": state.ready_seconds,
         "nodes": nodes,
     }
+
+
+def _lab_status(labdir: LabDir) -> dict[str, Any]:
+    """collect_status(), or a "corrupt" record for a lab whose files cannot be read: one
+    such lab must not hide the others (LabStatus in labctl/cli/shapes.py)."""
+    try:
+        return collect_status(LabHandle(labdir))
+    except CorruptStateError as exc:
+        return {"lab": labdir.name, "provider": "?", "phase": "corrupt", "ready_seconds": None,
+                "nodes": [], "error": f"{exc.message} ({exc.hint})" if exc.hint else exc.message}
 
 
 def _table(status: dict[str, Any]) -> Table:
@@ -130,12 +140,15 @@ def status(
 ) -> None:
     """Show the nodes of every lab that is up (or of --lab) with their state, addresses and
     RDMA devices; exit 1 when a node is not running or an `up` did not finish."""
-    results = [collect_status(LabHandle(labdir)) for labdir in _labdirs(lab)]
+    results = [_lab_status(labdir) for labdir in _labdirs(lab)]
     if as_json:
         print(json.dumps({"labs": results}, indent=2))
     elif not results:
         console.print("no lab is up")
     for result in results:
+        if result.get("error"):
+            err_console.print(f"lab {result['lab']}: {result['error']}")
+            continue
         if not as_json:
             console.print(_table(result))
         if result["phase"] != Phase.UP:  # an interrupted up or repair: some step never ran

@@ -10,11 +10,14 @@ host stay the source of truth for containers and networks.
 from __future__ import annotations
 
 import json
-import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from labctl import bounded
 from labctl.lab.labdir import LabDir, running_labs
+from labctl.lab.state import ENGINE_URL_RE, atomic_write
+from labctl.topology.model import HOST_NAME_RE, NODE_NAME_RE
 
 HOSTS_FILE = "hosts.json"
 
@@ -37,18 +40,27 @@ class HostsRecord:
     swarm_id: str = ""
 
     def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2, sort_keys=True))
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(asdict(self), indent=2, sort_keys=True))
 
     @classmethod
     def load(cls, path: Path) -> HostsRecord | None:
         try:
-            raw = json.loads(path.read_text())
-            return cls({k: HostRecord(**v) for k, v in raw["hosts"].items()},
-                       dict(raw["placement"]), str(raw.get("swarm_id", "")))
-        except (OSError, ValueError, KeyError, TypeError):
+            raw = bounded.load_object(bounded.read_text(path))
+            record = cls({k: HostRecord(**v) for k, v in raw["hosts"].items()},
+                         dict(raw["placement"]), str(raw.get("swarm_id", "")))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
+        return record if record.plausible() else None
+
+    def plausible(self) -> bool:
+        """Every value one labctl writes: `down` connects to these engines (an ssh:// URL
+        reaches the ssh program) and stops these VMs, so hosts.json is data to check."""
+        return all(isinstance(h.base_url, str) and isinstance(h.vm, str)
+                   and (not h.base_url or re.fullmatch(ENGINE_URL_RE, h.base_url))
+                   and re.fullmatch(r"([a-z][a-z0-9]{0,7})?", h.vm)
+                   and re.fullmatch(HOST_NAME_RE, name)
+                   for name, h in self.hosts.items()) and all(
+            isinstance(n, str) and re.fullmatch(NODE_NAME_RE, n) for n in self.placement)
 
 
 def hosts_file(labdir: LabDir) -> Path:

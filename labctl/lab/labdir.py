@@ -15,14 +15,17 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from labctl import bounded
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.state import CorruptStateError, LabState, atomic_write, read_state, write_state
 from labctl.paths import state_root
-from labctl.topology.model import LAB_NAME_RE
+from labctl.topology.model import LAB_NAME_RE, NODE_NAME_RE
 from labctl.topology.resolved import Lab
+from labctl.topology.stored import check_stored_lab
 
 
 def check_lab_name(name: str) -> str:
@@ -65,36 +68,74 @@ class LabDir:
         return self.path / "known_hosts"
 
     def node_dir(self, node: str) -> Path:
+        # The name becomes a path that `down` stops processes by: never "/tmp/x" or "../x".
+        if not re.fullmatch(NODE_NAME_RE, node):
+            raise LabctlError(f"lab {self.name}: {short_repr(node)} is not a node name",
+                              hint=f"`labctl down --lab {self.name}` removes the lab")
         return self.path / "nodes" / node
+
+    def node_names_on_disk(self) -> list[str]:
+        """The node directories under nodes/ (an `up` may have died before recording
+        them): real directories with a node's name only, never a link out of the lab."""
+        base = self.path / "nodes"
+        if self.is_link() or base.is_symlink() or not base.is_dir():
+            return []
+        return sorted(p.name for p in base.iterdir() if re.fullmatch(NODE_NAME_RE, p.name)
+                      and stat.S_ISDIR(p.lstat().st_mode))
+
+    def is_link(self) -> bool:
+        """True if the lab directory is a symbolic link: its files are not the lab's."""
+        return self.path.is_symlink()
+
+    def check_real(self) -> None:
+        """Refuse a lab directory that is a symbolic link (labctl would act elsewhere)."""
+        if self.is_link():
+            raise CorruptStateError(self.path, "a symbolic link, not followed", self.name)
 
     def exists(self) -> bool:
         return self.lab_file.is_file() or self.state_file.is_file()
 
     def create(self, lab: Lab) -> None:
         self.path.mkdir(parents=True, exist_ok=True, mode=0o750)
+        self.check_real()
         os.chmod(self.path, 0o750)
         atomic_write(self.lab_file, lab.to_json())
 
     def load_lab(self) -> Lab:
+        """lab.json, checked as a topology is (names, addresses, paths) and that it is
+        this directory's lab: else CorruptStateError (`down` still removes the lab)."""
+        self.check_real()
         try:
-            return Lab.from_json(self.lab_file.read_text())
+            text = bounded.read_text(self.lab_file)
         except FileNotFoundError:
             raise LabctlError(
                 f"lab {self.name} has no lab.json in {self.path}",
                 hint=f"run `labctl down --lab {self.name}` to clean up",
             ) from None
-        except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
+        except (OSError, ValueError) as exc:
+            raise CorruptStateError(self.lab_file, str(exc)[:200], self.name) from None
+        try:
+            lab = check_stored_lab(Lab.from_json(text))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
             why = f"{type(exc).__name__}: {exc}"[:200]
             raise CorruptStateError(self.lab_file, why, self.name) from None
+        if lab.name != self.name:
+            raise CorruptStateError(self.lab_file, f"it names lab {short_repr(lab.name)}, not "
+                                    "its directory's", self.name)
+        return lab
 
     def load_state(self) -> LabState:
         """The lab's state (an empty one, provider "", before `up` wrote any)."""
+        self.check_real()
         return read_state(self.state_file, self.name) or LabState(provider="")
 
     def save_state(self, state: LabState) -> None:
         write_state(self.state_file, state)
 
     def remove(self) -> bool:
+        if self.is_link():  # the link only: never what it points at
+            self.path.unlink()
+            return True
         if not self.path.exists():
             return False
         shutil.rmtree(self.path)
@@ -105,22 +146,55 @@ class LabDir:
     def locked(self, action: str) -> Iterator[None]:
         """Exclusive lock on this lab; refuses at once if another labctl holds it."""
         self.path.mkdir(parents=True, exist_ok=True, mode=0o750)
+        self.check_real()
         lock_path = self.path / "lock"
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = _open_lock(lock_path, self.name)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = lock_path.with_suffix(".owner")
-                who = holder.read_text().strip() if holder.exists() else "another labctl"
                 raise LabctlError(
-                    f"lab {self.name} is busy ({who})",
+                    f"lab {self.name} is busy ({_lock_holder(lock_path.with_suffix('.owner'))})",
                     hint="wait for it to finish, or stop it and run `labctl down`",
                 ) from None
-            lock_path.with_suffix(".owner").write_text(f"{action} by pid {os.getpid()}\n")
+            # A new file put in place: a link planted as lock.owner is replaced, never
+            # written through.
+            atomic_write(lock_path.with_suffix(".owner"), f"{action} by pid {os.getpid()}\n",
+                         0o600)
             yield
         finally:
             os.close(fd)
+
+
+def _open_lock(path: Path, lab: str) -> int:
+    """The lab's lock file, opened without following a link. Anything but a regular file
+    there (a link that would make labctl create or hold a file elsewhere, a FIFO) is not
+    labctl's: it is removed, never followed, and a new lock file made (`down` must work)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISREG(path.lstat().st_mode):
+            try:
+                path.unlink()
+            except OSError as exc:  # a directory, say
+                raise CorruptStateError(path, f"not a regular file ({exc.strerror})",
+                                        lab) from None
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        raise CorruptStateError(path, f"cannot open it: {exc.strerror}", lab) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced in between
+        os.close(fd)
+        raise CorruptStateError(path, "not a regular file", lab)
+    return fd
+
+
+def _lock_holder(path: Path) -> str:
+    """Who holds the lock, as lock.owner says (a line; anything odd: "another labctl")."""
+    try:
+        text = bounded.read_text(path, 200).strip()
+    except (OSError, ValueError):
+        return "another labctl"
+    return text if re.fullmatch(r"[a-z]+ by pid [0-9]+", text) else "another labctl"
 
 
 @contextlib.contextmanager
@@ -136,10 +210,24 @@ def blocking_lock(path: Path) -> Iterator[None]:
 
 
 def running_labs(root: Path | None = None) -> list[str]:
-    base = root or state_root()
+    """The labs of the state dir: directories with a lab's name and a lab.json (a symlinked
+    one too, so that `status` reports it and `down` removes the link)."""
+    return [name for name in lab_dir_names(root)
+            if os.path.lexists(base_of(root) / name / "lab.json")  # a corrupt one too
+            or (base_of(root) / name).is_symlink()]
+
+
+def base_of(root: Path | None) -> Path:
+    return root or state_root()
+
+
+def lab_dir_names(root: Path | None = None) -> list[str]:
+    """Every entry of the state dir with a lab's name (others are not labctl's)."""
+    base = base_of(root)
     if not base.is_dir():
         return []
-    return sorted(p.name for p in base.iterdir() if (p / "lab.json").is_file())
+    return sorted(p.name for p in base.iterdir() if re.fullmatch(LAB_NAME_RE, p.name)
+                  and (p.is_dir() or p.is_symlink()))
 
 
 def find_labdir(name: str | None) -> LabDir:

@@ -165,7 +165,10 @@ def destroy(name: str) -> list[str]:
     labdir = LabDir(name)
     removed: list[str] = []
     netns = labnet.netns_name(name)
-    if not labdir.path.exists():
+    if labdir.is_link() or not labdir.path.exists():
+        # A symlinked lab directory is not followed: what it points at is not the lab's.
+        if labdir.remove():
+            removed.append(f"symbolic link {labdir.path} (not followed)")
         if labnet.delete_netns(netns):
             removed.append(f"netns {netns}")
         return removed

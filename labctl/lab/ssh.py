@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-from labctl.errors import LabctlError
+from labctl import bounded
+from labctl.errors import LabctlError, short_repr
 from labctl.lab.procs import pids_with_option
+from labctl.lab.state import atomic_write
+from labctl.topology.model import NODE_NAME_RE
 
 SSH_OPTIONS = {
     "User": "root",
@@ -63,26 +67,67 @@ def write_known_hosts(path: Path, host_keys: dict[str, str]) -> None:
     os.chmod(path, 0o600)
 
 
+def config_path(path: Path) -> str:
+    """`path` as an ssh_config value: in double quotes (a state dir may have spaces), '%'
+    doubled (ssh expands %-tokens in these paths). ssh_config has no escape for '"' or a
+    line break: such a path is refused."""
+    text = str(path)
+    if any(ch in text for ch in '"\n\r\0\\'):
+        raise LabctlError(f"the path {short_repr(text)} cannot be written in an ssh config",
+                          hint="use a state directory (LABCTL_STATE_DIR) without quotes, "
+                          "backslashes or line breaks in its path")
+    return '"' + text.replace("%", "%%") + '"'
+
+
+def control_path(config: Path, node: str) -> Path:
+    return config.parent / f"cm-{node}"
+
+
 def write_config(path: Path, key: Path, ports: dict[str, int], known_hosts: Path) -> None:
+    atomic_write(path, config_text(path, key, ports, known_hosts), 0o600)
+
+
+def refresh_config(path: Path, key: Path, ports: dict[str, int], known_hosts: Path) -> None:
+    """Write the config again unless it holds exactly what labctl writes: ssh runs as root
+    what a config says (ProxyCommand, Match exec), and it is a file of the state dir."""
+    text = config_text(path, key, ports, known_hosts)
+    try:
+        if bounded.read_text(path) == text:
+            return
+    except (OSError, ValueError):
+        pass
+    atomic_write(path, text, 0o600)
+
+
+def config_text(path: Path, key: Path, ports: dict[str, int], known_hosts: Path) -> str:
     lines = []
     for node, port in sorted(ports.items()):
         lines += [
-            f"Host {node}",
+            f"Host {host_arg(node)}",
             "  HostName 127.0.0.1",
             f"  Port {port}",
-            f"  IdentityFile {key}",
-            f"  ControlPath {path.parent}/cm-{node}",
+            f"  IdentityFile {config_path(key)}",
+            f"  ControlPath {config_path(control_path(path, node))}",
             f"  HostKeyAlias {node}",
-            f"  UserKnownHostsFile {known_hosts}",
+            f"  UserKnownHostsFile {config_path(known_hosts)}",
         ]
         lines += [f"  {key_}={value}" for key_, value in SSH_OPTIONS.items()]
         lines.append("")
-    path.write_text("\n".join(lines))
-    os.chmod(path, 0o600)
+    return "\n".join(lines)
+
+
+def host_arg(node: str) -> str:
+    """`node` as ssh's host argument: a node name only (lab.json is checked when read;
+    this is the last line: a "-oProxyCommand=..." there would be an option of ssh's)."""
+    if not re.fullmatch(NODE_NAME_RE, node):
+        raise LabctlError(f"{short_repr(node)} is not a node name",
+                          hint="the lab's lab.json is corrupt; `labctl down` removes the lab")
+    return node
 
 
 def ssh_argv(config: Path, node: str, command: list[str], *, tty: bool = False,
              options: dict[str, str] | None = None) -> list[str]:
+    host_arg(node)
     argv = ["ssh", "-F", str(config),
             *(f"-o{key}={value}" for key, value in (options or {}).items()),
             "-tt" if tty else "-T", node, "--"]
@@ -92,6 +137,7 @@ def ssh_argv(config: Path, node: str, command: list[str], *, tty: bool = False,
 
 def start_master(config: Path, host: str, deadline: float) -> None:
     """Open (or keep) `host`'s master connection, retrying until `deadline`."""
+    host_arg(host)
     check = subprocess.run(["ssh", "-F", str(config), "-O", "check", host],
                            stdin=subprocess.DEVNULL, capture_output=True, check=False)
     if check.returncode == 0:
@@ -113,10 +159,17 @@ def start_master(config: Path, host: str, deadline: float) -> None:
 
 
 def close_masters(config: Path, nodes: list[str], wait: float = 5.0) -> None:
-    """Ask each master to exit; return once their control sockets are gone (bounded)."""
+    """Ask each master to exit; return once their control sockets are gone (bounded).
+
+    Not through the lab's ssh_config (a file of the state dir: `down` must not run what
+    it might say, such as a ProxyCommand): only its control socket is named."""
     for node in nodes:
+        try:
+            socket = config_path(control_path(config, host_arg(node)))
+        except LabctlError:
+            continue  # end_clients still ends the master by its `-F CONFIG`
         subprocess.run(
-            ["ssh", "-F", str(config), "-O", "exit", node],
+            ["ssh", "-F", "/dev/null", "-o", f"ControlPath={socket}", "-O", "exit", "--", node],
             capture_output=True,
             stdin=subprocess.DEVNULL,
             timeout=10,

@@ -13,12 +13,15 @@ import contextlib
 import enum
 import json
 import os
+import re
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from labctl.errors import LabctlError
+from labctl import bounded
+from labctl.errors import LabctlError, short_repr
+from labctl.topology.model import NODE_NAME_RE
 
 
 class NodeStatus(enum.StrEnum):
@@ -43,6 +46,8 @@ class CorruptStateError(LabctlError):
     """lab.json or state.json cannot be read: `labctl down` still removes the lab."""
 
     def __init__(self, path: Path, why: str, lab: str) -> None:
+        # bounded's reasons start with the path: "PATH is a FIFO" reads "it is a FIFO" here
+        why = why.replace(f"{path} is ", "it is ", 1)
         super().__init__(f"{path} is corrupt ({why})",
                          hint=f"`labctl down --lab {lab}` removes the lab from what it can find")
 
@@ -111,9 +116,7 @@ class LabState:
     @classmethod
     def from_json(cls, text: str) -> LabState:
         """Raises ValueError (or TypeError/KeyError) on anything that is not a state."""
-        raw = json.loads(text)
-        if not isinstance(raw, dict):
-            raise ValueError("not a JSON object")
+        raw = bounded.load_object(text)  # size, depth, NaN: BoundedError (a ValueError)
         data = _known(cls, raw)
         if not isinstance(data.get("provider"), str):
             raise ValueError("provider: not a string")
@@ -123,13 +126,34 @@ class LabState:
             nodes = {}
         if not isinstance(nodes, dict):
             raise ValueError("nodes: not a JSON object")
-        data["nodes"] = {str(k): _node(v) for k, v in nodes.items()}
+        data["nodes"] = {_node_key(k): _node(v) for k, v in nodes.items()}
+        ready = data.get("ready_seconds")
+        if ready is not None and (isinstance(ready, bool) or not isinstance(ready, int | float)
+                                  or not bounded.finite(ready)):
+            raise ValueError(f"ready_seconds: not a finite number ({short_repr(ready)})")
         if data.get("engine") is not None:
-            data["engine"] = EngineState(**_known(EngineState, data["engine"]))
+            data["engine"] = _engine(data["engine"])
         if data.get("vm") is not None:
             data["vm"] = VmInfo(**_known(VmInfo, data["vm"]))
         data["veths"] = [str(v) for v in data.get("veths") or []]
         return cls(**data)
+
+
+# The Docker engines labctl records: the Docker host VM's socket, or DOCKER_HOST's URL.
+# Never "-" first after ssh://: the SDK hands the host to the ssh program.
+ENGINE_URL_RE = (r"(unix:///[A-Za-z0-9._/ +@-]+|tcp://[A-Za-z0-9.][A-Za-z0-9.:\[\]-]*"
+                 r"|ssh://[A-Za-z0-9._][A-Za-z0-9._@:-]*)")
+
+
+def _engine(raw: Any) -> EngineState:
+    """The engine a docker lab's containers run in: `down` connects to it, so its URL
+    must be one labctl could have recorded."""
+    engine = EngineState(**_known(EngineState, raw))
+    if engine.kind not in ("vm", "local") or not isinstance(engine.base_url, str) or (
+            not re.fullmatch(ENGINE_URL_RE, engine.base_url)):
+        raise ValueError(f"engine: {short_repr(engine.kind)} at {short_repr(engine.base_url)}"
+                         " is not an engine labctl uses")
+    return engine
 
 
 def _known(kind: type, raw: Any) -> dict[str, Any]:
@@ -139,13 +163,28 @@ def _known(kind: type, raw: Any) -> dict[str, Any]:
     return {k: v for k, v in raw.items() if k in names}
 
 
+def _node_key(key: str) -> str:
+    """A node name from the file, checked as the topology checks it: it becomes a path
+    (nodes/NODE) and an ssh host argument, so "../x", "/tmp/x" or "-oProxyCommand=..."
+    make the whole file corrupt (`down` then goes by what it can verify)."""
+    if not re.fullmatch(NODE_NAME_RE, key):
+        raise ValueError(f"nodes: {short_repr(key)} is not a node name")
+    return key
+
+
+def _int_field(node: NodeState, name: str, high: int) -> None:
+    value = getattr(node, name)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+        raise ValueError(f"{name}: not an integer from 0 to {high} ({short_repr(value)})")
+
+
 def _node(raw: Any) -> NodeState:
     data = _known(NodeState, raw)
     data["taps"] = [TapState(**_known(TapState, t)) for t in data.get("taps") or []]
     data["argv"] = [str(a) for a in data.get("argv") or []]
     node = NodeState(**data)
-    if not isinstance(node.pid, int) or not isinstance(node.ssh_port, int):
-        raise ValueError("pid and ssh_port must be integers")
+    _int_field(node, "pid", 1 << 22)  # the kernel's pid_max limit
+    _int_field(node, "ssh_port", 65535)
     return node
 
 
@@ -168,11 +207,11 @@ def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
 def read_state(path: Path, lab: str) -> LabState | None:
     """The state at `path`; None if there is none yet; CorruptStateError if unreadable."""
     try:
-        text = path.read_text()
+        text = bounded.read_text(path)  # a regular file only, bounded: never a FIFO's wait
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CorruptStateError(path, str(exc), lab) from None
+    except (OSError, ValueError) as exc:
+        raise CorruptStateError(path, str(exc)[:200], lab) from None
     try:
         return LabState.from_json(text)
     except (ValueError, TypeError, KeyError) as exc:

@@ -540,7 +540,7 @@ class DockerProvider(Provider):
                                    hint="`labctl exec NODE -- ip link set eth1 down` instead")
         state = self.labdir.load_state()
         veth = veth_name(self.lab.node(node), ifname)
-        self._engine(state).helper("link", state.netns or labnet.netns_name(self.lab.name),
+        self._engine(state).helper("link", labnet.netns_name(self.lab.name),
                                    veth, "up" if up else "down")
 
     def repair(self, nodes: list[str], progress: Progress) -> None:
@@ -576,7 +576,9 @@ class DockerProvider(Provider):
                            "mac": i.mac, "mtu": i.mtu, "pid": pid} for i in node.interfaces]
             state.phase = Phase.REPAIRING
             self.labdir.save_state(state)
-            engine.helper("replug", json.dumps({"netns": state.netns, "veths": veths}))
+            # the netns named from the lab, never state.json's (data, not authority)
+            engine.helper("replug", json.dumps({"netns": labnet.netns_name(self.lab.name),
+                                                "veths": veths}))
         finally:
             client.close()
 

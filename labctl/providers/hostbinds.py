@@ -15,16 +15,23 @@ removed.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 from labctl.errors import LabctlError
 
 
+def mountinfo_path(field: str) -> str:
+    """A path as /proc/self/mountinfo writes it: the kernel escapes space, tab, newline
+    and backslash as octal (\\040...), so a state dir with a space matches only decoded."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
 def mounted(path: Path) -> bool:
     target = str(path)
     with open("/proc/self/mountinfo") as info:
-        return any(len(fields) > 4 and fields[4] == target
+        return any(len(fields) > 4 and mountinfo_path(fields[4]) == target
                    for fields in (line.split() for line in info))
 
 
@@ -61,10 +68,16 @@ def bind(source: str, point: Path, readonly: bool, what: str) -> None:
 
 def unbind_all(base: Path) -> list[str]:
     """Unmount every bind mount under `base` (one level) and remove the directory."""
+    if base.is_symlink():  # not labctl's: the link goes, never what it points at
+        base.unlink()
+        return []
     if not base.is_dir():
         return []
     removed: list[str] = []
     for point in sorted(base.iterdir()):
+        if point.is_symlink() or not point.is_dir():  # no mount point labctl made
+            point.unlink()
+            continue
         while mounted(point):
             result = _run(["umount", str(point)])
             if result.returncode != 0:

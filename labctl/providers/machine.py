@@ -329,10 +329,11 @@ class QemuMachine:
 
     def pidfile_pid(self) -> int:
         """The pid qemu wrote to its -pidfile (0 if none)."""
-        try:
-            return int(self.pidfile.read_text().strip() or 0)
+        try:  # a regular file of a few bytes, or no pid (a FIFO there never blocks)
+            text = bounded.read_text(self.pidfile, 64).strip()
         except (OSError, ValueError):
             return 0
+        return int(text) if text.isdigit() and len(text) < 10 else 0
 
     def stop(self, pid: int) -> bool:
         """Stop this machine's qemu `pid`; return once it has exited. False if not ours."""

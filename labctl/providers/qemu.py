@@ -13,8 +13,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labctl.errors import LabctlError
 from labctl.faults import fault_point
-from labctl.images.builder import Image, build_image
+from labctl.images.builder import Image, build_image, cached_image
 from labctl.images.recipes import image_label, node_recipe
 from labctl.lab import ssh
 from labctl.lab.labdir import LabDir
@@ -41,7 +42,7 @@ from labctl.providers.machine import (
     wait_machines_ready,
 )
 from labctl.providers.node import node_env, rdma_device_name
-from labctl.topology.resolved import Lab
+from labctl.topology.resolved import Lab, Node
 
 
 @dataclass
@@ -76,15 +77,20 @@ def plan_lab(
 ) -> LabPlan:
     """Everything `create` will make, as data (golden-tested)."""
     bridges = [(labnet.bridge_name(s.index), s.mtu) for s in lab.segments]
-    plans = []
-    for node in lab.nodes:
-        machine = node_machine(lab.name, node.name, node_dirs[node.name])
-        image = images[image_label(node.image, node.packages)]
-        argv = node_argv(lab, node, machine, image, accel, ports[node.name])
-        taps = [TapPlan(labnet.tap_name(node.index, i.name), labnet.bridge_name(i.segment),
-                        i.mtu, i.name) for i in node.interfaces]
-        plans.append(NodePlan(node.name, argv, taps, node_env(lab, node) | mounts_env(node)))
+    plans = [plan_node(lab, node, node_dirs[node.name],
+                       images[image_label(node.image, node.packages)], accel, ports[node.name])
+             for node in lab.nodes]
     return LabPlan(labnet.netns_name(lab.name), bridges, plans)
+
+
+def plan_node(lab: Lab, node: Node, node_dir: Path, image: Image, accel: str,
+              port: int) -> NodePlan:
+    """One node's part of plan_lab: what `create` starts, and what a repair starts again."""
+    machine = node_machine(lab.name, node.name, node_dir)
+    argv = node_argv(lab, node, machine, image, accel, port)
+    taps = [TapPlan(labnet.tap_name(node.index, i.name), labnet.bridge_name(i.segment),
+                    i.mtu, i.name) for i in node.interfaces]
+    return NodePlan(node.name, argv, taps, node_env(lab, node) | mounts_env(node))
 
 
 def _prefixed(progress: Progress, prefix: str) -> Progress:
@@ -160,7 +166,8 @@ class QemuProvider(Provider):
     def _launch(self, node: str, state: LabState) -> None:
         """Start (or restart) a node's qemu with fresh taps; record its pid at once."""
         info = state.nodes[node]
-        info.pid = self.machine(node).launch(info.argv, info.taps, state.netns, node)
+        info.pid = self.machine(node).launch(info.argv, info.taps,
+                                             labnet.netns_name(self.lab.name), node)
         info.started = time.time()
         info.clear_ready_facts()
         self.labdir.save_state(state)
@@ -177,17 +184,42 @@ class QemuProvider(Provider):
         for node in nodes:
             progress(f"{node}: restarting qemu")
             machine = self.machine(node)
-            machine.stop(state.nodes[node].pid)
+            info = state.nodes.get(node)
+            if info is None:
+                raise LabctlError(f"lab {self.lab.name}: {node} was never started",
+                                  hint=f"`labctl down --lab {self.lab.name}`, then `labctl up`")
+            machine.stop(info.pid)
             (self.labdir.path / f"cm-{node}").unlink(missing_ok=True)
+            # state.json's argv and taps are data, never run: both are planned again from
+            # the lab, as `create` planned them
+            plan = self._replan(node, state.accel, info.ssh_port)
+            info.argv = plan.argv
+            info.taps = [TapState(t.name, t.bridge, t.mtu) for t in plan.taps]
             self._launch(node, state)
         state.phase = Phase.REPAIRING
         self.labdir.save_state(state)
+
+    def _replan(self, name: str, accel: str, port: int) -> NodePlan:
+        """`name`'s plan as `create` made it, from the lab and the cached image."""
+        node = self.lab.node(name)
+        image = cached_image(node_recipe(node.image, node.packages), self.mirror)
+        if image is None:
+            label = image_label(node.image, node.packages)
+            raise LabctlError(
+                f"lab {self.lab.name}: the image of {name} ({label}) is no longer cached",
+                hint=f"`labctl down --lab {self.lab.name}`, then `labctl up` builds it again")
+        if not 0 < port <= 65535:
+            raise LabctlError(f"lab {self.lab.name}: no ssh port recorded for {name}",
+                              hint=f"`labctl down --lab {self.lab.name}`, then `labctl up`")
+        return plan_node(self.lab, node, self.labdir.node_dir(name), image,
+                         "kvm" if accel == "kvm" else "tcg", port)
 
     # --- readiness -----------------------------------------------------------------------
     def wait_ready(self, timeout: float, progress: Progress) -> None:
         state = self.labdir.load_state()
         started = time.monotonic()
         machines = {name: self.machine(name) for name in state.nodes}
+        self._refresh_ssh_config()
         wait_machines_ready(machines, state, self.labdir.ssh_config, timeout, progress)
         state.phase = Phase.UP
         state.ready_seconds = round(time.monotonic() - started, 1)
@@ -227,7 +259,15 @@ class QemuProvider(Provider):
         return result
 
     def exec_argv(self, node: str, command: list[str], *, tty: bool = False) -> list[str]:
+        self._refresh_ssh_config()
         return ssh.ssh_argv(self.labdir.ssh_config, node, command, tty=tty)
+
+    def _refresh_ssh_config(self) -> None:
+        """The lab's ssh_config as labctl writes it, from state.json's checked ports."""
+        ports = {name: info.ssh_port for name, info in self.labdir.load_state().nodes.items()
+                 if info.ssh_port}
+        ssh.refresh_config(self.labdir.ssh_config, self.labdir.ssh_key, ports,
+                           self.labdir.known_hosts)
 
     def destroy(self) -> list[str]:
         try:
@@ -241,10 +281,8 @@ def destroy_machines(labdir: LabDir, lab_name: str, state: LabState | None) -> l
     """Stop every qemu of the lab (recorded, or named by a node's own pidfile: up may have
     died before recording it), waiting until each has exited; delete the lab's netns."""
     removed: list[str] = []
-    recorded = state.nodes if state else {}
-    on_disk = labdir.path / "nodes"
-    names = set(recorded) | ({p.name for p in on_disk.iterdir() if p.is_dir()}
-                             if on_disk.is_dir() else set())
+    recorded = state.nodes if state else {}  # its keys are node names (read_state checks)
+    names = set(recorded) | set(labdir.node_names_on_disk())
     if labdir.ssh_config.exists():
         ssh.close_masters(labdir.ssh_config, sorted(names))
     for name in sorted(names):
@@ -257,7 +295,7 @@ def destroy_machines(labdir: LabDir, lab_name: str, state: LabState | None) -> l
         # sessions the masters did not carry: up's detached helper starts (start_detached)
         for pid in ssh.end_clients(labdir.ssh_config):
             removed.append(f"ssh session (pid {pid})")
-    ns = (state.netns if state and state.netns else "") or labnet.netns_name(lab_name)
+    ns = labnet.netns_name(lab_name)  # from the lab's name, never state.json's netns
     if labnet.delete_netns(ns):
         removed.append(f"netns {ns}")
     return removed

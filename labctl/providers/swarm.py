@@ -163,7 +163,8 @@ def client(record: HostRecord, timeout: int = 120) -> Any:
 # --- swarm ----------------------------------------------------------------------------
 def _write_tokens(labdir: LabDir, tokens: dict[str, str]) -> None:
     path = labdir.path / TOKENS_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    path.unlink(missing_ok=True)  # a new file: never written through a planted link
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as out:
         json.dump(tokens, out)
     os.chmod(path, 0o600)

@@ -144,6 +144,9 @@ class VagrantProvider(Provider):
     def log_file(self) -> Path:
         return self.labdir.path / "vagrant.log"
 
+    # What `up` records in env_file (see create), the only keys read back from it.
+    LAB_SETTINGS = ("LABCTL_BOXES", "LABCTL_LIBVIRT_DRIVER")
+
     @property
     def env_file(self) -> Path:
         """Settings labctl chose at `up` (LABCTL_BOXES, LABCTL_LIBVIRT_DRIVER): every later
@@ -152,10 +155,13 @@ class VagrantProvider(Provider):
 
     def lab_settings(self) -> dict[str, str]:
         try:
-            data = json.loads(self.env_file.read_text())
+            data = bounded.load_object(bounded.read_text(self.env_file))
         except (OSError, ValueError):
             return {}
-        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+        # Only the settings labctl writes there: the file is data, and an environment
+        # variable such as LD_PRELOAD or VAGRANT_* would be authority over every Vagrant call.
+        return {k: v for k, v in data.items()
+                if k in self.LAB_SETTINGS and isinstance(v, str) and "\0" not in v}
 
     def vagrant_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -485,8 +491,8 @@ class VagrantProvider(Provider):
     # --- status, exec, destroy -----------------------------------------------------------
     def _ssh_endpoints(self) -> dict[str, str]:
         try:
-            hosts = parse_ssh_config(self.labdir.ssh_config.read_text())
-        except OSError:
+            hosts = parse_ssh_config(bounded.read_text(self.labdir.ssh_config))
+        except (OSError, ValueError):
             return {}
         result = {}
         for host, options in hosts.items():

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from labctl import bounded
+
 
 @dataclass(frozen=True)
 class Interface:
@@ -118,7 +120,9 @@ class Lab:
 
     @classmethod
     def from_json(cls, text: str) -> Lab:
-        raw = json.loads(text)
+        """The lab in `text`; ValueError (bounded.BoundedError among them), TypeError or
+        KeyError if it is not one. Values are checked by labctl.topology.stored."""
+        raw = bounded.load_object(text)
         nodes = tuple(
             Node(**{**n, "interfaces": tuple(Interface(**i) for i in n["interfaces"]),
                     "packages": tuple(n.get("packages", ())),

@@ -151,7 +151,7 @@ def test_the_name_option_renames_the_resolved_lab() -> None:
 @pytest.fixture
 def recorded_lab(tmp_path: Path) -> RdmaLab:
     """A lab directory as `up` leaves it (lab.json, ssh_config), no VM behind it."""
-    labdir = LabDir("plug-u", root=tmp_path)
+    labdir = LabDir("two-node", root=tmp_path)  # lab.json names its directory's lab
     labdir.create(load_lab(TWO_NODE))
     labdir.ssh_config.write_text("Host node1\n  HostName 127.0.0.1\n")
     return RdmaLab(LabHandle(labdir), None)
