@@ -26,7 +26,7 @@ def labelled(node: str, text: str) -> str:
 def exec_everywhere(handle: LabHandle, command: list[str]) -> int:
     """Run `command` in every node in parallel; print each node's output labelled, in the
     lab's node order (stdout to stdout, stderr to stderr). 1 if any node failed, else 0."""
-    nodes = handle.node_names()  # a lab.json with no nodes: an error, not a pool of none
+    nodes = handle.node_names()
 
     def one(node: str) -> subprocess.CompletedProcess[str]:
         return handle.run(node, command)

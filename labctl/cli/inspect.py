@@ -61,7 +61,7 @@ def _open(lab: str | None) -> LabHandle:
 
 
 def _nodes(handle: LabHandle, names: list[str] | None) -> list[str]:
-    known = handle.node_names()  # a lab.json with no nodes: an error, not an empty report
+    known = handle.node_names()
     if not names:
         return known
     unknown = [n for n in names if n not in known]

@@ -90,14 +90,8 @@ class LabHandle:
         return self.labdir.load_state().nodes.get(node)
 
     def node_names(self) -> list[str]:
-        """The lab's nodes; a lab without any (a damaged lab.json) is an error, not an empty
-        loop that later divides by zero or starts a pool of no workers."""
-        names = [n.name for n in self.lab.nodes]
-        if not names:
-            raise LabctlError(f"lab {self.lab.name} has no nodes ({self.labdir.lab_file} "
-                              "lists none)",
-                              hint=f"`labctl down --lab {self.lab.name}` removes it")
-        return names
+        """The lab's nodes (never none: load_lab refuses a lab.json that lists none)."""
+        return [n.name for n in self.lab.nodes]
 
     def node_status(self, node: str, timeout: float | None = None) -> dict[str, Any]:
         """What `node` reports of its RDMA devices and interfaces (nodeside/status.py),
