@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 
 def workers(lab: str) -> str:
     """Capture children of this lab still alive (their argv names the lab's namespace)."""
-    found = subprocess.run(["pgrep", "-af", f"labctl.capture.worker {netns_name(lab)} "],
+    found = subprocess.run(["pgrep", "-af", f"labctl.capture.worker .*-- {netns_name(lab)} "],
                            capture_output=True, text=True, check=False)
     return found.stdout.strip()
 
