@@ -59,13 +59,23 @@ class NodeStatus(Shape):
     details: dict[str, str]  # provider facts: pid, accel (qemu), container, engine (docker)
 
 
+class LabBusy(Shape):
+    """An `up` or `down` holds the lab's lock now (its flock, tried by `status`)."""
+
+    action: Literal["creating", "repairing", "removing"]
+    pid: int | None  # the labctl holding it, as its lock.owner says; None if it does not
+
+
 class LabStatus(Shape):
     lab: str
-    provider: Literal["qemu", "docker", "vagrant", "?"]  # "?": a corrupt lab
+    # "?": a corrupt lab, or one whose lab.json its `up` has not written yet
+    provider: Literal["qemu", "docker", "vagrant", "?"]
     phase: str  # "up" once `up` finished; "corrupt"; anything else: an unfinished `up`
     ready_seconds: float | None
     nodes: list[NodeStatus]
     error: str | None = None  # only for phase "corrupt": what cannot be read, what to do
+    # `status` always writes it (null: no `up` or `down` at work); `up --json` need not
+    busy: LabBusy | None = None
 
 
 class StatusOutput(Shape):
