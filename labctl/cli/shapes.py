@@ -401,3 +401,46 @@ class GraphOutput(Shape):
 
 
 SHAPES["graph"] = GraphOutput
+
+
+# --- labctl link show --json (labctl/lab/links.py) ---------------------------------------
+class Netem(Shape):
+    """A netem root qdisc's settings (null: not set)."""
+
+    delay_ms: float | None
+    jitter_ms: float | None
+    loss_percent: float | None  # random loss
+    rate_mbit: float | None
+
+
+class LinkEndState(Shape):
+    node: str
+    interface: str  # eth1
+    # The node's interface as its kernel sees it: up (admin up, carrier), down, absent
+    # (no such interface in the node), ? (the node could not be asked: `reason` says why)
+    node_state: Literal["up", "down", "absent", "?"]
+    operstate: str  # as `ip` says: UP, DOWN, LOWERLAYERDOWN...; "" when not read
+    qdisc: str  # the interface's root qdisc (netem, fq_codel...); "" when not read
+    netem: Netem | None  # null: no netem on the interface
+    reason: str  # why node_state is "?"; "" otherwise
+    host_interface: str  # the tap (qemu) or veth (docker) on the lab's bridge
+    host_state: Literal["up", "down", "absent"] | None  # null: not on this host (docker)
+
+
+class LinkState(Shape):
+    segment: str
+    kind: Literal["p2p", "switch"]
+    subnet: str
+    mtu: int
+    ends: list[LinkEndState]
+
+
+class LinkShowOutput(Shape):
+    """`labctl link show --json`: the lab's data links."""
+
+    lab: str
+    provider: Literal["qemu", "docker"]
+    links: list[LinkState]
+
+
+SHAPES["link show"] = LinkShowOutput
