@@ -1,10 +1,15 @@
-"""`labctl link set NODE:IF ...`: pull a data link's cable, or make it lossy and slow."""
+"""`labctl link set NODE:IF ...`: pull a data link's cable, or make it lossy and slow;
+`labctl link show`: each link's ends, up or down, and their netem."""
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 import typer
+from rich.table import Table
+from rich.text import Text
 
 from labctl.cli import complete
 from labctl.cli.common import LabOption, console
@@ -84,6 +89,54 @@ def set_link(
         if result.returncode != 0 and not (clear and nothing_to_clear):
             raise LabctlError(f"tc in {node} failed: {result.stderr.strip()}")
         console.print(f"{node}:{ifname} " + ("cleared" if tc[2] == "del" else " ".join(tc[6:])))
+
+
+def _netem_words(netem: dict[str, Any] | None) -> str:
+    """"delay 10ms loss 5%" as `link set` writes it ("-" for no netem)."""
+    if netem is None:
+        return "-"
+    parts = [f"{word} {netem[key]:g}{unit}" for word, key, unit in (
+        ("delay", "delay_ms", "ms"), ("jitter", "jitter_ms", "ms"),
+        ("loss", "loss_percent", "%"), ("rate", "rate_mbit", "mbit"))
+        if netem.get(key)]
+    return " ".join(parts) or "netem (no delay, loss or rate)"
+
+
+def _links_table(record: dict[str, Any]) -> Table:
+    table = Table(title=f"links of lab {record['lab']} ({record['provider']})")
+    for column in ("link", "end", "node side", "host side", "netem (node's egress)"):
+        table.add_column(column)
+    for link in record["links"]:
+        for end in link["ends"]:
+            node_side = end["node_state"] + (f" ({end['reason']})" if end["reason"] else "")
+            host = ("not read (engine host)" if end["host_state"] is None
+                    else end["host_state"])
+            # Text, not markup: a reason is what a node said.
+            table.add_row(Text(f"{link['segment']} {link['subnet']}"),
+                          Text(f"{end['node']}:{end['interface']}"),
+                          Text(node_side, style="green" if end["node_state"] == "up" else "red"),
+                          Text(f"{end['host_interface']} {host}"),
+                          Text(_netem_words(end["netem"])))
+    return table
+
+
+@link_app.command("show")
+def show_links(
+    lab: str = LabOption,
+    as_json: bool = typer.Option(False, "--json",
+                                 help="Print JSON: the lab's links and their ends (docs/json.md)."),
+) -> None:
+    """List the lab's data links: each end up or down, on the node's side and the host's,
+    and its netem (qemu and single-host docker labs)."""
+    from labctl.lab.links import collect_links
+
+    record = collect_links(open_lab(lab))
+    if as_json:
+        print(json.dumps(record, indent=2))
+    else:
+        console.print(_links_table(record))
+    if any(e["node_state"] == "?" for link in record["links"] for e in link["ends"]):
+        raise typer.Exit(1)  # a node could not be asked: its side is unknown
 
 
 def register(app: typer.Typer) -> None:

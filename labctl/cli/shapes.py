@@ -59,13 +59,23 @@ class NodeStatus(Shape):
     details: dict[str, str]  # provider facts: pid, accel (qemu), container, engine (docker)
 
 
+class LabBusy(Shape):
+    """An `up` or `down` holds the lab's lock now (its flock, tried by `status`)."""
+
+    action: Literal["creating", "repairing", "removing"]
+    pid: int | None  # the labctl holding it, as its lock.owner says; None if it does not
+
+
 class LabStatus(Shape):
     lab: str
-    provider: Literal["qemu", "docker", "vagrant", "?"]  # "?": a corrupt lab
+    # "?": a corrupt lab, or one whose lab.json its `up` has not written yet
+    provider: Literal["qemu", "docker", "vagrant", "?"]
     phase: str  # "up" once `up` finished; "corrupt"; anything else: an unfinished `up`
     ready_seconds: float | None
     nodes: list[NodeStatus]
     error: str | None = None  # only for phase "corrupt": what cannot be read, what to do
+    # `status` always writes it (null: no `up` or `down` at work); `up --json` need not
+    busy: LabBusy | None = None
 
 
 class StatusOutput(Shape):
@@ -391,3 +401,46 @@ class GraphOutput(Shape):
 
 
 SHAPES["graph"] = GraphOutput
+
+
+# --- labctl link show --json (labctl/lab/links.py) ---------------------------------------
+class Netem(Shape):
+    """A netem root qdisc's settings (null: not set)."""
+
+    delay_ms: float | None
+    jitter_ms: float | None
+    loss_percent: float | None  # random loss
+    rate_mbit: float | None
+
+
+class LinkEndState(Shape):
+    node: str
+    interface: str  # eth1
+    # The node's interface as its kernel sees it: up (admin up, carrier), down, absent
+    # (no such interface in the node), ? (the node could not be asked: `reason` says why)
+    node_state: Literal["up", "down", "absent", "?"]
+    operstate: str  # as `ip` says: UP, DOWN, LOWERLAYERDOWN...; "" when not read
+    qdisc: str  # the interface's root qdisc (netem, fq_codel...); "" when not read
+    netem: Netem | None  # null: no netem on the interface
+    reason: str  # why node_state is "?"; "" otherwise
+    host_interface: str  # the tap (qemu) or veth (docker) on the lab's bridge
+    host_state: Literal["up", "down", "absent"] | None  # null: not on this host (docker)
+
+
+class LinkState(Shape):
+    segment: str
+    kind: Literal["p2p", "switch"]
+    subnet: str
+    mtu: int
+    ends: list[LinkEndState]
+
+
+class LinkShowOutput(Shape):
+    """`labctl link show --json`: the lab's data links."""
+
+    lab: str
+    provider: Literal["qemu", "docker"]
+    links: list[LinkState]
+
+
+SHAPES["link show"] = LinkShowOutput

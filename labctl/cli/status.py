@@ -12,7 +12,7 @@ from rich.text import Text
 from labctl.cli.common import console, err_console, lab_option
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
-from labctl.lab.labdir import LabDir, running_labs
+from labctl.lab.labdir import LabDir, LockHolder, running_labs
 from labctl.lab.replies import UnreadableReply
 from labctl.lab.state import CorruptStateError, LabState, NodeStatus, Phase
 
@@ -70,18 +70,55 @@ def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
     }
 
 
+def _busy(holder: LockHolder | None, phase: str) -> dict[str, Any] | None:
+    """The `busy` record (LabBusy in labctl/cli/shapes.py) of a lab whose lock is held."""
+    if holder is None:
+        return None
+    action = ("removing" if holder.action == "down" else
+              "creating" if phase in (Phase.CREATING, "?") else "repairing")
+    return {"action": action, "pid": holder.pid}
+
+
+def _busy_words(busy: dict[str, Any]) -> str:
+    """"being created by pid 123" (or "by another labctl" when lock.owner does not say)."""
+    verb = {"creating": "created", "removing": "removed", "repairing": "repaired"}
+    by = f"pid {busy['pid']}" if busy["pid"] is not None else "another labctl"
+    return f"being {verb[busy['action']]} by {by}"
+
+
 def _lab_status(labdir: LabDir) -> dict[str, Any]:
     """collect_status(), or a "corrupt" record for a lab whose files cannot be read: one
-    such lab must not hide the others (LabStatus in labctl/cli/shapes.py)."""
+    such lab must not hide the others (LabStatus in labctl/cli/shapes.py). `busy` says
+    whether an `up` or `down` holds the lab's lock now: then files not written yet (or
+    half removed) are that command at work, not a lab to remove."""
+    holder = labdir.lock_holder()
     try:
-        return collect_status(LabHandle(labdir))
-    except CorruptStateError as exc:
-        return {"lab": labdir.name, "provider": "?", "phase": "corrupt", "ready_seconds": None,
-                "nodes": [], "error": f"{exc.message} ({exc.hint})" if exc.hint else exc.message}
+        record = collect_status(LabHandle(labdir))
+    except LabctlError as exc:
+        if holder is None and not isinstance(exc, CorruptStateError):
+            raise
+        record = {"lab": labdir.name, "provider": "?", "phase": _phase_on_disk(labdir, holder),
+                  "ready_seconds": None, "nodes": []}
+        if holder is None:
+            record["error"] = f"{exc.message} ({exc.hint})" if exc.hint else exc.message
+    record["busy"] = _busy(holder, record["phase"])
+    return record
+
+
+def _phase_on_disk(labdir: LabDir, holder: LockHolder | None) -> str:
+    """state.json's phase while an `up` or `down` is at work on the lab ("?" when it cannot
+    be read yet); "corrupt" for a lab nobody works on whose files cannot be read."""
+    if holder is None:
+        return "corrupt"
+    try:
+        return str(labdir.load_state().phase)
+    except LabctlError:
+        return "?"
 
 
 def _table(status: dict[str, Any]) -> Table:
-    table = Table(title=f"lab {status['lab']} ({status['provider']}, {status['phase']})")
+    busy = f", {_busy_words(status['busy'])}" if status.get("busy") else ""
+    table = Table(title=f"lab {status['lab']} ({status['provider']}, {status['phase']}{busy})")
     # Multi-host docker labs: which host (of the topology's `hosts:`) runs each node.
     hosts = any("host" in node["details"] for node in status["nodes"])
     for column in (
@@ -151,7 +188,10 @@ def status(
             continue
         if not as_json:
             console.print(_table(result))
-        if result["phase"] != Phase.UP:  # an interrupted up or repair: some step never ran
+        if result.get("busy"):  # an `up` or `down` at work: not a lab to remove
+            err_console.print(f"lab {result['lab']}: {_busy_words(result['busy'])}; "
+                              "`labctl status` again when it is done")
+        elif result["phase"] != Phase.UP:  # an interrupted up or repair: some step never ran
             err_console.print(f"lab {result['lab']}: `up` did not finish (phase"
                               f" {result['phase']}); `labctl down --lab {result['lab']}` removes"
                               " it")

@@ -1,13 +1,17 @@
 """Files labctl reads at run time that also live at the top of the source tree.
 
-The checkout's top-level `Vagrantfile`, `docker/node-image.conf` and `topologies/` are
-the source of truth: people edit them there (Vagrant users run `vagrant up` in the
-checkout, docs and editors point at topologies/, other work changes them), and they must
-stay plain files (Windows checkouts do not keep symlinks). This directory holds committed
-copies so that the package is whole wherever it is installed, and labctl always reads
-these copies (`data_path`). A build step copying them in would not do: an sdist has no
-top-level tree to copy from. `python -m labctl.data` refreshes the copies; a unit test
-fails while any copy differs from its source.
+Shipped topologies live here, in labctl/data/topologies/, and only here: the checkout's
+top-level `topologies` is a symbolic link to this directory, so editing a topology through
+either path edits the one file labctl reads (a copy kept in step by hand was edited at the
+top and silently ignored). The package data needs real files inside the package, hence the
+link points in, not out. Where git makes no links (Windows), the Vagrantfile looks here.
+
+The checkout's top-level `Vagrantfile` and `docker/node-image.conf` must stay plain files
+(Vagrant users run `vagrant up` in the checkout, on Windows too): this directory holds
+committed copies of them so that the package is whole wherever it is installed, and labctl
+always reads these copies (`data_path`). A build step copying them in would not do: an
+sdist has no top-level tree to copy from. `python -m labctl.data` refreshes the copies; a
+unit test fails while any copy differs from its source.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from pathlib import Path
 DATA_DIR = Path(__file__).resolve().parent
 
 # Top-level files (globs, relative to the checkout) copied here under the same paths.
-SOURCES = ("Vagrantfile", "docker/node-image.conf", "topologies/*.yaml", "topologies/schema.json")
+# (topologies/ is not copied: it is a link to labctl/data/topologies.)
+SOURCES = ("Vagrantfile", "docker/node-image.conf")
 
 
 def data_path(*parts: str) -> Path:
@@ -34,4 +39,5 @@ def source_files(checkout: Path) -> list[str]:
 def copied_files() -> list[str]:
     """The copies this directory holds, relative to it, sorted."""
     return sorted(p.relative_to(DATA_DIR).as_posix() for p in DATA_DIR.rglob("*")
-                  if p.is_file() and p.suffix not in (".py", ".pyc"))
+                  if p.is_file() and p.suffix not in (".py", ".pyc")
+                  and p.relative_to(DATA_DIR).parts[0] != "topologies")

@@ -16,7 +16,9 @@ import os
 import re
 import shutil
 import stat
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from labctl import bounded
@@ -132,6 +134,30 @@ class LabDir:
     def save_state(self, state: LabState) -> None:
         write_state(self.state_file, state)
 
+    def lock_holder(self) -> LockHolder | None:
+        """Who holds this lab's lock now (an `up` or `down` at work), or None.
+
+        The flock decides, tried without waiting on a descriptor of our own (a shared lock:
+        it fails only while an `up` or `down` holds the exclusive one); lock.owner, which
+        the holder wrote, only names it. Never creates the lock file or follows a link."""
+        if self.is_link():
+            return None
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path / "lock", flags)
+        except OSError:  # no lock file (no `up` ever took it), or a link planted there
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return parse_lock_owner(_lock_holder(self.path / "lock.owner"))
+            return None  # free: closing the descriptor gives our shared lock back
+        finally:
+            os.close(fd)
+
     def remove(self) -> bool:
         if self.is_link():  # the link only: never what it points at
             self.path.unlink()
@@ -150,9 +176,7 @@ class LabDir:
         lock_path = self.path / "lock"
         fd = _open_lock(lock_path, self.name)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            if not _flock_soon(fd):
                 raise LabctlError(
                     f"lab {self.name} is busy ({_lock_holder(lock_path.with_suffix('.owner'))})",
                     hint="wait for it to finish, or stop it and run `labctl down`",
@@ -188,13 +212,46 @@ def _open_lock(path: Path, lab: str) -> int:
     return fd
 
 
+@dataclass(frozen=True)
+class LockHolder:
+    """The labctl command holding a lab's lock, as its lock.owner names it."""
+
+    action: str  # "up" or "down"; "" when lock.owner does not say
+    pid: int | None  # None when lock.owner does not say
+
+
+_OWNER_RE = re.compile(r"(up|down) by pid ([0-9]{1,7})")
+# What `status` sees while `locked` is held, and what an `up` or `down` starting at that
+# moment waits for before it calls the lab busy (status's probe holds it a few µs).
+_LOCK_PATIENCE_SECONDS = 0.5
+
+
+def parse_lock_owner(text: str) -> LockHolder:
+    match = _OWNER_RE.fullmatch(text)
+    return LockHolder(match[1], int(match[2])) if match else LockHolder("", None)
+
+
+def _flock_soon(fd: int) -> bool:
+    """The exclusive lock on `fd`, retried for a moment: `status` takes a shared one for
+    a few µs to see whether a lab is busy, and must never make an `up` refuse."""
+    deadline = time.monotonic() + _LOCK_PATIENCE_SECONDS
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+
 def _lock_holder(path: Path) -> str:
     """Who holds the lock, as lock.owner says (a line; anything odd: "another labctl")."""
     try:
         text = bounded.read_text(path, 200).strip()
     except (OSError, ValueError):
         return "another labctl"
-    return text if re.fullmatch(r"[a-z]+ by pid [0-9]+", text) else "another labctl"
+    return text if _OWNER_RE.fullmatch(text) else "another labctl"
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import re
 import shlex
+import subprocess
 import tomllib
 import typing
 from collections.abc import Iterator
@@ -347,3 +348,218 @@ def _undocumented(command: Any, path: tuple[str, ...] = ("labctl",)) -> Iterator
 def test_every_command_and_parameter_has_help() -> None:
     # `--help` is the reference the docs are checked against: nothing in it may be blank.
     assert list(_undocumented(ROOT_COMMAND)) == []
+
+
+# --- docs truth (issue 34, item 7): each claim derived from the code it describes ----------
+
+def _paragraph(text: str, start: str) -> str:
+    """The Markdown paragraph or list item that begins with `start`, on one line."""
+    at = text.index(start)
+    ends = [i for i in (text.find("\n\n", at), text.find("\n- ", at + 1)) if i >= 0]
+    return " ".join(text[at:min(ends, default=len(text))].split())
+
+
+def _link_changers() -> dict[str, bool]:
+    """Provider name -> whether its class changes a link (overrides set_link_state)."""
+    from labctl.providers.base import Provider
+    from labctl.providers.docker import DockerProvider
+    from labctl.providers.qemu import QemuProvider
+    from labctl.providers.vagrant import VagrantProvider
+
+    return {name: cls.set_link_state is not Provider.set_link_state for name, cls in (
+        ("qemu", QemuProvider), ("docker", DockerProvider), ("vagrant", VagrantProvider))}
+
+
+def test_readme_says_which_providers_link_set_works_for() -> None:
+    """README said `link set` was for qemu labs; docker labs have it too (the veth's bridge
+    end), multi-host docker labs and vagrant labs refuse it (exit 2)."""
+    import inspect
+
+    from labctl.providers.docker import DockerProvider
+
+    changers = _link_changers()
+    assert changers == {"qemu": True, "docker": True, "vagrant": False}
+    assert "multi_host" in inspect.getsource(DockerProvider.set_link_state)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    row = next(line for line in readme.split("| `labctl ") if line.startswith("link set"))
+    said = row.split(" | ")[1]  # the row's second cell: what the commands do
+    refused = said[said.rindex("("):]  # "(vagrant and multi-host labs: exit 2)"
+    for provider, changes in changers.items():
+        assert provider in said, f"README's link row does not name {provider}"
+        assert (provider in refused) is not changes, provider
+    assert "single-host docker" in said and "multi-host" in refused and "exit 2" in refused
+
+
+def test_examples_md_says_what_siw_runs() -> None:
+    """docs/examples.md said siw runs "rping and perftest only": the specs say more."""
+    from labctl.runners.examples import EXAMPLES
+
+    siw = {name for (name, _), spec in EXAMPLES.items() if spec.supports("siw")}
+    assert {"rping", "perftest", "rdma-server", "riostream"} <= siw  # the specs, as read
+    item = _paragraph((ROOT / "docs" / "examples.md").read_text(), "- **siw (soft-iWARP)**:")
+    claimed = item[:item.index(". ")]  # the first sentence lists what runs
+    names = set(re.findall(r"`([a-z-]+)`", claimed))
+    assert names == siw
+    assert "only" not in claimed
+
+
+def test_examples_table_says_which_devices_run_each_row() -> None:
+    from labctl.runners.examples import EXAMPLES
+
+    doc = (ROOT / "docs" / "examples.md").read_text()
+    rows = [r for r in doc.splitlines() if r.startswith("| `labctl run ")
+            and r.split("`")[1].split()[2] in {name for name, _ in EXAMPLES}]
+    assert len(rows) >= 12
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        name = cells[0].split("`")[1].split()[2]
+        atomics = "atomic" in cells[0]
+        variants = [spec for (n, variant), spec in EXAMPLES.items() if n == name
+                    and ("atomic" in variant) == atomics]
+        devices = cells[3].split("(")[0]  # "rxe (siw: atomic_cap ATOMIC_NONE)": rxe only
+        for device in ("rxe", "siw"):
+            runs = any(spec.supports(device) for spec in variants)
+            assert (device in devices) == runs, f"{cells[0]}: {device} {runs}"
+
+
+def _detail_keys(module: str) -> set[str]:
+    """The keys of every `details = {...}` dict a provider module writes (ast)."""
+    import ast
+
+    tree = ast.parse((ROOT / "labctl" / "providers" / f"{module}.py").read_text())
+    keys: set[str] = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+                and any(isinstance(t, ast.Name) and t.id == "details" for t in node.targets)):
+            keys |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+        if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+                and node.value.id == "details" and isinstance(node.slice, ast.Constant)):
+            keys.add(node.slice.value)
+    return keys - {"ssh"}  # status moves it to `management`
+
+
+def test_json_md_names_each_providers_status_details() -> None:
+    """docs/json.md put `engine` where multi-host records have `container` and `host`."""
+    item = _paragraph((ROOT / "docs" / "json.md").read_text(), "- `management`:")
+    said = item[item.index("`details`"):]
+    for provider in ("qemu", "docker", "vagrant"):
+        keys = _detail_keys(provider)
+        assert keys, provider
+        missing = {k for k in keys if f"`{k}`" not in said}
+        assert missing == set(), f"docs/json.md does not name {provider}'s {missing}"
+    assert "multi-host" in said and "`host`" in said
+
+
+def test_json_md_names_every_node_state() -> None:
+    from labctl.lab.state import NodeStatus
+
+    item = _paragraph((ROOT / "docs" / "json.md").read_text(), "- `state`:")
+    assert [s.value for s in NodeStatus if f"`{s.value}`" not in item] == []
+
+
+def test_json_md_says_asyncwatch_prints_one_object_per_line() -> None:
+    """docs/json.md said every --json prints one JSON document; asyncwatch streams."""
+    source = (ROOT / "labctl" / "verbs" / "asyncwatch.py").read_text()
+    assert re.search(r'out\.write\(json\.dumps\(record\) \+ "\\n"\)', source)
+    opening = _paragraph((ROOT / "docs" / "json.md").read_text(), "Every command with")
+    assert "except `asyncwatch --json`" in opening and "one JSON object per line" in opening
+
+
+def test_vagrant_md_names_the_vagrant_cwd_labctl_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/vagrant.md said VAGRANT_CWD is the source tree: it is labctl's data directory."""
+    from labctl.data import data_path
+    from labctl.providers.vagrant import vagrantfile_dir
+
+    monkeypatch.delenv("LABCTL_VAGRANTFILE_DIR", raising=False)
+    assert vagrantfile_dir() == data_path()
+    text = (ROOT / "docs" / "vagrant.md").read_text()
+    mentions = [m.start() for m in re.finditer("VAGRANT_CWD", text)]
+    assert mentions
+    for at in mentions:
+        near = text[at:at + 200]
+        assert "labctl/data" in near or "data_path()" in near, near
+    assert "/path/to/rdma-lab " not in text and "is the source tree" not in text
+
+
+def test_workbench_lists_the_dev_images_packages() -> None:
+    """docs/workbench.md's trixie-dev list left libc6-dev out (gcc only recommends it)."""
+    from labctl.images.recipes import DEV_PACKAGES
+
+    item = _paragraph((ROOT / "docs" / "workbench.md").read_text(),
+                      "The node image `trixie-dev` is the node image plus")
+    listed = item.split(" plus ", 1)[1].split(".", 1)[0]
+    assert re.split(r", | and ", listed) == list(DEV_PACKAGES)
+
+
+def test_workbench_says_how_docker_copies_travel() -> None:
+    """docs/workbench.md said docker copies go through "the container API": they are a
+    tar stream through `docker exec -i` (labctl/lab/transfer.py, the provider's exec)."""
+    docker = (ROOT / "labctl" / "providers" / "docker.py").read_text()
+    assert re.search(r'"docker", "-H", [^\n]*"exec", "-i"\]', docker)
+    assert "`docker exec -i`" in (ROOT / "labctl" / "lab" / "transfer.py").read_text()
+    text = " ".join((ROOT / "docs" / "workbench.md").read_text().split())
+    assert "container API" not in text and "`docker exec -i` for docker nodes" in text
+
+
+CI_SCRIPT = ROOT / "examples" / "ci" / "rdma-tests.sh"
+
+
+def _run_ci_script(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str],
+                                                        list[list[str]]]:
+    """The CI script with a stand-in `sudo` that records each command instead of running
+    it: everything the script does unprivileged runs for real."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    log = tmp_path / "sudo.log"
+    (stub / "sudo").write_text('#!/bin/sh\nprintf "%s\\0" "$@" >> "$SUDO_LOG"\n'
+                               'printf "\\n" >> "$SUDO_LOG"\n')
+    (stub / "sudo").chmod(0o755)
+    env = {"PATH": f"{stub}:/usr/bin:/bin", "SUDO_LOG": str(log), "GITHUB_RUN_ID": "4242",
+           "HOME": str(tmp_path)}
+    result = subprocess.run(["bash", str(CI_SCRIPT), *args], capture_output=True, text=True,
+                            env=env, cwd=tmp_path, timeout=60)
+    lines = log.read_text().splitlines() if log.exists() else []
+    return result, [line.rstrip("\0").split("\0") for line in lines]
+
+
+def test_the_ci_recipe_script_runs_doctor_and_the_tests_as_root(tmp_path: Path) -> None:
+    """docs/workbench.md's CI recipe ran `labctl doctor` as the runner's user (it fails
+    without root). The recipe is now examples/ci/rdma-tests.sh, which the doc runs."""
+    subprocess.run(["bash", "-n", str(CI_SCRIPT)], check=True)
+    result, commands = _run_ci_script(tmp_path, str(ROOT), "tests/rdma", "-x")
+    assert result.returncode == 0, result.stderr
+    venv = f"{ROOT}/.venv/bin"
+    assert commands == [
+        [f"{ROOT}/scripts/setup.sh", "--minimal"],
+        [f"{venv}/python", "-m", "pip", "install", "-q", "-e", f"{ROOT}[pytest]"],
+        ["--preserve-env=LABCTL_CACHE_DIR", f"{venv}/labctl", "doctor"],
+        ["--preserve-env=LABCTL_CACHE_DIR", f"{venv}/python", "-m", "pytest", "-v",
+         "tests/rdma", "-x", "--rdma-lab-name", "ci-4242"],
+    ]
+    # What it runs exists: setup.sh's option, the extra, the labctl command, the plugin's
+    # option; and the lab's name is one labctl takes.
+    assert "--minimal)" in (ROOT / "scripts" / "setup.sh").read_text()
+    assert "pytest" in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert check(commands[2][2:], ROOT_COMMAND) == []
+    plugin = (ROOT / "labctl" / "pytest_plugin" / "__init__.py").read_text()
+    assert 'addoption("--rdma-lab-name"' in plugin
+    from labctl.lab.labdir import check_lab_name
+
+    check_lab_name(commands[3][-1])
+
+
+def test_the_ci_recipe_script_refuses_a_wrong_checkout(tmp_path: Path) -> None:
+    result, commands = _run_ci_script(tmp_path, str(tmp_path))
+    assert result.returncode == 2 and commands == []
+    assert "must be an rdma-lab checkout" in result.stderr and "usage:" in result.stderr
+
+
+def test_workbench_runs_the_ci_script_and_no_unprivileged_doctor() -> None:
+    text = (ROOT / "docs" / "workbench.md").read_text()
+    section = text[text.index("## 5. In CI"):]
+    assert "run: rdma-lab/examples/ci/rdma-tests.sh rdma-lab tests/rdma" in section
+    assert "(../examples/ci/rdma-tests.sh)" in section
+    doctor_lines = [line for line in section.splitlines() if re.search(r"labctl doctor\s*$",
+                                                                       line)]
+    assert doctor_lines == []  # only the script runs it, under sudo

@@ -48,15 +48,54 @@ def _flat(text: str) -> str:
 
 
 def test_packaged_copies_equal_the_top_level_files() -> None:
-    """labctl/data holds copies of the checkout's Vagrantfile, docker/node-image.conf and
-    topologies/; after editing those, refresh the copies with `python -m labctl.data`."""
+    """labctl/data holds copies of the checkout's Vagrantfile and docker/node-image.conf;
+    after editing those, refresh the copies with `python -m labctl.data`."""
     sources = source_files(REPO)
-    assert {"Vagrantfile", "docker/node-image.conf", "topologies/two-node.yaml",
-            "topologies/siw-pair.yaml", "topologies/schema.json"} <= set(sources)
+    assert sources == ["Vagrantfile", "docker/node-image.conf"]
     assert copied_files() == sources, "run `python -m labctl.data` (copies out of date)"
     stale = [rel for rel in sources
              if (REPO / rel).read_bytes() != (DATA_DIR / rel).read_bytes()]
     assert stale == [], f"run `python -m labctl.data` to refresh {stale}"
+
+
+def test_the_top_level_topologies_are_the_packaged_ones() -> None:
+    """One set of shipped topologies: `topologies` is a link into the package, so editing
+    topologies/two-node.yaml changes what `labctl up two-node` reads (a copy did not)."""
+    from labctl.topology.catalog import find_topology
+
+    link = REPO / "topologies"
+    assert link.is_symlink() and os.readlink(link) == "labctl/data/topologies"
+    assert link.resolve() == DATA_DIR / "topologies"
+    assert find_topology("two-node").resolve() == (link / "two-node.yaml").resolve()
+    shipped = sorted(p.name for p in (DATA_DIR / "topologies").iterdir())
+    assert {"two-node.yaml", "siw-pair.yaml", "schema.json"} <= set(shipped)
+    assert all(not p.is_symlink() for p in (DATA_DIR / "topologies").iterdir())
+
+
+def test_the_vagrantfile_finds_the_topologies_without_the_link(tmp_path: Path) -> None:
+    """Where git makes no symbolic links (Windows) `topologies` is a small text file: the
+    Vagrantfile then reads labctl/data/topologies (ruby runs its topologies_base)."""
+    ruby = shutil.which("ruby")
+    if ruby is None:
+        pytest.skip("no ruby on this host")
+    checkout = tmp_path / "checkout"
+    (checkout / "labctl" / "data").mkdir(parents=True)
+    shutil.copy(REPO / "Vagrantfile", checkout / "Vagrantfile")
+    shutil.copytree(DATA_DIR / "topologies", checkout / "labctl" / "data" / "topologies")
+    probe = ('src = File.read(ARGV[0]); m = src[/^  def topologies_base\n.*?^  end\n/m]; '
+             'abort "no topologies_base" unless m; '
+             'o = Object.new; o.define_singleton_method(:__dir__) { File.dirname(ARGV[0]) }; '
+             'o.instance_eval(m); puts o.topologies_base')
+    for layout, base in (("no link", checkout / "labctl" / "data"), ("link", checkout)):
+        if layout == "link":
+            (checkout / "topologies").unlink()
+            (checkout / "topologies").symlink_to("labctl/data/topologies")
+        else:
+            (checkout / "topologies").write_text("labctl/data/topologies")
+        out = subprocess.run([ruby, "-e", probe, str(checkout / "Vagrantfile")],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        assert out == str(base), layout
+        assert (Path(out) / "topologies" / "two-node.yaml").is_file()
 
 
 def test_every_file_labctl_reads_matches_a_package_data_pattern() -> None:

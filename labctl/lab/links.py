@@ -1,0 +1,185 @@
+"""What `labctl link show` reports of a lab's data links: each end's state, and netem.
+
+A link end has two sides. The node's side is its interface as the node's kernel sees it
+(`link set down` drops its carrier: qemu's set_link for VM nodes, the bridge-side veth for
+containers) and its root qdisc: `link set --loss/--delay` puts netem there, in the node's
+own kernel (the lab host's kernel may have no sch_netem). Both are read in the node
+(`ip -j link show`, `tc -j qdisc show`), as untrusted replies. The host's side is the tap
+(qemu) or veth (docker) on the lab's bridge, read with pyroute2 in the lab's netns when that
+netns is on this host; a docker lab's veths live in its engine's host (the Docker host VM),
+not read from here.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from labctl import bounded
+from labctl.errors import LabctlError
+from labctl.lab.handle import LabHandle
+from labctl.net import labnet
+from labctl.providers.base import UnsupportedError
+from labctl.providers.docker import veth_name
+from labctl.topology.resolved import Lab, Node
+
+T = TypeVar("T")
+NODE_SECONDS = 60.0  # past this a node counts as not answering
+_IFF_UP = 0x1
+_IFF_LOWER_UP = 0x10000  # carrier
+# One command per node; `echo` keeps the two documents on lines of their own.
+_NODE_COMMAND = ["sh", "-c", "ip -j link show; echo; tc -j qdisc show"]
+
+
+def check_provider(handle: LabHandle) -> None:
+    """Refuse (exit 2) the labs whose links `link set` cannot change either."""
+    lab = handle.lab
+    if lab.provider == "vagrant":
+        raise UnsupportedError(
+            "link show: the vagrant provider's links are libvirt networks labctl does not "
+            "change (no `link set` either)",
+            hint="`labctl exec NODE -- ip link show` and `tc qdisc show` in the node")
+    if lab.provider == "docker" and getattr(handle.provider, "multi_host", False):
+        raise UnsupportedError(
+            "link show is not supported in multi-host labs (an overlay network has no "
+            "per-node cable)", hint="`labctl exec NODE -- ip link show` in the node")
+
+
+def host_interface(lab: Lab, node: Node, ifname: str) -> str:
+    """The host-side name of a node's data interface on the lab's bridge."""
+    if lab.provider == "qemu":
+        return labnet.tap_name(node.index, ifname)
+    return veth_name(node, ifname)
+
+
+def host_states(netns: str, names: list[str]) -> dict[str, str] | None:
+    """"up", "down" or "absent" for each interface of `netns`; None when the netns is not
+    on this host (a docker lab's engine host, or a lab whose netns is gone)."""
+    if not labnet.namespace_exists(netns):  # IPRoute(netns=) would create it
+        return None
+    from pyroute2 import IPRoute  # see labnet: 0.2 s to import, only where used
+
+    states: dict[str, str] = {}
+    with IPRoute(netns=netns) as ipr:
+        for name in names:
+            indexes = ipr.link_lookup(ifname=name)
+            if not indexes:
+                states[name] = "absent"
+                continue
+            flags = int(ipr.get_links(indexes[0])[0].get("flags", 0))
+            carrier = _IFF_UP | _IFF_LOWER_UP  # a tap's operstate stays UNKNOWN: flags say
+            states[name] = "up" if flags & carrier == carrier else "down"
+    return states
+
+
+def node_end(links: list[Any], ifname: str) -> tuple[str, str]:
+    """(state, operstate) of `ifname` in a node's `ip -j link show`: "up" when it is
+    administratively up with a carrier, "down" otherwise, "absent" when it has none."""
+    for link in links:
+        if isinstance(link, dict) and link.get("ifname") == ifname:
+            flags = _field(link, "flags", list, [])
+            operstate = _field(link, "operstate", str, "")
+            up = "UP" in flags and "LOWER_UP" in flags and operstate in ("UP", "UNKNOWN")
+            return ("up" if up else "down"), operstate[:20]
+    return "absent", ""
+
+
+def _field(record: dict[str, Any], key: str, kind: type[T], default: T) -> T:
+    """record[key] when it is a `kind` (a node's reply may hold anything), else default."""
+    value = record.get(key)
+    return value if isinstance(value, kind) else default
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if bounded.finite(value) else None
+
+
+def netem_of(qdiscs: list[Any], ifname: str) -> tuple[str, dict[str, float | None] | None]:
+    """(root qdisc kind, netem settings or None) of `ifname` in `tc -j qdisc show`.
+
+    tc's JSON: delay and jitter in seconds, loss a fraction, rate in bytes per second."""
+    for qdisc in qdiscs:
+        if not (isinstance(qdisc, dict) and qdisc.get("dev") == ifname and qdisc.get("root")):
+            continue
+        kind = _field(qdisc, "kind", str, "?")
+        if kind != "netem":
+            return kind[:20], None
+        options = _field(qdisc, "options", dict, {})
+        delay = _field(options, "delay", dict, {})
+        loss = _field(options, "loss-random", dict, {})
+        rate = _field(options, "rate", dict, {})
+        return kind, {"delay_ms": _scaled(delay.get("delay"), 1000),
+                      "jitter_ms": _scaled(delay.get("jitter"), 1000),
+                      "loss_percent": _scaled(loss.get("loss"), 100),
+                      "rate_mbit": _scaled(rate.get("rate"), 8 / 1e6)}
+    return "", None
+
+
+def _scaled(value: Any, factor: float) -> float | None:
+    number = _number(value)
+    return None if number is None else round(number * factor, 6)
+
+
+def read_node(handle: LabHandle, node: str) -> tuple[list[Any], list[Any]]:
+    """A node's (links, qdiscs), or LabctlError when it cannot be asked or answers with
+    something that is not those two JSON lists."""
+    result = handle.run(node, _NODE_COMMAND, timeout=NODE_SECONDS)
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    if result.returncode != 0 or len(lines) != 2:
+        why = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+        raise LabctlError(f"cannot read the links of {node}: {why[:200]}")
+    try:
+        links, qdiscs = (bounded.loads(line, limit=bounded.NODE_REPLY_BYTES) for line in lines)
+    except ValueError as exc:
+        raise LabctlError(f"{node} sent an unreadable reply ({str(exc)[:200]})") from None
+    if not isinstance(links, list) or not isinstance(qdiscs, list):
+        raise LabctlError(f"{node} sent an unreadable reply (not two JSON lists)")
+    return links, qdiscs
+
+
+def _read_nodes(handle: LabHandle, nodes: list[str]) -> dict[str, Any]:
+    def one(node: str) -> tuple[list[Any], list[Any]] | LabctlError:
+        try:
+            return read_node(handle, node)
+        except LabctlError as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+        return dict(zip(nodes, pool.map(one, nodes), strict=True))
+
+
+def _end(lab: Lab, endpoint: str, reply: Any, hosts: dict[str, str] | None) -> dict[str, Any]:
+    node_name, _, ifname = endpoint.partition(":")
+    host_if = host_interface(lab, lab.node(node_name), ifname)
+    record: dict[str, Any] = {
+        "node": node_name, "interface": ifname, "node_state": "?", "operstate": "",
+        "qdisc": "", "netem": None, "reason": "",
+        "host_interface": host_if, "host_state": None if hosts is None else hosts[host_if],
+    }
+    if isinstance(reply, LabctlError):
+        record["reason"] = reply.message
+        return record
+    links, qdiscs = reply
+    record["node_state"], record["operstate"] = node_end(links, ifname)
+    record["qdisc"], record["netem"] = netem_of(qdiscs, ifname)
+    return record
+
+
+def collect_links(handle: LabHandle) -> dict[str, Any]:
+    """The lab's links with each end's state and netem (LinkShowOutput in shapes.py)."""
+    check_provider(handle)
+    lab = handle.lab
+    replies = _read_nodes(handle, [n.name for n in lab.nodes])
+    names = [host_interface(lab, lab.node(e.partition(":")[0]), e.partition(":")[2])
+             for s in lab.segments for e in s.endpoints]
+    hosts = host_states(labnet.netns_name(lab.name), names)
+    return {
+        "lab": lab.name,
+        "provider": lab.provider,
+        "links": [{"segment": s.name, "kind": s.kind, "subnet": s.subnet, "mtu": s.mtu,
+                   "ends": [_end(lab, e, replies[e.partition(":")[0]], hosts)
+                            for e in s.endpoints]}
+                  for s in lab.segments],
+    }

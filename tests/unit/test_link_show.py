@@ -1,0 +1,246 @@
+"""`labctl link show` (issue 34, item 4): each link end's state on the node's side and the
+host's, and its netem.
+
+The node's side is read in the node: tests/unit/outputs/links/node{1,2}.txt are what
+`sh -c 'ip -j link show; echo; tc -j qdisc show'` printed in the nodes of a live qemu lab
+(two-node, iproute2 6.15) after `labctl link set node1:eth1 down --delay 10ms --loss 5%`
+and, in node2, `tc qdisc replace dev eth1 root netem delay 2.5ms 1ms rate 100mbit`. netem
+runs in the node's kernel: the lab host needs no sch_netem (this one has none).
+
+The host's side is real: a network namespace named as the lab's (labctl-ut-truth-...) with
+veths named as the lab's taps, one with a carrier and one without, read by pyroute2 as
+`link show` reads a qemu lab's taps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from labctl.cli.shapes import LinkShowOutput
+from labctl.lab.handle import LabHandle
+from labctl.lab.labdir import LabDir
+from labctl.lab.links import netem_of, node_end
+from labctl.lab.state import LabState, NodeState, Phase
+from labctl.net import labnet
+from labctl.topology.load import load_lab
+from tests.unit.clirun import run_main
+
+REPO = Path(__file__).resolve().parents[2]
+CAPTURED = Path(__file__).parent / "outputs" / "links"
+LAB = "ut-truth-links"  # its netns: labctl-ut-truth-links
+
+
+@pytest.fixture
+def state_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "labs"
+    root.mkdir()
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(root))
+    monkeypatch.setenv("COLUMNS", "200")
+    return root
+
+
+def _lab(topology: str = "two-node.yaml", provider: str = "qemu") -> LabDir:
+    lab = dataclasses.replace(load_lab(REPO / "topologies" / topology), name=LAB,
+                              provider=provider)
+    labdir = LabDir(LAB)
+    labdir.create(lab)
+    labdir.save_state(LabState(provider=provider, phase=Phase.UP,
+                               nodes={"node1": NodeState(ssh_port=2222)}))
+    return labdir
+
+
+Reply = Callable[[str], subprocess.CompletedProcess[str]]
+
+
+def _captured(node: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.CompletedProcess([], 0, (CAPTURED / f"{node}.txt").read_text(), "")
+
+
+@pytest.fixture
+def replies(monkeypatch: pytest.MonkeyPatch) -> dict[str, Reply]:
+    """What each node answers to link show's command (default: its captured reply)."""
+    answers: dict[str, Reply] = {}
+    asked: list[list[str]] = []
+
+    def run(self: LabHandle, node: str, command: list[str], *, timeout: float | None = None,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        asked.append(command)
+        assert command == ["sh", "-c", "ip -j link show; echo; tc -j qdisc show"]
+        return answers.get(node, _captured)(node)
+
+    monkeypatch.setattr(LabHandle, "run", run)
+    return answers
+
+
+@pytest.fixture
+def host_netns() -> Iterator[str]:
+    """The lab's netns on this host: t1-eth1 up with a carrier (its peer up), t2-eth1 up
+    without one (its peer down), as a qemu lab's taps on its bridge."""
+    from pyroute2 import IPRoute, netns
+
+    name = labnet.netns_name(LAB)
+    if name in netns.listnetns():
+        netns.remove(name)
+    netns.create(name)
+    try:
+        with IPRoute(netns=name) as ipr:
+            for tap, peer, peer_up in (("t1-eth1", "p1", True), ("t2-eth1", "p2", False)):
+                ipr.link("add", ifname=tap, kind="veth", peer=peer)
+                ipr.link("set", index=ipr.link_lookup(ifname=tap)[0], state="up")
+                if peer_up:
+                    ipr.link("set", index=ipr.link_lookup(ifname=peer)[0], state="up")
+        yield name
+    finally:
+        netns.remove(name)
+
+
+def _show(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+          *args: str) -> tuple[int, str, str]:
+    code, out, err = run_main(monkeypatch, capsys, "link", "show", "--lab", LAB, *args)
+    assert "Traceback" not in out + err, err
+    return code, out, " ".join(err.split())
+
+
+def _ends(out: str) -> dict[str, dict[str, object]]:
+    record = LinkShowOutput.model_validate_json(out)
+    return {f"{e.node}:{e.interface}": e.model_dump() for link in record.links
+            for e in link.ends}
+
+
+def test_a_qemu_lab_with_a_pulled_cable_and_netem(
+        state_root: Path, replies: dict[str, Reply], host_netns: str,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    _lab()
+    code, out, _ = _show(monkeypatch, capsys, "--json")
+    assert code == 0
+    ends = _ends(out)
+    assert ends["node1:eth1"] == {
+        "node": "node1", "interface": "eth1", "node_state": "down", "operstate": "DOWN",
+        "qdisc": "netem", "reason": "", "host_interface": "t1-eth1", "host_state": "up",
+        "netem": {"delay_ms": 10.0, "jitter_ms": 0.0, "loss_percent": 5.0, "rate_mbit": None}}
+    assert ends["node2:eth1"]["node_state"] == "up"
+    assert ends["node2:eth1"]["host_state"] == "down"  # its veth has no carrier
+    assert ends["node2:eth1"]["netem"] == {"delay_ms": 2.5, "jitter_ms": 1.0,
+                                           "loss_percent": None, "rate_mbit": 100.0}
+    code, out, _ = _show(monkeypatch, capsys)
+    text = " ".join(out.split())
+    assert code == 0
+    assert "node1:eth1 │ down │ t1-eth1 up │ delay 10ms loss 5%" in text
+    assert "node2:eth1 │ up │ t2-eth1 down │ delay 2.5ms jitter 1ms rate 100mbit" in text
+
+
+def test_without_the_labs_netns_the_host_side_is_absent_not_made(
+        state_root: Path, replies: dict[str, Reply], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """IPRoute(netns=) creates a missing netns: link show must only look."""
+    _lab()
+    code, out, _ = _show(monkeypatch, capsys, "--json")
+    assert code == 0
+    assert {e["host_state"] for e in _ends(out).values()} == {None}
+    assert not labnet.namespace_exists(labnet.netns_name(LAB))
+
+
+def _answer(stdout: str, code: int = 0, stderr: str = "") -> Reply:
+    return lambda node: subprocess.CompletedProcess([], code, stdout, stderr)
+
+
+_LINKS_LINE = (CAPTURED / "node1.txt").read_text().splitlines()[0]
+# A node is untrusted: what it answers may be anything. Each is its end's "?" (exit 1),
+# never a traceback, and the other node's end is still shown.
+UNUSABLE: list[tuple[str, Reply, str]] = [
+    ("ssh-fails", _answer("", 255, "ssh: connect to host 127.0.0.1 port 2222: refused"),
+     "cannot read the links of node2: ssh: connect to host"),
+    ("timeout", _answer("", 124, ""), "cannot read the links of node2: exit 124"),
+    ("one-document", _answer(_LINKS_LINE + "\n"), "cannot read the links of node2"),
+    ("three-documents", _answer("[]\n[]\n[]\n"), "cannot read the links of node2"),
+    ("not-json", _answer("<html>\nhello\n"), "node2 sent an unreadable reply"),
+    ("objects", _answer("{}\n{}\n"), "not two JSON lists"),
+    ("nan", _answer("[NaN]\n[]\n"), "node2 sent an unreadable reply"),
+    ("deep", _answer("[" * 100_000 + "]" * 100_000 + "\n[]\n"), "node2 sent an unreadable"),
+]
+
+
+@pytest.mark.parametrize(("kind", "reply", "reason"), UNUSABLE, ids=[u[0] for u in UNUSABLE])
+def test_a_node_that_cannot_say(kind: str, reply: Reply, reason: str, state_root: Path,
+                                replies: dict[str, Reply], monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    _lab()
+    replies["node2"] = reply
+    code, out, _ = _show(monkeypatch, capsys, "--json")
+    assert code == 1
+    ends = _ends(out)
+    assert ends["node2:eth1"]["node_state"] == "?"
+    assert reason in str(ends["node2:eth1"]["reason"])
+    assert ends["node1:eth1"]["node_state"] == "down"
+    code, out, _ = _show(monkeypatch, capsys)
+    assert code == 1 and "node2:eth1" in out
+
+
+# Records a node may send that are lists, but not of what `ip`/`tc` print: each field is
+# type-checked, so a wrong type reads as "not set", never as a crash or a made-up figure.
+ODD_RECORDS: list[tuple[str, str, str, tuple[str, str]]] = [
+    ("flags-not-list", '[{"ifname": "eth1", "flags": "UP LOWER_UP", "operstate": "UP"}]',
+     "[]", ("down", "UP")),
+    ("operstate-number", '[{"ifname": "eth1", "flags": ["UP", "LOWER_UP"], "operstate": 1}]',
+     "[]", ("down", "")),
+    ("no-eth1", '[{"ifname": "eth9", "flags": ["UP", "LOWER_UP"], "operstate": "UP"}]',
+     "[]", ("absent", "")),
+    ("items-not-objects", '[1, "eth1", null]', "[1, null]", ("absent", "")),
+]
+
+
+@pytest.mark.parametrize(("kind", "links", "qdiscs", "expected"), ODD_RECORDS,
+                         ids=[o[0] for o in ODD_RECORDS])
+def test_odd_records_are_read_field_by_field(kind: str, links: str, qdiscs: str,
+                                             expected: tuple[str, str]) -> None:
+    assert node_end(json.loads(links), "eth1") == expected
+    assert netem_of(json.loads(qdiscs), "eth1") == ("", None)
+
+
+@pytest.mark.parametrize(("options", "netem"), [
+    ('{"delay": {"delay": "10ms"}, "loss-random": {"loss": true}}',
+     {"delay_ms": None, "jitter_ms": None, "loss_percent": None, "rate_mbit": None}),
+    ('{"delay": [], "rate": {"rate": 1e400}}',  # 1e400: inf, never a figure
+     {"delay_ms": None, "jitter_ms": None, "loss_percent": None, "rate_mbit": None}),
+    ('"netem"', {"delay_ms": None, "jitter_ms": None, "loss_percent": None, "rate_mbit": None}),
+])
+def test_odd_netem_options(options: str, netem: dict[str, float | None]) -> None:
+    qdiscs = json.loads(f'[{{"kind": "netem", "dev": "eth1", "root": true, "options": '
+                        f'{options}}}]')
+    assert netem_of(qdiscs, "eth1") == ("netem", netem)
+
+
+def test_a_docker_lab_shows_the_node_side(
+        state_root: Path, replies: dict[str, Reply], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Its veths are in the engine's host (the Docker host VM): not read from here."""
+    _lab("docker-two-node.yaml", "docker")
+    code, out, _ = _show(monkeypatch, capsys, "--json")
+    assert code == 0
+    ends = _ends(out)
+    assert ends["node1:eth1"]["host_interface"] == "v1-eth1"
+    assert ends["node1:eth1"]["host_state"] is None
+    assert ends["node1:eth1"]["node_state"] == "down"
+    code, out, _ = _show(monkeypatch, capsys)
+    assert "v1-eth1 not read (engine host)" in " ".join(out.split())
+
+
+@pytest.mark.parametrize(("topology", "provider", "message"), [
+    ("two-node.yaml", "vagrant", "the vagrant provider's links are libvirt networks"),
+    ("multi-host.yaml", "docker", "not supported in multi-host labs"),
+])
+def test_labs_whose_links_labctl_does_not_change_are_refused(
+        topology: str, provider: str, message: str, state_root: Path,
+        replies: dict[str, Reply], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _lab(topology, provider)
+    replies.update({n: _answer("", 1, "never asked") for n in ("node1", "node2")})
+    code, out, err = _show(monkeypatch, capsys)
+    assert code == 2 and out == ""
+    assert message in err and "hint:" in err
