@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from labctl.cli.common import MirrorOption, console, int_range, progress_reporter, seconds
+from labctl.cli.common import (
+    HELP_SETTINGS,
+    MirrorOption,
+    console,
+    int_range,
+    progress_reporter,
+    seconds,
+)
 from labctl.cli.complete import choice_metavar, choices
 from labctl.cli.up import ACCELS
 from labctl.errors import LabctlError, UsageError
@@ -25,6 +32,7 @@ NAME_HELP = ("Which Docker host VM: `default` (the one docker labs use), or a na
              "choice for the VMs of multi-host labs (docs/multi-host.md).")
 
 docker_host_app = typer.Typer(
+    context_settings=HELP_SETTINGS,
     help="The Docker host VM: a qemu VM with the lab kernel and a Docker engine.",
     no_args_is_help=True,
 )

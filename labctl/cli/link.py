@@ -7,11 +7,12 @@ import re
 import typer
 
 from labctl.cli import complete
-from labctl.cli.common import LabOption, console
+from labctl.cli.common import HELP_SETTINGS, LabOption, console
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle, open_lab
 
-link_app = typer.Typer(help="Change the state of a node's data link.", no_args_is_help=True)
+link_app = typer.Typer(help="Change the state of a node's data link.", no_args_is_help=True,
+                       context_settings=HELP_SETTINGS)
 
 # fullmatch only: with match(), `$` also accepts a trailing newline
 _PERCENT = re.compile(r"(\d{1,3}(?:\.\d{1,6})?)%?")

@@ -14,6 +14,7 @@ from labctl.capture.runhook import capture_line, captured_runner
 from labctl.cli import complete
 from labctl.cli.capture import CaptureDirOption, CaptureOption
 from labctl.cli.common import (
+    HELP_SETTINGS,
     LabOption,
     console,
     err_console,
@@ -40,7 +41,7 @@ from labctl.runners.schedule import MAX_JOBS, pair_group, run_pairs
 from labctl.runners.spec import ExampleSpec, check_options
 
 run_app = typer.Typer(help="Run rdma-core example programs across the lab's nodes.",
-                      invoke_without_command=True)
+                      invoke_without_command=True, context_settings=HELP_SETTINGS)
 
 
 @run_app.callback()
