@@ -567,22 +567,18 @@ def rcopy(
 
 @run_app.command()
 def custom(
-    server_cmd: str = typer.Option(..., "--server", help="Server command: shell text run "
+    server_cmd: str = typer.Option(..., "--server-cmd", help="Server command: shell text run "
                                    "with `sh -c` in the server node; placeholders "
                                    "{server_ip} {client_ip} {device} {gid_index} {port} are "
                                    "filled in, quoted.", metavar="'CMD'"),
-    client_cmd: str = typer.Option(..., "--client", help="Client command, as --server, run "
-                                   "in the client node once the server is ready.",
-                                   metavar="'CMD'"),
-    server: str = typer.Option(None, "--server-node", help="Server node (default: the first "
-                               "node with an RDMA device).", metavar="NODE",
-                               autocompletion=complete.node_names),
-    client: str = typer.Option(None, "--client-node", help="Client node (default: the next "
-                               "node with an RDMA device).", metavar="NODE",
-                               autocompletion=complete.node_names),
+    client_cmd: str = typer.Option(..., "--client-cmd", help="Client command, as "
+                                   "--server-cmd, run in the client node once the server is "
+                                   "ready.", metavar="'CMD'"),
+    server: str = ServerOption,
+    client: str = ClientOption,
     ready: str = typer.Option(None, "--ready", help="Shell probe run in the server node "
                               "until it exits 0 (the server is ready); placeholders as "
-                              "--server.", metavar="'PROBE'"),
+                              "--server-cmd.", metavar="'PROBE'"),
     ready_port: int = typer.Option(None, "--ready-port", help="The server is ready once "
                                    "something listens on this TCP port.", metavar="PORT",
                                    callback=int_range("--ready-port", 1, 65535)),
@@ -603,13 +599,7 @@ def custom(
     options = check_options({"port": port, "timeout": timeout})
     spec = custom_spec(server_cmd, client_cmd, ready=ready, ready_port=ready_port)
     check_pair_flags(pairs, jobs, server, client)
-    handle = open_lab(lab)
-    rdma_nodes = [n.name for n in handle.lab.nodes if n.rdma != "none"]
-    for flag, value in (("--server-node", server), ("--client-node", client)):
-        if value is not None and value not in rdma_nodes:  # named as this command names it
-            raise UsageError(f"{flag}: lab {handle.lab.name} has no node {short_repr(value)} "
-                             "with an RDMA device",
-                             hint="nodes with RDMA devices: " + (", ".join(rdma_nodes) or "none"))
+    handle = open_lab(lab)  # --server/--client are checked as in every run (pick_nodes)
     _run_spec(handle, spec, server, client, options, as_json, capture, capture_dir,
               pairs=pairs, jobs=jobs)
 
