@@ -121,7 +121,7 @@ def capture(
     ladder: Path = typer.Option(None, "--ladder", help="With --decode: draw a ladder "
                                 "diagram to this .png or .svg file.",
                                 callback=path_option("--ladder", "write")),
-    first: int = typer.Option(None, "--first", "-n", help="With --decode: only the first N "
+    first: int = typer.Option(None, "--first", help="With --decode: only the first N "
                               "packets (a ladder: default 40).",
                               callback=int_range("--first", 1, MAX_COUNT)),
     lab: str = LabOption,

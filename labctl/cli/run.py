@@ -301,7 +301,7 @@ def pingpong(
                               help="Number of exchanges."),
     mtu: int = typer.Option(None, "--mtu", "-m", callback=run_value("mtu"),
                             help="Path MTU (256..4096)."),
-    rx_depth: int = typer.Option(None, "--rx-depth", "-r", callback=run_value("rx_depth"),
+    rx_depth: int = typer.Option(None, "--rx-depth", callback=run_value("rx_depth"),
                                  help="Receives posted at a time."),
     port: int = typer.Option(None, "--port", "-p", callback=run_value("port"),
                              help="TCP port of the exchange (18515)."),
@@ -336,9 +336,9 @@ def pingpong(
 def rping(
     server: str = ServerOption,
     client: str = ClientOption,
-    count: int = typer.Option(10, "--count", "-C", callback=run_value("count"),
+    count: int = typer.Option(10, "--count", "-c", callback=run_value("count"),
                               help="Pings (rping -C)."),
-    size: int = typer.Option(None, "--size", "-S", callback=run_value("size"),
+    size: int = typer.Option(None, "--size", "-s", callback=run_value("size"),
                              help="Ping data size (rping -S)."),
     port: int = typer.Option(None, "--port", "-p", callback=run_value("port"),
                              help="RDMA CM port (rping -p)."),
@@ -398,9 +398,9 @@ def mckey(
                                metavar="NODE", autocompletion=complete.node_names),
     client: str = typer.Option(None, "--client", help="Sender node (default: the second).",
                                metavar="NODE", autocompletion=complete.node_names),
-    count: int = typer.Option(4, "--count", "-C", callback=run_value("count"),
+    count: int = typer.Option(4, "--count", "-c", callback=run_value("count"),
                               help="Messages expected by the receiver."),
-    group: str = typer.Option(None, "--group", "-m", help=f"Multicast address (default "
+    group: str = typer.Option(None, "--group", help=f"Multicast address (default "
                               f"{MCKEY_GROUP}; with --pairs, pair N uses 239.1.N.1)."),
     wait: int = typer.Option(20, "--wait", callback=run_value("wait"),
                              help="Seconds the receiver waits at most."),
@@ -442,9 +442,9 @@ def rdma_server(
              as_json, capture, capture_dir, pairs=pairs, jobs=jobs)
 
 
-CountOption = typer.Option(10, "--count", "-C", callback=run_value("count"),
+CountOption = typer.Option(10, "--count", "-c", callback=run_value("count"),
                            help="Messages each way (-C).")
-SizeOption = typer.Option(None, "--size", "-S", callback=run_value("size"),
+SizeOption = typer.Option(None, "--size", "-s", callback=run_value("size"),
                           help="Message size in bytes (-S).")
 
 
@@ -472,7 +472,7 @@ def udaddy(
 def ucmatose(
     server: str = ServerOption,
     client: str = ClientOption,
-    connections: int = typer.Option(4, "--connections", "-c", callback=run_value("connections"),
+    connections: int = typer.Option(4, "--connections", callback=run_value("connections"),
                                     help="Connections (-c)."),
     count: int = CountOption,
     size: int = SizeOption,
@@ -495,7 +495,7 @@ def ucmatose(
 def cmtime(
     server: str = ServerOption,
     client: str = ClientOption,
-    connections: int = typer.Option(10, "--connections", "-c", callback=run_value("connections"),
+    connections: int = typer.Option(10, "--connections", callback=run_value("connections"),
                                     help="Connections (-c)."),
     port: int = PortOption,
     timeout: float = TimeoutOption,
@@ -518,9 +518,9 @@ def _stream_command(name: str, doc: str) -> None:
     def command(
         server: str = ServerOption,
         client: str = ClientOption,
-        count: int = typer.Option(100, "--count", "-C", callback=run_value("count"),
+        count: int = typer.Option(100, "--count", "-c", callback=run_value("count"),
                                   help="Transfers (-C)."),
-        size: int = typer.Option(4096, "--size", "-S", callback=run_value("size"),
+        size: int = typer.Option(4096, "--size", "-s", callback=run_value("size"),
                                  help="Transfer size in bytes (-S)."),
         port: int = PortOption,
         timeout: float = TimeoutOption,

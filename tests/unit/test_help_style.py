@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 import itertools
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -180,3 +181,38 @@ def test_command_help_reads_as_sentences(monkeypatch: pytest.MonkeyPatch,
             continue
         assert not _early_breaks(paragraph, WIDTH - 2)
         paragraph = []
+
+
+def _short_flags() -> dict[str, set[str]]:
+    """Every short flag of the tree and the long options it stands for."""
+    found: dict[str, set[str]] = {}
+    for _, command in TREE:
+        for param in command.params:
+            for names in (list(getattr(param, "opts", [])),
+                          list(getattr(param, "secondary_opts", []))):
+                shorts = [n for n in names if re.fullmatch(r"-[A-Za-z]", n)]
+                longs = [n for n in names if n.startswith("--")]
+                for short in shorts:
+                    found.setdefault(short, set()).update(longs)
+    return found
+
+
+def _readme_short_flags() -> dict[str, set[str]]:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.split("A short flag means one thing", 1)[1].split("\n\n", 2)[1]
+    rows: dict[str, set[str]] = {}
+    for line in table.splitlines()[2:]:
+        short, longs = line.split("|")[1:3]
+        rows[short.strip().strip("`")] = set(re.findall(r"--[a-z-]+", longs))
+    return rows
+
+
+def test_a_short_flag_means_one_thing_everywhere() -> None:
+    """One long option per short flag (--size and bench's --sizes are both message sizes in
+    bytes), and README's table lists exactly these."""
+    flags = _short_flags()
+    flags["-h"] = {"--help"}  # help options are not params
+    for short, longs in flags.items():
+        assert len(longs - {"--sizes"}) == 1, (short, longs)
+    assert flags == _readme_short_flags()
+    assert not {"-C", "-S"} & flags.keys()  # the old second letters of --count and --size
