@@ -102,6 +102,13 @@ def _tidy_help() -> None:
     arg_shown = getattr(TyperArgument, "display_type_rich", None)
     if arg_shown is not None:
         TyperArgument.display_type_rich = lambda self, ctx: None  # type: ignore[method-assign]
+    usage_name = getattr(TyperArgument, "_usage_display_name", None)
+    if usage_name is not None:  # a required argument as README writes it: SRC, not {SRC}
+        def plain_usage_name(self: TyperArgument) -> str:
+            name = str(usage_name(self))
+            return name[1:].replace("}", "", 1) if name.startswith("{") else name
+
+        TyperArgument._usage_display_name = plain_usage_name  # type: ignore[method-assign]
 
 
 _tidy_help()

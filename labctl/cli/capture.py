@@ -11,6 +11,7 @@ from types import FrameType
 
 import typer
 
+from labctl.cli import complete
 from labctl.cli.common import (
     LabOption,
     console,
@@ -105,23 +106,31 @@ def _decode(path: Path, first: int | None, ladder: Path | None) -> None:
 
 
 def capture(
-    endpoint: str = typer.Argument(None, help="NODE:IF to capture on, e.g. node1:eth1."),
-    write: Path = typer.Option(None, "--write", "-w", help="Write a pcap file (default: "
+    endpoint: str = typer.Argument(None, help="NODE:IF to capture on, e.g. node1:eth1.",
+                                   metavar="NODE:IF", autocompletion=complete.endpoints),
+    write: Path = typer.Option(None, "--write", "-w",
+                               metavar="FILE.pcap", help="Write a pcap file (default: "
                                "print one decoded line per packet).",
                                callback=path_option("--write", "write")),
-    count: int = typer.Option(0, "--count", "-c", help="Stop after this many packets "
+    count: int = typer.Option(0, "--count", "-c",
+                              metavar="COUNT", help="Stop after this many packets "
                               f"(0: no limit; at most {MAX_COUNT}).",
                               callback=int_range("--count", 0, MAX_COUNT)),
-    duration: float = typer.Option(None, "--duration", help="Stop after this many seconds "
+    duration: float = typer.Option(None, "--duration",
+                                   metavar="SECONDS", help="Stop after this many seconds "
                                    f"(with -w and no --count: {DEFAULT_DURATION:g}).",
                                    callback=seconds("duration")),
-    bpf: str = typer.Option(None, "--filter", "-f", help="BPF filter, e.g. 'udp port 4791'."),
-    decode: Path = typer.Option(None, "--decode", "-r", help="Decode this pcap file instead "
+    bpf: str = typer.Option(None, "--filter", "-f",
+                            metavar="BPF", help="BPF filter, e.g. 'udp port 4791'."),
+    decode: Path = typer.Option(None, "--decode", "-r",
+                                metavar="FILE.pcap", help="Decode this pcap file instead "
                                 "of capturing.", callback=path_option("--decode", "read")),
-    ladder: Path = typer.Option(None, "--ladder", help="With --decode: draw a ladder "
+    ladder: Path = typer.Option(None, "--ladder",
+                                metavar="FILE.png|FILE.svg", help="With --decode: draw a ladder "
                                 "diagram to this .png or .svg file.",
                                 callback=path_option("--ladder", "write")),
-    first: int = typer.Option(None, "--first", help="With --decode: only the first N "
+    first: int = typer.Option(None, "--first",
+                              metavar="COUNT", help="With --decode: only the first N "
                               "packets (a ladder: default 40).",
                               callback=int_range("--first", 1, MAX_COUNT)),
     lab: str = LabOption,
@@ -154,6 +163,7 @@ def register(app: typer.Typer) -> None:
 # Options of `labctl run` commands (labctl/cli/run.py hands them to capturing_run).
 CaptureOption = typer.Option(False, "--capture", help="Record the run's traffic (a pcap on "
                              "the server's link) and count packets per opcode in the record.")
-CaptureDirOption = typer.Option(None, "--capture-dir", help="Directory for --capture's pcap "
+CaptureDirOption = typer.Option(None, "--capture-dir",
+                                metavar="DIR", help="Directory for --capture's pcap "
                                 "(default: the lab directory's captures/); implies --capture.",
                                 callback=path_option("--capture-dir", "dir"))

@@ -50,7 +50,7 @@ NodeArgument = typer.Argument(..., metavar="NODE", help="Node name.",
 # Host folders a topology may mount although they are the host's own (/etc, labctl's state):
 # given on the command line, never in the file (labctl/topology/host.py).
 AllowHostMountOption = typer.Option(
-    None, "--allow-host-mount", metavar="PATH",
+    None, "--allow-host-mount", metavar="DIR",
     help="Allow mounts of this host folder (and below) even if it is a system directory "
     "or labctl's own; repeatable.")
 

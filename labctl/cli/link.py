@@ -60,8 +60,10 @@ def set_link(
                                    autocompletion=complete.endpoints),
     state: str = typer.Argument(None, help="up or down (carrier on/off).", metavar="up|down",
                                 autocompletion=complete.choices("up", "down")),
-    loss: str = typer.Option(None, "--loss", help="Drop this share of frames sent, e.g. 5%."),
-    delay: str = typer.Option(None, "--delay", help="Delay frames sent by this much, e.g. 10ms."),
+    loss: str = typer.Option(None, "--loss",
+                             metavar="PERCENT", help="Drop this share of frames sent, e.g. 5%."),
+    delay: str = typer.Option(None, "--delay",
+                              metavar="TIME", help="Delay frames sent by this much, e.g. 10ms."),
     clear: bool = typer.Option(False, "--clear", help="Remove loss and delay."),
     lab: str = LabOption,
 ) -> None:

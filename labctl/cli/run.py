@@ -67,7 +67,8 @@ ClientOption = typer.Option(None, "--client", help="Client node (default: the ne
                             "with an RDMA device).",
                             metavar="NODE", autocompletion=complete.node_names)
 JsonOption = typer.Option(False, "--json", help="Print the result record(s) as JSON.")
-TimeoutOption = typer.Option(None, "--timeout", help="Seconds before a run counts as failed.",
+TimeoutOption = typer.Option(None, "--timeout",
+                             metavar="SECONDS", help="Seconds before a run counts as failed.",
                              callback=seconds("timeout"))
 
 
@@ -96,11 +97,13 @@ def pick_nodes(handle: LabHandle, server: str | None, client: str | None) -> tup
 
 
 PairsOption = typer.Option("first", "--pairs", metavar="first|adjacent|all|A:B,C:D",
+                           autocompletion=complete.choices("first", "adjacent", "all"),
                            help="Node pairs: first (the two nodes picked as without "
                            "--pairs), adjacent (every pair sharing a segment), all (every "
                            "pair; those without an IP path are skipped) or A:B,C:D "
                            "(server:client).")
-JobsOption = typer.Option(1, "--jobs", "-j", callback=int_range("--jobs", 1, MAX_JOBS),
+JobsOption = typer.Option(1, "--jobs", "-j",
+                          metavar="COUNT", callback=int_range("--jobs", 1, MAX_JOBS),
                           help="With --pairs: runs at once at most "
                           "(runs that share a node never overlap).")
 
@@ -279,11 +282,15 @@ def _run_pairs(handle: LabHandle, spec: ExampleSpec, chosen: list[tuple[str, str
     print_results(results, as_json, as_list=True)  # exits 1 on a failure
 
 
-ImplOption = typer.Option("c", "--impl", help="Server implementation (and the client's "
-                          "unless --client-impl): c (ibv_rc_pingpong) or python "
+ImplOption = typer.Option("c", "--impl", metavar=complete.choice_metavar(*IMPLS),
+                          autocompletion=complete.choices(*IMPLS),
+                          help="Server implementation (and the client's unless "
+                          "--client-impl): c (ibv_rc_pingpong) or python "
                           "(labctl.nodeside.pingpong on pyverbs). RC only.")
-ClientImplOption = typer.Option(None, "--client-impl", help="Client implementation: c or "
-                                "python (default: as --impl).")
+ClientImplOption = typer.Option(None, "--client-impl", metavar=complete.choice_metavar(*IMPLS),
+                                autocompletion=complete.choices(*IMPLS),
+                                help="Client implementation: c or python (default: as "
+                                "--impl).")
 
 
 @run_app.command()
@@ -295,15 +302,16 @@ def pingpong(
     client_impl: str = ClientImplOption,
     server: str = ServerOption,
     client: str = ClientOption,
-    size: int = typer.Option(None, "--size", "-s", callback=run_value("size"),
+    size: int = typer.Option(None, "--size", "-s", metavar="BYTES", callback=run_value("size"),
                              help="Message size in bytes."),
-    iters: int = typer.Option(None, "--iters", "-n", callback=run_value("iters"),
+    iters: int = typer.Option(None, "--iters", "-n", metavar="COUNT", callback=run_value("iters"),
                               help="Number of exchanges."),
-    mtu: int = typer.Option(None, "--mtu", "-m", callback=run_value("mtu"),
+    mtu: int = typer.Option(None, "--mtu", "-m", metavar="BYTES", callback=run_value("mtu"),
                             help="Path MTU (256..4096)."),
-    rx_depth: int = typer.Option(None, "--rx-depth", callback=run_value("rx_depth"),
+    rx_depth: int = typer.Option(None, "--rx-depth",
+                                 metavar="COUNT", callback=run_value("rx_depth"),
                                  help="Receives posted at a time."),
-    port: int = typer.Option(None, "--port", "-p", callback=run_value("port"),
+    port: int = typer.Option(None, "--port", "-p", metavar="PORT", callback=run_value("port"),
                              help="TCP port of the exchange (18515)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
@@ -336,11 +344,11 @@ def pingpong(
 def rping(
     server: str = ServerOption,
     client: str = ClientOption,
-    count: int = typer.Option(10, "--count", "-c", callback=run_value("count"),
+    count: int = typer.Option(10, "--count", "-c", metavar="COUNT", callback=run_value("count"),
                               help="Pings (rping -C)."),
-    size: int = typer.Option(None, "--size", "-s", callback=run_value("size"),
+    size: int = typer.Option(None, "--size", "-s", metavar="BYTES", callback=run_value("size"),
                              help="Ping data size (rping -S)."),
-    port: int = typer.Option(None, "--port", "-p", callback=run_value("port"),
+    port: int = typer.Option(None, "--port", "-p", metavar="PORT", callback=run_value("port"),
                              help="RDMA CM port (rping -p)."),
     verbose: bool = typer.Option(True, "--verbose/--quiet", "-v/-q",
                                  help="rping -v: print (and count) each ping."),
@@ -365,13 +373,13 @@ def perftest(
                                metavar="TEST", autocompletion=complete.choices(*ALL_PERFTESTS)),
     server: str = ServerOption,
     client: str = ClientOption,
-    iters: int = typer.Option(100, "--iters", "-n", callback=run_value("iters"),
+    iters: int = typer.Option(100, "--iters", "-n", metavar="COUNT", callback=run_value("iters"),
                               help="Iterations (perftest -n)."),
-    size: int = typer.Option(None, "--size", "-s", callback=run_value("size"),
+    size: int = typer.Option(None, "--size", "-s", metavar="BYTES", callback=run_value("size"),
                              help="Message size (perftest -s)."),
     rdma_cm: bool = typer.Option(False, "--rdma-cm", "-R",
                                  help="Connect through RDMA CM (always on siw)."),
-    port: int = typer.Option(None, "--port", "-p", callback=run_value("port"),
+    port: int = typer.Option(None, "--port", "-p", metavar="PORT", callback=run_value("port"),
                              help="Exchange port (perftest -p)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
@@ -398,11 +406,11 @@ def mckey(
                                metavar="NODE", autocompletion=complete.node_names),
     client: str = typer.Option(None, "--client", help="Sender node (default: the second).",
                                metavar="NODE", autocompletion=complete.node_names),
-    count: int = typer.Option(4, "--count", "-c", callback=run_value("count"),
+    count: int = typer.Option(4, "--count", "-c", metavar="COUNT", callback=run_value("count"),
                               help="Messages expected by the receiver."),
-    group: str = typer.Option(None, "--group", help=f"Multicast address (default "
+    group: str = typer.Option(None, "--group", metavar="IP", help=f"Multicast address (default "
                               f"{MCKEY_GROUP}; with --pairs, pair N uses 239.1.N.1)."),
-    wait: int = typer.Option(20, "--wait", callback=run_value("wait"),
+    wait: int = typer.Option(20, "--wait", metavar="SECONDS", callback=run_value("wait"),
                              help="Seconds the receiver waits at most."),
     one_qp: bool = typer.Option(False, "--one-qp", help="Send all messages from one QP "
                                 "(mckey -C N): on rxe only the first arrives."),
@@ -420,7 +428,7 @@ def mckey(
              capture_dir, pairs=pairs, jobs=jobs)
 
 
-PortOption = typer.Option(None, "--port", "-p", callback=run_value("port"),
+PortOption = typer.Option(None, "--port", "-p", metavar="PORT", callback=run_value("port"),
                           help="Port the server listens on.")
 
 
@@ -442,9 +450,9 @@ def rdma_server(
              as_json, capture, capture_dir, pairs=pairs, jobs=jobs)
 
 
-CountOption = typer.Option(10, "--count", "-c", callback=run_value("count"),
+CountOption = typer.Option(10, "--count", "-c", metavar="COUNT", callback=run_value("count"),
                            help="Messages each way (-C).")
-SizeOption = typer.Option(None, "--size", "-s", callback=run_value("size"),
+SizeOption = typer.Option(None, "--size", "-s", metavar="BYTES", callback=run_value("size"),
                           help="Message size in bytes (-S).")
 
 
@@ -472,7 +480,8 @@ def udaddy(
 def ucmatose(
     server: str = ServerOption,
     client: str = ClientOption,
-    connections: int = typer.Option(4, "--connections", callback=run_value("connections"),
+    connections: int = typer.Option(4, "--connections",
+                                    metavar="COUNT", callback=run_value("connections"),
                                     help="Connections (-c)."),
     count: int = CountOption,
     size: int = SizeOption,
@@ -495,7 +504,8 @@ def ucmatose(
 def cmtime(
     server: str = ServerOption,
     client: str = ClientOption,
-    connections: int = typer.Option(10, "--connections", callback=run_value("connections"),
+    connections: int = typer.Option(10, "--connections",
+                                    metavar="COUNT", callback=run_value("connections"),
                                     help="Connections (-c)."),
     port: int = PortOption,
     timeout: float = TimeoutOption,
@@ -518,9 +528,10 @@ def _stream_command(name: str, doc: str) -> None:
     def command(
         server: str = ServerOption,
         client: str = ClientOption,
-        count: int = typer.Option(100, "--count", "-c", callback=run_value("count"),
+        count: int = typer.Option(100, "--count", "-c",
+                                  metavar="COUNT", callback=run_value("count"),
                                   help="Transfers (-C)."),
-        size: int = typer.Option(4096, "--size", "-s", callback=run_value("size"),
+        size: int = typer.Option(4096, "--size", "-s", metavar="BYTES", callback=run_value("size"),
                                  help="Transfer size in bytes (-S)."),
         port: int = PortOption,
         timeout: float = TimeoutOption,
@@ -548,7 +559,7 @@ _stream_command("riostream",
 def rcopy(
     server: str = ServerOption,
     client: str = ClientOption,
-    size: int = typer.Option(65536, "--size", "-s", callback=run_value("size"),
+    size: int = typer.Option(65536, "--size", "-s", metavar="BYTES", callback=run_value("size"),
                              help="Bytes of the file copied."),
     port: int = PortOption,
     timeout: float = TimeoutOption,
@@ -582,7 +593,7 @@ def custom(
     ready_port: int = typer.Option(None, "--ready-port", help="The server is ready once "
                                    "something listens on this TCP port.", metavar="PORT",
                                    callback=int_range("--ready-port", 1, 65535)),
-    port: int = typer.Option(None, "--port", "-p", callback=run_value("port"),
+    port: int = typer.Option(None, "--port", "-p", metavar="PORT", callback=run_value("port"),
                              help="The value of {port} (18515)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
@@ -648,7 +659,7 @@ def run_list(as_json: bool = JsonOption) -> None:
 def run_all(
     server: str = ServerOption,
     client: str = ClientOption,
-    iters: int = typer.Option(100, "--iters", "-n", callback=run_value("iters"),
+    iters: int = typer.Option(100, "--iters", "-n", metavar="COUNT", callback=run_value("iters"),
                               help="Iterations of each pingpong and "
                               "perftest (small: TCG is slow)."),
     timeout: float = TimeoutOption,

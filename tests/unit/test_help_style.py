@@ -216,3 +216,58 @@ def test_a_short_flag_means_one_thing_everywhere() -> None:
         assert len(longs - {"--sizes"}) == 1, (short, longs)
     assert flags == _readme_short_flags()
     assert not {"-C", "-S"} & flags.keys()  # the old second letters of --count and --size
+
+
+# What a value is, as the help names it (a choice lists its values instead).
+PLACEHOLDERS = {
+    "NODE", "NODE:IF", "NAME", "TOPOLOGY", "FILE", "FILE.pcap", "FILE.png", "FILE.svg", "DIR",
+    "SECONDS", "TIME", "COUNT", "BYTES", "BYTES,...", "PORT", "URL", "IP", "PERCENT", "MIB",
+    "DEVICE", "BPF", "TEST", "SRC", "DST", "COMMAND", "COMMAND...", "'CMD'", "'PROBE'",
+    "SRC:DST[:ro]",
+}
+VALUE_PARAMS = [(path, cmd, param) for path, cmd in LEAVES for param in cmd.params
+                if not getattr(param, "is_flag", False) and not getattr(param, "count", False)]
+
+
+def _choice_values(metavar: str) -> list[str]:
+    """The plain words of a choice metavar: [auto|kvm|tcg], first|adjacent|all|A:B,C:D."""
+    return [v for v in re.split(r"[|,]", metavar.strip("[]")) if v.islower()]
+
+
+def _completions(command: Any, param: Any, incomplete: str) -> list[str]:
+    ctx = command.context_class(command, info_name=command.name)
+    return [item.value for item in param.shell_complete(ctx, incomplete)]
+
+
+@pytest.mark.parametrize(("path", "command", "param"), VALUE_PARAMS,
+                         ids=[f"{' '.join(p)} {getattr(x, 'opts', [x.name])[0]}"
+                              for p, _, x in VALUE_PARAMS])
+def test_every_value_says_what_is_wanted(path: tuple[str, ...], command: Any,
+                                         param: Any) -> None:
+    """An explicit metavar (never typer's INTEGER or a name made from the option), and a
+    choice's values are completed, all of them."""
+    metavar = param.metavar
+    assert metavar, f"{' '.join(path)} {param.name}: no metavar"
+    if "|" in metavar and set(metavar.split("|")) <= PLACEHOLDERS:  # FILE.png|FILE.svg
+        pass
+    elif "|" in metavar:
+        values = _choice_values(metavar)
+        assert values and set(values) <= set(_completions(command, param, ""))
+    elif "," in metavar and metavar.islower():  # a comma list of choices (bench --impls)
+        values = metavar.split(",")
+        assert set(_completions(command, param, "")) == set(values)
+        assert _completions(command, param, values[0] + ",")  # the next item completes
+    else:
+        assert metavar.removesuffix("...") in PLACEHOLDERS or metavar in PLACEHOLDERS
+
+
+def test_server_and_client_are_node_names_everywhere() -> None:
+    """--server/--client take a NODE in every command that has them (run custom's commands
+    are --server-cmd/--client-cmd)."""
+    found = [(path, param) for path, _, param in VALUE_PARAMS
+             if {"--server", "--client"} & set(getattr(param, "opts", []))]
+    assert len(found) >= 2 * 14  # bench and every run example
+    assert all(param.metavar == "NODE" for _, param in found), found
+    custom = dict(LEAVES)[("run", "custom")]
+    assert {o for p in custom.params for o in getattr(p, "opts", [])} >= {
+        "--server", "--client", "--server-cmd", "--client-cmd"}
