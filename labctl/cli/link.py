@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 import typer
 
@@ -65,6 +67,8 @@ def set_link(
     delay: str = typer.Option(None, "--delay",
                               metavar="TIME", help="Delay frames sent by this much, e.g. 10ms."),
     clear: bool = typer.Option(False, "--clear", help="Remove loss and delay."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was done as JSON "
+                                 "(docs/json.md)."),
     lab: str = LabOption,
 ) -> None:
     """Take a data link down or up, or impair what the node sends on it (netem)."""
@@ -74,9 +78,16 @@ def set_link(
         raise UsageError("nothing to do", hint="give up|down, --loss, --delay or --clear")
     handle = open_lab(lab)
     node, ifname = parse_endpoint(handle, endpoint)
+    done: dict[str, Any] = {"lab": handle.lab.name, "node": node, "interface": ifname,
+                            "state": state, "netem": None}
+
+    def say(text: str) -> None:  # with --json, stdout is the one JSON document
+        if not as_json:
+            console.print(text)
+
     if state is not None:
         handle.provider.set_link_state(node, ifname, state == "up")
-        console.print(f"{node}:{ifname} {state}")
+        say(f"{node}:{ifname} {state}")
     if clear or loss or delay:
         tc = (["tc", "qdisc", "del", "dev", ifname, "root"] if clear and not (loss or delay)
               else ["tc", "qdisc", "replace", "dev", ifname, "root", "netem",
@@ -86,7 +97,10 @@ def set_link(
                             or "handle of zero" in result.stderr)
         if result.returncode != 0 and not (clear and nothing_to_clear):
             raise LabctlError(f"tc in {node} failed: {result.stderr.strip()}")
-        console.print(f"{node}:{ifname} " + ("cleared" if tc[2] == "del" else " ".join(tc[6:])))
+        done["netem"] = [] if tc[2] == "del" else tc[7:]
+        say(f"{node}:{ifname} " + ("cleared" if tc[2] == "del" else " ".join(tc[6:])))
+    if as_json:
+        print(json.dumps(done, indent=2))
 
 
 def register(app: typer.Typer) -> None:
