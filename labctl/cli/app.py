@@ -172,7 +172,9 @@ def main() -> None:
     # standalone_mode=False: click raises its errors to us instead of printing its boxed
     # form, and returns the code of a typer.Exit (help, --version, a command's exit).
     try:
-        code = cli_command().main(standalone_mode=False)
+        # prog_name: usage lines and the completion variable (_LABCTL_COMPLETE) are labctl's
+        # however it was started (python -m labctl, the script, a test)
+        code = cli_command().main(prog_name="labctl", standalone_mode=False)
     except LabctlError as exc:
         print_error(exc)
         sys.exit(exc.exit_code)
