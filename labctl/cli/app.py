@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
+from typing import Any
 
 import typer
+import typer.main
 
+from labctl.cli.common import HELP_SETTINGS
 from labctl.cli.report import print_error, print_interrupted
-from labctl.errors import LabctlError
+from labctl.errors import LabctlError, UsageError
 
 # Each module registers its command(s) on the app through `register(app)`.
 COMMAND_MODULES = [
@@ -36,6 +40,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion (labctl/cli/complete.py)
     pretty_exceptions_enable=False,
+    context_settings=HELP_SETTINGS,
 )
 
 
@@ -97,6 +102,13 @@ def _tidy_help() -> None:
     arg_shown = getattr(TyperArgument, "display_type_rich", None)
     if arg_shown is not None:
         TyperArgument.display_type_rich = lambda self, ctx: None  # type: ignore[method-assign]
+    usage_name = getattr(TyperArgument, "_usage_display_name", None)
+    if usage_name is not None:  # a required argument as README writes it: SRC, not {SRC}
+        def plain_usage_name(self: TyperArgument) -> str:
+            name = str(usage_name(self))
+            return name[1:].replace("}", "", 1) if name.startswith("{") else name
+
+        TyperArgument._usage_display_name = plain_usage_name  # type: ignore[method-assign]
 
 
 _tidy_help()
@@ -107,16 +119,85 @@ for _name in COMMAND_MODULES:
     importlib.import_module(f"labctl.cli.{_name}").register(app)
 
 
+# click's exception classes, found through typer's public BadParameter: typer >= 0.20 ships
+# its own copy of click (typer._click), older ones use click itself.
+_CLICK_CLASSES = {cls.__name__: cls for cls in typer.BadParameter.__mro__}
+CLICK_USAGE_ERROR: type[Exception] = _CLICK_CLASSES["UsageError"]
+CLICK_EXCEPTION: type[Exception] = _CLICK_CLASSES["ClickException"]
+MESSAGE_LIMIT = 300  # click echoes the bad value in its message: a hostile one is cut
+
+
+def one_line(text: str) -> str:
+    """A docstring paragraph as one line: typer's rich help keeps a docstring's single
+    newlines, which break its sentences mid-line ("addresses and / RDMA devices")."""
+    return " ".join(text.split())
+
+
+def tidy_help_text(command: Any) -> None:
+    """Every command's help with each paragraph on one line (its group lists the first);
+    a paragraph that starts with \\b keeps its lines, as click documents. Recurses."""
+    if command.help:
+        paragraphs = inspect.cleandoc(command.help).split("\n\n")
+        command.help = "\n\n".join(p if p.startswith("\b") else one_line(p)
+                                    for p in paragraphs)
+    if command.short_help:
+        command.short_help = one_line(command.short_help)
+    for sub in getattr(command, "commands", {}).values():
+        tidy_help_text(sub)
+
+
+def usage_error(exc: Exception) -> UsageError:
+    """A click usage error (bad value, unknown option or command, missing argument) as
+    labctl's own: `error: MESSAGE` and a hint with the usage line and where help is."""
+    formatted = getattr(exc, "format_message", None)
+    message = formatted() if callable(formatted) else str(exc)
+    message = one_line(str(message))
+    if len(message) > MESSAGE_LIMIT:
+        message = message[:MESSAGE_LIMIT] + "…"
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None:
+        return UsageError(message, hint="see `labctl -h`")
+    usage = one_line(ctx.get_usage().removeprefix("Usage:"))
+    return UsageError(message, hint=f"usage: {usage}; see `{ctx.command_path} -h`")
+
+
+def cli_command() -> Any:
+    """The click command tree of the app, its help text tidied."""
+    command = typer.main.get_command(app)
+    tidy_help_text(command)
+    return command
+
+
 def main() -> None:
+    # standalone_mode=False: click raises its errors to us instead of printing its boxed
+    # form, and returns the code of a typer.Exit (help, --version, a command's exit).
     try:
-        app()
+        # prog_name: usage lines and the completion variable (_LABCTL_COMPLETE) are labctl's
+        # however it was started (python -m labctl, the script, a test)
+        code = cli_command().main(prog_name="labctl", standalone_mode=False)
     except LabctlError as exc:
         print_error(exc)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print_interrupted()
         sys.exit(130)
+    except CLICK_USAGE_ERROR as exc:
+        # `labctl` or a group alone: typer has printed the help already
+        if type(exc).__name__ != "NoArgsIsHelpError":
+            print_error(usage_error(exc))
+        sys.exit(2)
+    except CLICK_EXCEPTION as exc:  # e.g. a file option that cannot be opened
+        error = usage_error(exc)
+        print_error(LabctlError(error.message))
+        sys.exit(getattr(exc, "exit_code", 1))
+    except typer.Abort:
+        print_error(LabctlError("aborted"))
+        sys.exit(1)
     except SystemExit as exc:  # typer turns Ctrl-C into a silent exit 130 itself
         if exc.code == 130:
             print_interrupted()
         raise
+    if isinstance(code, int) and not isinstance(code, bool):
+        if code == 130:  # typer turns Ctrl-C into Exit(130)
+            print_interrupted()
+        sys.exit(code)

@@ -8,6 +8,7 @@ import json
 import typer
 from rich.table import Table
 
+from labctl.cli import complete
 from labctl.cli.common import (
     LabOption,
     console,
@@ -98,13 +99,16 @@ def bench(
     server: str = ServerOption,
     client: str = ClientOption,
     sizes: str = typer.Option(DEFAULT_SIZES_TEXT, "--sizes",
-                              "--size", "-s",
+                              "--size", "-s", metavar="BYTES,...",
                               help="Message sizes in bytes, comma-separated (K, M: binary)."),
     impls: str = typer.Option(",".join(BENCH_SPECS), "--impls",
-                              help="Implementations to run, comma-separated."),
-    iters: int = typer.Option(200, "--iters", "-n", help="Round trips per run.",
+                              metavar=",".join(BENCH_SPECS),
+                              autocompletion=complete.comma_choices(*BENCH_SPECS),
+                              help="Implementations to run, comma-separated: any of these."),
+    iters: int = typer.Option(200, "--iters", "-n", metavar="COUNT", help="Round trips per run.",
                               callback=run_value("iters")),
-    rounds: int = typer.Option(3, "--rounds", help="Runs of each implementation (median).",
+    rounds: int = typer.Option(3, "--rounds",
+                               metavar="COUNT", help="Runs of each implementation (median).",
                                callback=int_range("--rounds", 1, 1000)),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     plot_file: str = typer.Option(None, "--plot", help="Draw a chart into this PNG file.",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -11,6 +13,7 @@ from types import FrameType
 
 import typer
 
+from labctl.cli import complete
 from labctl.cli.common import (
     LabOption,
     console,
@@ -79,9 +82,11 @@ def _record(endpoint: str, write: Path | None, count: int, duration: float | Non
     err_console.print(f"{packets} packets" + (f" written to {write}" if write else ""))
 
 
-def _decode(path: Path, first: int | None, ladder: Path | None) -> None:
+def _decode(path: Path, first: int | None, ladder: Path | None, as_json: bool) -> None:
     """Decode a pcap frame by frame: a line printed and counted per frame, none kept (a
-    capture can be any size). A ladder draws its frames at once: at most MAX_LADDER."""
+    capture can be any size). A ladder draws its frames at once: at most MAX_LADDER.
+    --json: a JSON object per frame per line (JSON Lines, as asyncwatch), for the same
+    reason: one document would hold every frame; the counts are the reader's to make."""
     from collections import Counter
 
     from labctl.capture.summary import count, decode_file, iter_frames, line
@@ -96,34 +101,48 @@ def _decode(path: Path, first: int | None, ladder: Path | None) -> None:
     totals: Counter[str] = Counter()
     notes: list[str] = []
     for frame in iter_frames(path, first, notes):
+        if as_json:
+            print(json.dumps(dataclasses.asdict(frame)), flush=True)
+            continue
         console.print(line(frame), markup=False, soft_wrap=True)
         count(totals, frame)
-    console.print("counts: " + ", ".join(f"{k} {v}" for k, v in sorted(totals.items())),
-                  markup=False, soft_wrap=True)
+    if not as_json:
+            console.print("counts: " + ", ".join(f"{k} {v}" for k, v in sorted(totals.items())),
+                      markup=False, soft_wrap=True)
     for note in notes:  # e.g. a capture cut short: its last packet is truncated
         err_console.print(f"note: {path}: {note}", markup=False, soft_wrap=True)
 
 
 def capture(
-    endpoint: str = typer.Argument(None, help="NODE:IF to capture on, e.g. node1:eth1."),
-    write: Path = typer.Option(None, "--write", "-w", help="Write a pcap file (default: "
+    endpoint: str = typer.Argument(None, help="NODE:IF to capture on, e.g. node1:eth1.",
+                                   metavar="NODE:IF", autocompletion=complete.endpoints),
+    write: Path = typer.Option(None, "--write", "-w",
+                               metavar="FILE.pcap", help="Write a pcap file (default: "
                                "print one decoded line per packet).",
                                callback=path_option("--write", "write")),
-    count: int = typer.Option(0, "--count", "-c", help="Stop after this many packets "
+    count: int = typer.Option(0, "--count", "-c",
+                              metavar="COUNT", help="Stop after this many packets "
                               f"(0: no limit; at most {MAX_COUNT}).",
                               callback=int_range("--count", 0, MAX_COUNT)),
-    duration: float = typer.Option(None, "--duration", help="Stop after this many seconds "
+    duration: float = typer.Option(None, "--duration",
+                                   metavar="SECONDS", help="Stop after this many seconds "
                                    f"(with -w and no --count: {DEFAULT_DURATION:g}).",
                                    callback=seconds("duration")),
-    bpf: str = typer.Option(None, "--filter", "-f", help="BPF filter, e.g. 'udp port 4791'."),
-    decode: Path = typer.Option(None, "--decode", "-r", help="Decode this pcap file instead "
+    bpf: str = typer.Option(None, "--filter", "-f",
+                            metavar="BPF", help="BPF filter, e.g. 'udp port 4791'."),
+    decode: Path = typer.Option(None, "--decode", "-r",
+                                metavar="FILE.pcap", help="Decode this pcap file instead "
                                 "of capturing.", callback=path_option("--decode", "read")),
-    ladder: Path = typer.Option(None, "--ladder", help="With --decode: draw a ladder "
+    ladder: Path = typer.Option(None, "--ladder",
+                                metavar="FILE.png|FILE.svg", help="With --decode: draw a ladder "
                                 "diagram to this .png or .svg file.",
                                 callback=path_option("--ladder", "write")),
-    first: int = typer.Option(None, "--first", "-n", help="With --decode: only the first N "
+    first: int = typer.Option(None, "--first",
+                              metavar="COUNT", help="With --decode: only the first N "
                               "packets (a ladder: default 40).",
                               callback=int_range("--first", 1, MAX_COUNT)),
+    as_json: bool = typer.Option(False, "--json", help="With --decode: one JSON object per "
+                                 "packet per line (docs/json.md)."),
     lab: str = LabOption,
 ) -> None:
     """See RDMA on the wire: capture a node's link from the lab's side, or decode a pcap
@@ -131,15 +150,19 @@ def capture(
     if decode is not None:
         if endpoint is not None or write is not None:
             raise UsageError("--decode reads a file; it takes no NODE:IF or -w")
+        if as_json and ladder is not None:
+            raise UsageError("--json prints the packets; --ladder draws them",
+                             hint="give one of them")
         if ladder is not None and ladder.suffix.lower() not in (".png", ".svg"):
             raise UsageError(f"--ladder {ladder}: use a .png or .svg file name")
         if ladder is not None and first is not None and first > MAX_LADDER:
             raise UsageError(f"--ladder draws at most {MAX_LADDER} packets (--first {first})",
                              hint=f"e.g. --first {MAX_LADDER}; or decode without --ladder")
-        _decode(decode, first if first is not None else (40 if ladder else None), ladder)
+        _decode(decode, first if first is not None else (40 if ladder else None), ladder,
+                as_json)
         return
-    if ladder is not None or first is not None:
-        raise UsageError("--ladder and --first go with --decode FILE.pcap",
+    if ladder is not None or first is not None or as_json:
+        raise UsageError("--ladder, --first and --json go with --decode FILE.pcap",
                          hint="capture with -w first, then decode the file")
     if endpoint is None:
         raise UsageError("give NODE:IF to capture on, or --decode FILE.pcap",
@@ -154,6 +177,7 @@ def register(app: typer.Typer) -> None:
 # Options of `labctl run` commands (labctl/cli/run.py hands them to capturing_run).
 CaptureOption = typer.Option(False, "--capture", help="Record the run's traffic (a pcap on "
                              "the server's link) and count packets per opcode in the record.")
-CaptureDirOption = typer.Option(None, "--capture-dir", help="Directory for --capture's pcap "
+CaptureDirOption = typer.Option(None, "--capture-dir",
+                                metavar="DIR", help="Directory for --capture's pcap "
                                 "(default: the lab directory's captures/); implies --capture.",
                                 callback=path_option("--capture-dir", "dir"))

@@ -22,6 +22,10 @@ from labctl.runners.spec import check_options, check_seconds
 console = Console(highlight=False, width=None if Console().is_terminal else 120)
 err_console = Console(stderr=True, highlight=False)
 
+# Every command and group takes -h as well as --help (no command uses -h for anything else;
+# click passes it down to subcommands too, but each group names it so a group alone shows it).
+HELP_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
+
 
 
 def _check_lab(value: str | None) -> str | None:
@@ -46,7 +50,7 @@ NodeArgument = typer.Argument(..., metavar="NODE", help="Node name.",
 # Host folders a topology may mount although they are the host's own (/etc, labctl's state):
 # given on the command line, never in the file (labctl/topology/host.py).
 AllowHostMountOption = typer.Option(
-    None, "--allow-host-mount", metavar="PATH",
+    None, "--allow-host-mount", metavar="DIR",
     help="Allow mounts of this host folder (and below) even if it is a system directory "
     "or labctl's own; repeatable.")
 

@@ -93,6 +93,18 @@ def choices(*values: str) -> Completer:
     return complete
 
 
+def comma_choices(*values: str) -> Completer:
+    """A comma-separated list of choices (bench --impls c,tcp): completes its last item."""
+    @_never_raises
+    def complete(incomplete: str) -> list[str]:
+        done, _, last = incomplete.rpartition(",")
+        prefix = done + "," if done else ""
+        taken = set(done.split(","))
+        return [prefix + v for v in values if v.startswith(last) and v not in taken]
+
+    return complete
+
+
 def choice_metavar(*values: str) -> str:
     """How a choice option shows its values in --help: [auto|kvm|tcg]."""
     return "[" + "|".join(values) + "]"

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from labctl.cli.common import MirrorOption, console, int_range, progress_reporter, seconds
+from labctl.cli.common import (
+    HELP_SETTINGS,
+    MirrorOption,
+    console,
+    int_range,
+    progress_reporter,
+    seconds,
+)
 from labctl.cli.complete import choice_metavar, choices
 from labctl.cli.up import ACCELS
 from labctl.errors import LabctlError, UsageError
@@ -25,6 +32,7 @@ NAME_HELP = ("Which Docker host VM: `default` (the one docker labs use), or a na
              "choice for the VMs of multi-host labs (docs/multi-host.md).")
 
 docker_host_app = typer.Typer(
+    context_settings=HELP_SETTINGS,
     help="The Docker host VM: a qemu VM with the lab kernel and a Docker engine.",
     no_args_is_help=True,
 )
@@ -32,15 +40,17 @@ docker_host_app = typer.Typer(
 
 @docker_host_app.command()
 def up(
-    name: str = typer.Option("default", help=NAME_HELP),
-    memory: int = typer.Option(None, help="MiB of VM RAM (default 1024).",
+    name: str = typer.Option("default", metavar="NAME", help=NAME_HELP),
+    memory: int = typer.Option(None, metavar="MIB", help="MiB of VM RAM (default 1024).",
                                callback=int_range("--memory", 256, 65536)),
-    cpus: int = typer.Option(None, help="Virtual CPUs (default 2 under KVM, 1 under TCG).",
+    cpus: int = typer.Option(None, metavar="COUNT",
+                             help="Virtual CPUs (default 2 under KVM, 1 under TCG).",
                              callback=int_range("--cpus", 1, 64)),
     accel: str = typer.Option("auto", help="qemu accelerator: auto (probe KVM), kvm or tcg.",
                               metavar=choice_metavar(*ACCELS), autocompletion=choices(*ACCELS)),
     mirror: str = MirrorOption,
-    timeout: float = typer.Option(600, help="Seconds to wait for the VM and its engine.",
+    timeout: float = typer.Option(600, metavar="SECONDS",
+                                  help="Seconds to wait for the VM and its engine.",
                                   callback=seconds("timeout")),
 ) -> None:
     """Start the Docker host VM and its engine (a no-op when they run)."""
@@ -70,7 +80,7 @@ def up(
 
 @docker_host_app.command()
 def down(
-    name: str = typer.Option("default", help=NAME_HELP),
+    name: str = typer.Option("default", metavar="NAME", help=NAME_HELP),
     force: bool = typer.Option(False, help="Stop it even if docker labs still use it."),
 ) -> None:
     """Stop a Docker host VM (its imported images stay in labctl's cache)."""
@@ -88,7 +98,7 @@ def down(
 
 @docker_host_app.command()
 def status(
-    name: str = typer.Option("default", help=NAME_HELP),
+    name: str = typer.Option("default", metavar="NAME", help=NAME_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show whether a Docker host VM and its engine run, what they hold, and the other VMs."""
@@ -122,8 +132,9 @@ def _brief(vm: DockerHostVM) -> dict[str, str]:
 
 @docker_host_app.command("exec")
 def exec_command(
-    name: str = typer.Option("default", help=NAME_HELP),
-    command: list[str] = typer.Argument(None, help="Command and arguments (after --)."),
+    name: str = typer.Option("default", metavar="NAME", help=NAME_HELP),
+    command: list[str] = typer.Argument(None, help="Command and arguments (after --).",
+                                        metavar="COMMAND..."),
 ) -> None:
     """Run COMMAND in the Docker host VM as root (a shell when none is given)."""
     from labctl.dockerhost.vm import VM_NODE, DockerHostVM

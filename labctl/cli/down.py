@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -42,6 +43,8 @@ def down(
                                    autocompletion=complete.topologies),
     lab: str = LabOption,
     all_labs: bool = typer.Option(False, "--all", help="Remove every lab."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON: what was removed, per "
+                                 "lab (docs/json.md)."),
 ) -> None:
     """Stop the lab's nodes and remove everything it made."""
     if all_labs:
@@ -55,6 +58,10 @@ def down(
                 f"several labs are up ({', '.join(names)})",
                 hint="choose one with --lab NAME, or --all",
             )
+    if as_json:
+        print(json.dumps({"labs": [{"lab": n, "removed": destroy(n)} for n in names]},
+                         indent=2))
+        return
     if not names:
         console.print("no lab is up; nothing to remove")
         return

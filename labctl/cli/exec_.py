@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -23,9 +24,10 @@ def labelled(node: str, text: str) -> str:
     return "".join(f"{node}: {line}\n" for line in text.splitlines())
 
 
-def exec_everywhere(handle: LabHandle, command: list[str]) -> int:
+def exec_everywhere(handle: LabHandle, command: list[str], as_json: bool = False) -> int:
     """Run `command` in every node in parallel; print each node's output labelled, in the
-    lab's node order (stdout to stdout, stderr to stderr). 1 if any node failed, else 0."""
+    lab's node order (stdout to stdout, stderr to stderr), or with as_json one document
+    with a record per node. 1 if any node failed, else 0."""
     nodes = handle.node_names()
 
     def one(node: str) -> subprocess.CompletedProcess[str]:
@@ -33,14 +35,21 @@ def exec_everywhere(handle: LabHandle, command: list[str]) -> int:
 
     with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
         results = dict(zip(nodes, pool.map(one, nodes), strict=True))
-    failed = []
-    for node, result in results.items():
-        sys.stdout.write(labelled(node, result.stdout))
-        sys.stdout.flush()
-        sys.stderr.write(labelled(node, result.stderr))
-        sys.stderr.flush()
-        if result.returncode != 0:
-            failed.append(f"{node} (exit {result.returncode})")
+    if as_json:
+        print(json.dumps({
+            "lab": handle.lab.name, "command": command,
+            "nodes": [{"node": node, "exit_code": r.returncode, "stdout": r.stdout,
+                       "stderr": r.stderr} for node, r in results.items()],
+            "failed": [node for node, r in results.items() if r.returncode != 0],
+        }, indent=2))
+    else:
+        for node, result in results.items():
+            sys.stdout.write(labelled(node, result.stdout))
+            sys.stdout.flush()
+            sys.stderr.write(labelled(node, result.stderr))
+            sys.stderr.flush()
+    failed = [f"{node} (exit {r.returncode})" for node, r in results.items()
+              if r.returncode != 0]
     if failed:
         err_console.print(f"failed on {len(failed)} of {len(nodes)} nodes: {', '.join(failed)}",
                           markup=False)
@@ -56,6 +65,9 @@ def exec_command(
     all_nodes: bool = typer.Option(False, "--all", help="Run COMMAND in every node of the "
                                    "lab in parallel; each output line starts with `NODE: `; "
                                    "exit 1 if it failed in any node."),
+    as_json: bool = typer.Option(False, "--json", help="With --all: print one JSON document, "
+                                 "a record per node with its exit code and output "
+                                 "(docs/json.md)."),
     lab: str = LabOption,
 ) -> None:
     """Run COMMAND in NODE (an interactive shell when no command is given), or with --all
@@ -66,7 +78,10 @@ def exec_command(
         if not words:
             raise UsageError("--all needs a command", hint="e.g. `labctl exec --all -- "
                              "ibv_devices`")
-        raise typer.Exit(exec_everywhere(open_lab(lab), words))
+        raise typer.Exit(exec_everywhere(open_lab(lab), words, as_json))
+    if as_json:
+        raise UsageError("--json goes with --all", hint="a command in one node runs attached "
+                         "to the terminal; `labctl exec --all --json -- CMD` for records")
     if node is None:
         raise UsageError("Missing argument 'NODE'", hint="`labctl exec NODE -- CMD`, or "
                          "`labctl exec --all -- CMD` for every node")

@@ -152,7 +152,8 @@ def register(app: typer.Typer) -> None:
             help="Topology file (YAML) or shipped topology to draw; without it, a lab that "
             "is up."),
         lab: str = lab_option("Lab to draw (default: the only lab that is up)."),
-        fmt: str = typer.Option(None, "--format", metavar="text|dot|mermaid|svg|png",
+        fmt: str = typer.Option(None, "--format", metavar="|".join(FORMATS),
+                                autocompletion=complete.choices(*FORMATS),
                                 callback=_check_format, show_default=False,
                                 help="Output format (default: from -o's suffix, else text)."),
         output: Path = typer.Option(None, "-o", "--output", metavar="FILE",

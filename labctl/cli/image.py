@@ -10,12 +10,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from labctl.cli.common import MirrorOption, console, err_console, progress_reporter
+from labctl.cli.common import HELP_SETTINGS, MirrorOption, console, err_console, progress_reporter
 from labctl.images.builder import CorruptImage, Image, build_image, image_dir
 from labctl.images.recipes import RECIPES, recipe
 from labctl.paths import cache_root
 
-image_app = typer.Typer(help="Build and list node images.", no_args_is_help=True)
+image_app = typer.Typer(help="Build and list node images.", no_args_is_help=True,
+                        context_settings=HELP_SETTINGS)
 
 
 @image_app.command()

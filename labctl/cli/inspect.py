@@ -177,9 +177,10 @@ def register(app: typer.Typer) -> None:
     @app.command("devinfo")
     def devinfo(
         nodes: list[str] | None = NODES_ARG,
-        ib_dev: str | None = typer.Option(None, "-d", "--ib-dev", help="Device (default all)."),
+        ib_dev: str | None = typer.Option(None, "-d", "--ib-dev", metavar="DEVICE",
+                                          help="Device (default all)."),
         ib_port: str | None = typer.Option(
-            None, "-i", "--ib-port", help="Port number (default all ports)."
+            None, "-i", "--ib-port", metavar="PORT", help="Port number (default all ports)."
         ),
         list_only: bool = typer.Option(False, "-l", "--list", help="Only the device names."),
         verbose: bool = typer.Option(False, "-v", "--verbose", help="All attributes."),
@@ -206,7 +207,8 @@ def register(app: typer.Typer) -> None:
     def asyncwatch(
         node: str = typer.Argument(..., help="Node to watch.", metavar="NODE",
                                    autocompletion=complete.node_names),
-        ib_dev: str | None = typer.Option(None, "-d", "--ib-dev", help="Device (default first)."),
+        ib_dev: str | None = typer.Option(None, "-d", "--ib-dev", metavar="DEVICE",
+                                          help="Device (default first)."),
         as_json: bool = typer.Option(False, "--json", help="One JSON object per event."),
         lab: str | None = LabOption,
     ) -> None:

@@ -12,11 +12,12 @@ from rich.table import Table
 from rich.text import Text
 
 from labctl.cli import complete
-from labctl.cli.common import LabOption, console
+from labctl.cli.common import HELP_SETTINGS, LabOption, console
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle, open_lab
 
-link_app = typer.Typer(help="Change the state of a node's data link.", no_args_is_help=True)
+link_app = typer.Typer(help="Change the state of a node's data link.", no_args_is_help=True,
+                       context_settings=HELP_SETTINGS)
 
 # fullmatch only: with match(), `$` also accepts a trailing newline
 _PERCENT = re.compile(r"(\d{1,3}(?:\.\d{1,6})?)%?")
@@ -64,9 +65,13 @@ def set_link(
                                    autocompletion=complete.endpoints),
     state: str = typer.Argument(None, help="up or down (carrier on/off).", metavar="up|down",
                                 autocompletion=complete.choices("up", "down")),
-    loss: str = typer.Option(None, "--loss", help="Drop this share of frames sent, e.g. 5%."),
-    delay: str = typer.Option(None, "--delay", help="Delay frames sent by this much, e.g. 10ms."),
+    loss: str = typer.Option(None, "--loss",
+                             metavar="PERCENT", help="Drop this share of frames sent, e.g. 5%."),
+    delay: str = typer.Option(None, "--delay",
+                              metavar="TIME", help="Delay frames sent by this much, e.g. 10ms."),
     clear: bool = typer.Option(False, "--clear", help="Remove loss and delay."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was done as JSON "
+                                 "(docs/json.md)."),
     lab: str = LabOption,
 ) -> None:
     """Take a data link down or up, or impair what the node sends on it (netem)."""
@@ -76,9 +81,16 @@ def set_link(
         raise UsageError("nothing to do", hint="give up|down, --loss, --delay or --clear")
     handle = open_lab(lab)
     node, ifname = parse_endpoint(handle, endpoint)
+    done: dict[str, Any] = {"lab": handle.lab.name, "node": node, "interface": ifname,
+                            "state": state, "netem": None}
+
+    def say(text: str) -> None:  # with --json, stdout is the one JSON document
+        if not as_json:
+            console.print(text)
+
     if state is not None:
         handle.provider.set_link_state(node, ifname, state == "up")
-        console.print(f"{node}:{ifname} {state}")
+        say(f"{node}:{ifname} {state}")
     if clear or loss or delay:
         tc = (["tc", "qdisc", "del", "dev", ifname, "root"] if clear and not (loss or delay)
               else ["tc", "qdisc", "replace", "dev", ifname, "root", "netem",
@@ -88,7 +100,10 @@ def set_link(
                             or "handle of zero" in result.stderr)
         if result.returncode != 0 and not (clear and nothing_to_clear):
             raise LabctlError(f"tc in {node} failed: {result.stderr.strip()}")
-        console.print(f"{node}:{ifname} " + ("cleared" if tc[2] == "del" else " ".join(tc[6:])))
+        done["netem"] = [] if tc[2] == "del" else tc[7:]
+        say(f"{node}:{ifname} " + ("cleared" if tc[2] == "del" else " ".join(tc[6:])))
+    if as_json:
+        print(json.dumps(done, indent=2))
 
 
 def _netem_words(netem: dict[str, Any] | None) -> str:

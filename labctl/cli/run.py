@@ -14,6 +14,7 @@ from labctl.capture.runhook import capture_line, captured_runner
 from labctl.cli import complete
 from labctl.cli.capture import CaptureDirOption, CaptureOption
 from labctl.cli.common import (
+    HELP_SETTINGS,
     LabOption,
     console,
     err_console,
@@ -40,7 +41,7 @@ from labctl.runners.schedule import MAX_JOBS, pair_group, run_pairs
 from labctl.runners.spec import ExampleSpec, check_options
 
 run_app = typer.Typer(help="Run rdma-core example programs across the lab's nodes.",
-                      invoke_without_command=True)
+                      invoke_without_command=True, context_settings=HELP_SETTINGS)
 
 
 @run_app.callback()
@@ -66,7 +67,8 @@ ClientOption = typer.Option(None, "--client", help="Client node (default: the ne
                             "with an RDMA device).",
                             metavar="NODE", autocompletion=complete.node_names)
 JsonOption = typer.Option(False, "--json", help="Print the result record(s) as JSON.")
-TimeoutOption = typer.Option(None, "--timeout", help="Seconds before a run counts as failed.",
+TimeoutOption = typer.Option(None, "--timeout",
+                             metavar="SECONDS", help="Seconds before a run counts as failed.",
                              callback=seconds("timeout"))
 
 
@@ -95,11 +97,13 @@ def pick_nodes(handle: LabHandle, server: str | None, client: str | None) -> tup
 
 
 PairsOption = typer.Option("first", "--pairs", metavar="first|adjacent|all|A:B,C:D",
+                           autocompletion=complete.choices("first", "adjacent", "all"),
                            help="Node pairs: first (the two nodes picked as without "
                            "--pairs), adjacent (every pair sharing a segment), all (every "
                            "pair; those without an IP path are skipped) or A:B,C:D "
                            "(server:client).")
-JobsOption = typer.Option(1, "--jobs", "-j", callback=int_range("--jobs", 1, MAX_JOBS),
+JobsOption = typer.Option(1, "--jobs", "-j",
+                          metavar="COUNT", callback=int_range("--jobs", 1, MAX_JOBS),
                           help="With --pairs: runs at once at most "
                           "(runs that share a node never overlap).")
 
@@ -278,11 +282,15 @@ def _run_pairs(handle: LabHandle, spec: ExampleSpec, chosen: list[tuple[str, str
     print_results(results, as_json, as_list=True)  # exits 1 on a failure
 
 
-ImplOption = typer.Option("c", "--impl", help="Server implementation (and the client's "
-                          "unless --client-impl): c (ibv_rc_pingpong) or python "
+ImplOption = typer.Option("c", "--impl", metavar=complete.choice_metavar(*IMPLS),
+                          autocompletion=complete.choices(*IMPLS),
+                          help="Server implementation (and the client's unless "
+                          "--client-impl): c (ibv_rc_pingpong) or python "
                           "(labctl.nodeside.pingpong on pyverbs). RC only.")
-ClientImplOption = typer.Option(None, "--client-impl", help="Client implementation: c or "
-                                "python (default: as --impl).")
+ClientImplOption = typer.Option(None, "--client-impl", metavar=complete.choice_metavar(*IMPLS),
+                                autocompletion=complete.choices(*IMPLS),
+                                help="Client implementation: c or python (default: as "
+                                "--impl).")
 
 
 @run_app.command()
@@ -294,15 +302,16 @@ def pingpong(
     client_impl: str = ClientImplOption,
     server: str = ServerOption,
     client: str = ClientOption,
-    size: int = typer.Option(None, "--size", "-s", callback=run_value("size"),
+    size: int = typer.Option(None, "--size", "-s", metavar="BYTES", callback=run_value("size"),
                              help="Message size in bytes."),
-    iters: int = typer.Option(None, "--iters", "-n", callback=run_value("iters"),
+    iters: int = typer.Option(None, "--iters", "-n", metavar="COUNT", callback=run_value("iters"),
                               help="Number of exchanges."),
-    mtu: int = typer.Option(None, "--mtu", "-m", callback=run_value("mtu"),
+    mtu: int = typer.Option(None, "--mtu", "-m", metavar="BYTES", callback=run_value("mtu"),
                             help="Path MTU (256..4096)."),
-    rx_depth: int = typer.Option(None, "--rx-depth", "-r", callback=run_value("rx_depth"),
+    rx_depth: int = typer.Option(None, "--rx-depth",
+                                 metavar="COUNT", callback=run_value("rx_depth"),
                                  help="Receives posted at a time."),
-    port: int = typer.Option(None, "--port", "-p", callback=run_value("port"),
+    port: int = typer.Option(None, "--port", "-p", metavar="PORT", callback=run_value("port"),
                              help="TCP port of the exchange (18515)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
@@ -335,11 +344,11 @@ def pingpong(
 def rping(
     server: str = ServerOption,
     client: str = ClientOption,
-    count: int = typer.Option(10, "--count", "-C", callback=run_value("count"),
+    count: int = typer.Option(10, "--count", "-c", metavar="COUNT", callback=run_value("count"),
                               help="Pings (rping -C)."),
-    size: int = typer.Option(None, "--size", "-S", callback=run_value("size"),
+    size: int = typer.Option(None, "--size", "-s", metavar="BYTES", callback=run_value("size"),
                              help="Ping data size (rping -S)."),
-    port: int = typer.Option(None, "--port", "-p", callback=run_value("port"),
+    port: int = typer.Option(None, "--port", "-p", metavar="PORT", callback=run_value("port"),
                              help="RDMA CM port (rping -p)."),
     verbose: bool = typer.Option(True, "--verbose/--quiet", "-v/-q",
                                  help="rping -v: print (and count) each ping."),
@@ -364,13 +373,13 @@ def perftest(
                                metavar="TEST", autocompletion=complete.choices(*ALL_PERFTESTS)),
     server: str = ServerOption,
     client: str = ClientOption,
-    iters: int = typer.Option(100, "--iters", "-n", callback=run_value("iters"),
+    iters: int = typer.Option(100, "--iters", "-n", metavar="COUNT", callback=run_value("iters"),
                               help="Iterations (perftest -n)."),
-    size: int = typer.Option(None, "--size", "-s", callback=run_value("size"),
+    size: int = typer.Option(None, "--size", "-s", metavar="BYTES", callback=run_value("size"),
                              help="Message size (perftest -s)."),
     rdma_cm: bool = typer.Option(False, "--rdma-cm", "-R",
                                  help="Connect through RDMA CM (always on siw)."),
-    port: int = typer.Option(None, "--port", "-p", callback=run_value("port"),
+    port: int = typer.Option(None, "--port", "-p", metavar="PORT", callback=run_value("port"),
                              help="Exchange port (perftest -p)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
@@ -397,11 +406,11 @@ def mckey(
                                metavar="NODE", autocompletion=complete.node_names),
     client: str = typer.Option(None, "--client", help="Sender node (default: the second).",
                                metavar="NODE", autocompletion=complete.node_names),
-    count: int = typer.Option(4, "--count", "-C", callback=run_value("count"),
+    count: int = typer.Option(4, "--count", "-c", metavar="COUNT", callback=run_value("count"),
                               help="Messages expected by the receiver."),
-    group: str = typer.Option(None, "--group", "-m", help=f"Multicast address (default "
+    group: str = typer.Option(None, "--group", metavar="IP", help=f"Multicast address (default "
                               f"{MCKEY_GROUP}; with --pairs, pair N uses 239.1.N.1)."),
-    wait: int = typer.Option(20, "--wait", callback=run_value("wait"),
+    wait: int = typer.Option(20, "--wait", metavar="SECONDS", callback=run_value("wait"),
                              help="Seconds the receiver waits at most."),
     one_qp: bool = typer.Option(False, "--one-qp", help="Send all messages from one QP "
                                 "(mckey -C N): on rxe only the first arrives."),
@@ -419,7 +428,7 @@ def mckey(
              capture_dir, pairs=pairs, jobs=jobs)
 
 
-PortOption = typer.Option(None, "--port", "-p", callback=run_value("port"),
+PortOption = typer.Option(None, "--port", "-p", metavar="PORT", callback=run_value("port"),
                           help="Port the server listens on.")
 
 
@@ -441,9 +450,9 @@ def rdma_server(
              as_json, capture, capture_dir, pairs=pairs, jobs=jobs)
 
 
-CountOption = typer.Option(10, "--count", "-C", callback=run_value("count"),
+CountOption = typer.Option(10, "--count", "-c", metavar="COUNT", callback=run_value("count"),
                            help="Messages each way (-C).")
-SizeOption = typer.Option(None, "--size", "-S", callback=run_value("size"),
+SizeOption = typer.Option(None, "--size", "-s", metavar="BYTES", callback=run_value("size"),
                           help="Message size in bytes (-S).")
 
 
@@ -471,7 +480,8 @@ def udaddy(
 def ucmatose(
     server: str = ServerOption,
     client: str = ClientOption,
-    connections: int = typer.Option(4, "--connections", "-c", callback=run_value("connections"),
+    connections: int = typer.Option(4, "--connections",
+                                    metavar="COUNT", callback=run_value("connections"),
                                     help="Connections (-c)."),
     count: int = CountOption,
     size: int = SizeOption,
@@ -494,7 +504,8 @@ def ucmatose(
 def cmtime(
     server: str = ServerOption,
     client: str = ClientOption,
-    connections: int = typer.Option(10, "--connections", "-c", callback=run_value("connections"),
+    connections: int = typer.Option(10, "--connections",
+                                    metavar="COUNT", callback=run_value("connections"),
                                     help="Connections (-c)."),
     port: int = PortOption,
     timeout: float = TimeoutOption,
@@ -517,9 +528,10 @@ def _stream_command(name: str, doc: str) -> None:
     def command(
         server: str = ServerOption,
         client: str = ClientOption,
-        count: int = typer.Option(100, "--count", "-C", callback=run_value("count"),
+        count: int = typer.Option(100, "--count", "-c",
+                                  metavar="COUNT", callback=run_value("count"),
                                   help="Transfers (-C)."),
-        size: int = typer.Option(4096, "--size", "-S", callback=run_value("size"),
+        size: int = typer.Option(4096, "--size", "-s", metavar="BYTES", callback=run_value("size"),
                                  help="Transfer size in bytes (-S)."),
         port: int = PortOption,
         timeout: float = TimeoutOption,
@@ -547,7 +559,7 @@ _stream_command("riostream",
 def rcopy(
     server: str = ServerOption,
     client: str = ClientOption,
-    size: int = typer.Option(65536, "--size", "-s", callback=run_value("size"),
+    size: int = typer.Option(65536, "--size", "-s", metavar="BYTES", callback=run_value("size"),
                              help="Bytes of the file copied."),
     port: int = PortOption,
     timeout: float = TimeoutOption,
@@ -566,26 +578,22 @@ def rcopy(
 
 @run_app.command()
 def custom(
-    server_cmd: str = typer.Option(..., "--server", help="Server command: shell text run "
+    server_cmd: str = typer.Option(..., "--server-cmd", help="Server command: shell text run "
                                    "with `sh -c` in the server node; placeholders "
                                    "{server_ip} {client_ip} {device} {gid_index} {port} are "
                                    "filled in, quoted.", metavar="'CMD'"),
-    client_cmd: str = typer.Option(..., "--client", help="Client command, as --server, run "
-                                   "in the client node once the server is ready.",
-                                   metavar="'CMD'"),
-    server: str = typer.Option(None, "--server-node", help="Server node (default: the first "
-                               "node with an RDMA device).", metavar="NODE",
-                               autocompletion=complete.node_names),
-    client: str = typer.Option(None, "--client-node", help="Client node (default: the next "
-                               "node with an RDMA device).", metavar="NODE",
-                               autocompletion=complete.node_names),
+    client_cmd: str = typer.Option(..., "--client-cmd", help="Client command, as "
+                                   "--server-cmd, run in the client node once the server is "
+                                   "ready.", metavar="'CMD'"),
+    server: str = ServerOption,
+    client: str = ClientOption,
     ready: str = typer.Option(None, "--ready", help="Shell probe run in the server node "
                               "until it exits 0 (the server is ready); placeholders as "
-                              "--server.", metavar="'PROBE'"),
+                              "--server-cmd.", metavar="'PROBE'"),
     ready_port: int = typer.Option(None, "--ready-port", help="The server is ready once "
                                    "something listens on this TCP port.", metavar="PORT",
                                    callback=int_range("--ready-port", 1, 65535)),
-    port: int = typer.Option(None, "--port", "-p", callback=run_value("port"),
+    port: int = typer.Option(None, "--port", "-p", metavar="PORT", callback=run_value("port"),
                              help="The value of {port} (18515)."),
     timeout: float = TimeoutOption,
     as_json: bool = JsonOption,
@@ -602,13 +610,7 @@ def custom(
     options = check_options({"port": port, "timeout": timeout})
     spec = custom_spec(server_cmd, client_cmd, ready=ready, ready_port=ready_port)
     check_pair_flags(pairs, jobs, server, client)
-    handle = open_lab(lab)
-    rdma_nodes = [n.name for n in handle.lab.nodes if n.rdma != "none"]
-    for flag, value in (("--server-node", server), ("--client-node", client)):
-        if value is not None and value not in rdma_nodes:  # named as this command names it
-            raise UsageError(f"{flag}: lab {handle.lab.name} has no node {short_repr(value)} "
-                             "with an RDMA device",
-                             hint="nodes with RDMA devices: " + (", ".join(rdma_nodes) or "none"))
+    handle = open_lab(lab)  # --server/--client are checked as in every run (pick_nodes)
     _run_spec(handle, spec, server, client, options, as_json, capture, capture_dir,
               pairs=pairs, jobs=jobs)
 
@@ -657,7 +659,7 @@ def run_list(as_json: bool = JsonOption) -> None:
 def run_all(
     server: str = ServerOption,
     client: str = ClientOption,
-    iters: int = typer.Option(100, "--iters", "-n", callback=run_value("iters"),
+    iters: int = typer.Option(100, "--iters", "-n", metavar="COUNT", callback=run_value("iters"),
                               help="Iterations of each pingpong and "
                               "perftest (small: TCG is slow)."),
     timeout: float = TimeoutOption,

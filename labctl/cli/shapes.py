@@ -444,3 +444,96 @@ class LinkShowOutput(Shape):
 
 
 SHAPES["link show"] = LinkShowOutput
+
+
+# --- labctl topologies --json ------------------------------------------------------------
+class TopologyRow(Shape):
+    name: str  # what `labctl up NAME` takes
+    file: str  # the shipped file
+    nodes: int | None  # None (and provider None) when the file does not load: see error
+    rdma: list[Literal["rxe", "siw", "none"]]  # the nodes' device kinds, sorted
+    provider: Literal["qemu", "docker", "vagrant"] | None
+    error: str  # "" unless the file does not load (a broken installation)
+
+
+class TopologiesOutput(Shape):
+    """`labctl topologies --json`: the shipped topologies."""
+
+    topologies: list[TopologyRow]
+
+
+# --- labctl up --json, labctl down --json ------------------------------------------------
+class UpOutput(Shape):
+    """`labctl up --json`: printed once every RDMA port is ACTIVE."""
+
+    lab: str
+    seconds: float  # how long `up` took
+    repaired: list[str]  # a lab that was up: the nodes started again ([] for a new lab)
+    status: LabStatus  # as in `status --json`, the nodes' reports from when they were ready
+
+
+class DownLab(Shape):
+    lab: str
+    removed: list[str]  # what was removed, e.g. "netns labctl-NAME"; [] nothing was left
+
+
+class DownOutput(Shape):
+    """`labctl down --json`: one record per lab taken down ([] when no lab is up)."""
+
+    labs: list[DownLab]
+
+
+# --- labctl link set --json --------------------------------------------------------------
+class LinkSetOutput(Shape):
+    """`labctl link set NODE:IF ... --json`: what was done to the link."""
+
+    lab: str
+    node: str
+    interface: str
+    state: Literal["up", "down"] | None  # None: the carrier was not touched
+    netem: list[str] | None  # netem's arguments now on the link; [] cleared; None untouched
+
+
+# --- labctl exec --all --json ------------------------------------------------------------
+class ExecNodeResult(Shape):
+    node: str
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+class ExecAllOutput(Shape):
+    """`labctl exec --all --json -- CMD...`: one record per node, in the lab's order."""
+
+    lab: str
+    command: list[str]
+    nodes: list[ExecNodeResult]
+    failed: list[str]  # the nodes where the command exited non-zero
+
+
+# --- labctl capture --decode FILE.pcap --json --------------------------------------------
+class CaptureFrame(Shape):
+    """One line of `labctl capture --decode FILE.pcap --json` per packet (JSON Lines): the
+    decoder's record (labctl/capture/decode.py Frame)."""
+
+    index: int  # 1-based, in capture order
+    time: float  # seconds since the epoch, from the pcap
+    src: str
+    dst: str
+    proto: Literal["RoCEv2", "CM", "MAD", "iWARP", "TCP", "UDP", "ARP", "other"]
+    ops: list[str]  # opcode names (an iWARP segment: several; [] for plain traffic)
+    psn: int | None
+    dest_qp: int | None
+    ackreq: bool
+    detail: dict[str, Any]  # the headers as decoded: DETH, RETH, AETH, mad, icrc, payload...
+    note: str  # e.g. why an iWARP segment is not decoded
+
+
+SHAPES.update({
+    "topologies": TopologiesOutput,
+    "up": UpOutput,
+    "down": DownOutput,
+    "link set": LinkSetOutput,
+    "exec": ExecAllOutput,  # with --all
+    "capture": CaptureFrame,  # one per line
+})

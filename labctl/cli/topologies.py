@@ -2,30 +2,55 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import typer
 from rich.table import Table
 
 from labctl.cli.common import console
 
 
-def topologies() -> None:
-    """List the shipped topologies: `labctl up NAME` and `labctl validate NAME` take them."""
+def topology_rows() -> list[dict[str, Any]]:
+    """One row per shipped topology; a file that does not load (a broken installation)
+    keeps its row, with the error and no lab details, so the rest are still listed."""
     from labctl.errors import LabctlError
     from labctl.topology.catalog import shipped
     from labctl.topology.load import load_lab
 
+    rows: list[dict[str, Any]] = []
+    for topology in shipped():
+        row: dict[str, Any] = {"name": topology.name, "file": str(topology.path),
+                               "nodes": None, "rdma": [], "provider": None, "error": ""}
+        try:
+            lab = load_lab(topology.path)
+        except LabctlError as exc:
+            row["error"] = exc.message
+        else:
+            row.update(nodes=len(lab.nodes), rdma=sorted({n.rdma for n in lab.nodes}),
+                       provider=lab.provider)
+        rows.append(row)
+    return rows
+
+
+def topologies(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON: an object whose list "
+                                 "`topologies` has one record per topology (docs/json.md)."),
+) -> None:
+    """List the shipped topologies: `labctl up NAME` and `labctl validate NAME` take them."""
+    rows = topology_rows()
+    if as_json:
+        print(json.dumps({"topologies": rows}, indent=2))
+        return
     table = Table(title="shipped topologies (labctl up NAME)")
     for column in ("name", "nodes", "rdma", "provider", "file"):
         table.add_column(column, overflow="fold")
-    for topology in shipped():
-        try:
-            lab = load_lab(topology.path)
-        except LabctlError as exc:  # a broken installation: say so, list the rest
-            table.add_row(topology.name, "-", "-", "-", f"{topology.path} ({exc.message})")
+    for row in rows:
+        if row["error"]:
+            table.add_row(row["name"], "-", "-", "-", f"{row['file']} ({row['error']})")
             continue
-        rdma = sorted({n.rdma for n in lab.nodes})
-        table.add_row(topology.name, str(len(lab.nodes)), ", ".join(rdma), lab.provider,
-                      str(topology.path))
+        table.add_row(row["name"], str(row["nodes"]), ", ".join(row["rdma"]), row["provider"],
+                      row["file"])
     console.print(table)
 
 

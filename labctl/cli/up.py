@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import typer
 
 from labctl.cli.common import (
@@ -9,6 +11,7 @@ from labctl.cli.common import (
     MirrorOption,
     TopologyArgument,
     console,
+    err_console,
     progress_reporter,
     seconds,
 )
@@ -43,9 +46,12 @@ def up(
         "(SRC from the working directory, DST absolute in the node); repeatable.",
         metavar="SRC:DST[:ro]"),
     allow_mounts: list[str] = AllowHostMountOption,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON once the lab is up: how "
+                                 "long it took and its status record (docs/json.md)."),
 ) -> None:
     """Start the lab described by TOPOLOGY and wait until every RDMA device is ACTIVE."""
-    from labctl.cli.status import print_status
+    from labctl.cli.status import collect_status, print_status
+    from labctl.lab.handle import LabHandle
     from labctl.topology.catalog import find_topology
 
     options = lifecycle.UpOptions(accel=accel, mirror=mirror, timeout=timeout,
@@ -55,10 +61,16 @@ def up(
     options.check()
     path = find_topology(topology)
     for line in mount_lines(lifecycle.resolve(path, options)):  # refused here: exit 2
-        console.print(line, markup=False, soft_wrap=True)
+        (err_console if as_json else console).print(line, markup=False, soft_wrap=True)
     with progress_reporter(f"up {path.stem}") as progress:
         result = lifecycle.up(path, options, progress)
     lab = result.lab
+    if as_json:  # the status as `up` prints it: the nodes' reports from when they were ready
+        print(json.dumps({"lab": lab.name, "seconds": round(result.seconds, 1),
+                          "repaired": result.repaired,
+                          "status": collect_status(LabHandle(result.labdir), live=False)},
+                         indent=2))
+        return
     if result.repaired:
         console.print(f"[bold green]lab {lab.name}: restarted {', '.join(result.repaired)}[/]"
                       f" in {result.seconds:.1f} s")

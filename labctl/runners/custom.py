@@ -87,8 +87,8 @@ def parse_custom(output: str) -> dict[str, Any]:
 def custom_spec(server: str, client: str, *, ready: str | None = None,
                 ready_port: int | None = None) -> ExampleSpec:
     """The spec of one custom run; UsageError (exit 2) on a bad template."""
-    check_template(server, "--server")
-    check_template(client, "--client")
+    check_template(server, "--server-cmd")
+    check_template(client, "--client-cmd")
     if ready is not None and ready_port is not None:
         raise UsageError("--ready and --ready-port exclude each other",
                          hint="--ready-port N waits for a TCP listener on N; --ready CMD "
@@ -110,9 +110,9 @@ def custom_spec(server: str, client: str, *, ready: str | None = None,
         name="custom",
         variant="",
         server_argv=lambda ctx: ["sh", "-c", substitute(server, side_values(ctx, "server"),
-                                                        "--server")],
+                                                        "--server-cmd")],
         client_argv=lambda ctx: ["sh", "-c", substitute(client, side_values(ctx, "client"),
-                                                        "--client")],
+                                                        "--client-cmd")],
         parse=parse_custom,
         parse_server=parse_custom,
         devices=RDMA_DEVICES,

@@ -148,9 +148,9 @@ def test_run_custom_passes_with_placeholders(wb_lab: Path) -> None:
     started = time.monotonic()
     result = labctl(
         "run", "custom", "--lab", WB_LAB, "--json", "--port", "18620", "--ready-port", "18620",
-        "--server", "echo dev={device} gid={gid_index}; ib_send_bw -d {device} -x {gid_index} "
+        "--server-cmd", "echo dev={device} gid={gid_index}; ib_send_bw -d {device} -x {gid_index} "
         "-n 20 -p {port}",
-        "--client", "ib_send_bw -d {device} -x {gid_index} -n 20 -p {port} {server_ip}",
+        "--client-cmd", "ib_send_bw -d {device} -x {gid_index} -n 20 -p {port} {server_ip}",
         timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     record = json.loads(result.stdout)
@@ -163,8 +163,8 @@ def test_run_custom_passes_with_placeholders(wb_lab: Path) -> None:
 
 
 def test_run_custom_failure_exits_1_with_output(wb_lab: Path) -> None:
-    result = labctl("run", "custom", "--lab", WB_LAB, "--server", "echo listening; exit 0",
-                    "--client", "echo from-client-{client_ip}; exit 7", timeout=120)
+    result = labctl("run", "custom", "--lab", WB_LAB, "--server-cmd", "echo listening; exit 0",
+                    "--client-cmd", "echo from-client-{client_ip}; exit 7", timeout=120)
     assert result.returncode == 1
     assert "client exited with 7" in result.stderr
     assert "from-client-10.77.1.2" in result.stderr

@@ -100,7 +100,7 @@ def _is_group(command: Any) -> bool:
 
 
 def _options(command: Any) -> dict[str, Any]:
-    names: dict[str, Any] = {"--help": None}  # click adds it to every command
+    names: dict[str, Any] = {"--help": None, "-h": None}  # on every command (HELP_SETTINGS)
     for param in command.params:
         if param.param_type_name == "option":
             for opt in (*param.opts, *param.secondary_opts):

@@ -416,3 +416,126 @@ def test_doctor_says_whether_nodes_share_pages_through_ksm(tmp_path: Path) -> No
     (tmp_path / "pages_sharing").write_text("garbage\n")
     odd = check_ksm(tmp_path)
     assert (odd.result, odd.detail) == ("skipped", f"{tmp_path}/pages_sharing holds no number")
+
+
+# --- topologies, up, down, link set, exec --all, capture --decode ------------------------
+def test_topologies(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _main(monkeypatch, capsys, "topologies", "--json")
+    assert code == 0
+    rows = shapes.TopologiesOutput.model_validate_json(out).topologies
+    assert sorted(r.name for r in rows) == sorted(
+        p.stem for p in (ROOT / "labctl" / "data" / "topologies").glob("*.yaml"))
+    assert all(r.error == "" and r.nodes and r.provider for r in rows)
+    two = next(r for r in rows if r.name == "two-node")
+    assert (two.nodes, two.rdma, two.provider) == (2, ["rxe"], "qemu")
+
+
+def test_up_prints_the_lab_and_its_status(state_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`up --json` around the lifecycle: the lab directory is as a real `up` left it (lab.json,
+    the provider's state.json), so the status part is what status reads from it."""
+    from labctl.lab import lifecycle
+
+    labdir = _make_lab(state_dir, "ut-up", "two-node.yaml")
+    made = lifecycle.UpResult(lab=LabDir("ut-up", state_dir).load_lab(), labdir=labdir,
+                              seconds=12.34)
+    monkeypatch.setattr(lifecycle, "up", lambda path, options, progress: made)
+    code, out, _ = _main(monkeypatch, capsys, "up", "two-node", "--json")
+    assert code == 0
+    record = shapes.UpOutput.model_validate_json(out)
+    assert (record.lab, record.seconds, record.repaired) == ("ut-up", 12.3, [])
+    assert record.status.lab == "ut-up" and [n.name for n in record.status.nodes] == [
+        "node1", "node2"]
+
+
+def test_down(state_dir: Path, monkeypatch: pytest.MonkeyPatch,
+              capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _main(monkeypatch, capsys, "down", "--json")
+    assert (code, shapes.DownOutput.model_validate_json(out).labs) == (0, [])
+    _make_lab(state_dir, "ut-down", "two-node.yaml")  # its recorded qemu pids are long gone
+    code, out, _ = _main(monkeypatch, capsys, "down", "--lab", "ut-down", "--json")
+    assert code == 0
+    (lab,) = shapes.DownOutput.model_validate_json(out).labs
+    assert lab.lab == "ut-down" and any(r.startswith("lab directory ") for r in lab.removed)
+    assert not (state_dir / "ut-down").exists()
+
+
+def test_link_set(state_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The provider's carrier switch and the node's tc are stood in for (tc prints nothing
+    when it succeeds); what is printed is what labctl decided."""
+    from labctl.providers.qemu import QemuProvider
+
+    _make_lab(state_dir, "ut-link", "two-node.yaml")
+    carrier: list[tuple[str, str, bool]] = []
+    commands: list[list[str]] = []
+    monkeypatch.setattr(QemuProvider, "set_link_state",
+                        lambda self, node, ifname, up: carrier.append((node, ifname, up)))
+
+    def run(self: LabHandle, node: str, command: list[str],
+            **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        commands.append(command)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(LabHandle, "run", run)
+    code, out, _ = _main(monkeypatch, capsys, "link", "set", "--lab", "ut-link", "node1:eth1",
+                         "down", "--loss", "5%", "--delay", "10ms", "--json")
+    assert code == 0
+    done = shapes.LinkSetOutput.model_validate_json(out)
+    assert (done.node, done.interface, done.state) == ("node1", "eth1", "down")
+    assert done.netem == ["delay", "10ms", "loss", "5%"] == commands[0][7:]
+    assert carrier == [("node1", "eth1", False)]
+    code, out, _ = _main(monkeypatch, capsys, "link", "set", "--lab", "ut-link", "node2:eth1",
+                         "--clear", "--json")
+    done = shapes.LinkSetOutput.model_validate_json(out)
+    assert (code, done.state, done.netem) == (0, None, [])
+
+
+def test_exec_all(state_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                  capsys: pytest.CaptureFixture[str]) -> None:
+    _make_lab(state_dir, "ut-exec", "two-node.yaml")
+
+    def run(self: LabHandle, node: str, command: list[str],
+            **kwargs: Any) -> subprocess.CompletedProcess[str]:  # node2's command fails
+        return subprocess.CompletedProcess(command, 3 if node == "node2" else 0,
+                                           f"out {node}\n", "bad\n" if node == "node2" else "")
+
+    monkeypatch.setattr(LabHandle, "run", run)
+    code, out, err = _main(monkeypatch, capsys, "exec", "--all", "--lab", "ut-exec", "--json",
+                           "--", "hostname")
+    assert code == 1 and "failed on 1 of 2 nodes: node2 (exit 3)" in err
+    result = shapes.ExecAllOutput.model_validate_json(out)
+    assert (result.command, result.failed) == (["hostname"], ["node2"])
+    assert [(n.node, n.exit_code, n.stdout) for n in result.nodes] == [
+        ("node1", 0, "out node1\n"), ("node2", 3, "out node2\n")]
+    code, out, err = _main(monkeypatch, capsys, "exec", "node1", "--lab", "ut-exec", "--json",
+                           "--", "hostname")
+    assert (code, out) == (2, "") and "--json goes with --all" in err
+
+
+@pytest.mark.parametrize("pcap", sorted(p.name for p in (Path(__file__).parent / "captures")
+                                        .glob("*.pcap")))
+def test_capture_decode(pcap: str, monkeypatch: pytest.MonkeyPatch,
+                        capsys: pytest.CaptureFixture[str]) -> None:
+    """One line per packet, each a CaptureFrame, the same packets as the text form."""
+    from labctl.capture.summary import decode_file
+
+    path = Path(__file__).parent / "captures" / pcap
+    code, out, _ = _main(monkeypatch, capsys, "capture", "--decode", str(path), "--json")
+    assert code == 0
+    frames = [shapes.CaptureFrame.model_validate_json(line) for line in out.splitlines()]
+    decoded = decode_file(path)
+    assert [(f.index, f.proto, f.ops) for f in frames] == [
+        (d.index, d.proto, d.ops) for d in decoded]
+
+
+@pytest.mark.parametrize("args", [
+    ("capture", "--decode", "tests/unit/captures/rxe-rping.pcap", "--ladder", "x.png",
+     "--json"),
+    ("capture", "node1:eth1", "--json"),
+])
+def test_capture_json_goes_with_decode_only(args: tuple[str, ...],
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _main(monkeypatch, capsys, *args)
+    assert (code, out) == (2, "") and "--json" in err

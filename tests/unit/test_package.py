@@ -368,7 +368,7 @@ def test_choice_options_show_their_choices(monkeypatch: pytest.MonkeyPatch,
     assert re.search(r"--provider +\[qemu\|docker\|vagrant\]", out)
     assert re.search(r"--engine +\[vm\|local\]", out)
     assert re.search(r"--timeout +SECONDS", out)
-    assert "labctl up [OPTIONS] {TOPOLOGY}" in out
+    assert "labctl up [OPTIONS] TOPOLOGY" in out  # required: bare, as README writes it
     _, out, _ = run_cli(monkeypatch, capsys, "run", "pingpong", "--help")
     assert re.search(r"--transport +-t +\[rc\|uc\|ud\|srq\]", out)
 

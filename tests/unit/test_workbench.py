@@ -383,14 +383,14 @@ def test_substituted_values_cannot_inject(value: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("template", "message"), [
-    ("run {nope}", "--server: unknown placeholder {nope}"),
-    ("run {}", "--server: unknown placeholder {}"),
-    ("run {0}", "--server: unknown placeholder {0}"),
-    ("run {device.__class__}", "--server: unknown placeholder {device.__class__}"),
-    ("run {device!r}", "--server: placeholder {device} takes no format or conversion"),
-    ("run {port:>10}", "--server: placeholder {port} takes no format or conversion"),
-    ("run { x", "--server: expected '}' before end of string in 'run { x'"),
-    ("run } x", "--server: Single '}' encountered in format string in 'run } x'"),
+    ("run {nope}", "--server-cmd: unknown placeholder {nope}"),
+    ("run {}", "--server-cmd: unknown placeholder {}"),
+    ("run {0}", "--server-cmd: unknown placeholder {0}"),
+    ("run {device.__class__}", "--server-cmd: unknown placeholder {device.__class__}"),
+    ("run {device!r}", "--server-cmd: placeholder {device} takes no format or conversion"),
+    ("run {port:>10}", "--server-cmd: placeholder {port} takes no format or conversion"),
+    ("run { x", "--server-cmd: expected '}' before end of string in 'run { x'"),
+    ("run } x", "--server-cmd: Single '}' encountered in format string in 'run } x'"),
 ])
 def test_bad_templates_exit_2_before_the_lab_is_opened(template: str, message: str) -> None:
     with pytest.raises(UsageError) as info:
@@ -403,7 +403,7 @@ def test_gid_index_missing_on_siw_is_a_usage_error() -> None:
     spec = custom_spec("true", "x -g {gid_index}")
     server = Endpoint("node1", "siw0", "siw", None, "10.77.1.1")
     ctx = RunContext(server, server, {})
-    with pytest.raises(UsageError, match=re.escape("--client: {gid_index} has no value")):
+    with pytest.raises(UsageError, match=re.escape("--client-cmd: {gid_index} has no value")):
         spec.client_argv(ctx)
 
 
@@ -445,11 +445,12 @@ def test_up_mount_on_a_lab_that_is_up_is_refused(tmp_path: Path,
     (["exec"], "Missing argument 'NODE'"),
     (["cp", "a", "b"], "one of SRC and DST must be NODE:PATH"),
     (["cp", "node1:/a", "node2:/b"], "copying from node to node is not supported"),
-    (["run", "custom", "--server", "x {nope}", "--client", "y"],
-     "--server: unknown placeholder {nope}"),
-    (["run", "custom", "--server", "x", "--client", "y", "--ready", "a", "--ready-port", "1"],
+    (["run", "custom", "--server-cmd", "x {nope}", "--client-cmd", "y"],
+     "--server-cmd: unknown placeholder {nope}"),
+    (["run", "custom", "--server-cmd", "x", "--client-cmd", "y", "--ready", "a",
+      "--ready-port", "1"],
      "--ready and --ready-port exclude each other"),
-    (["run", "custom", "--server", "x", "--client", "y", "--ready-port", "70000"],
+    (["run", "custom", "--server-cmd", "x", "--client-cmd", "y", "--ready-port", "70000"],
      "--ready-port"),
     (["up", "two-node", "--mount", "/nonexistent-wb:/x"],
      "--mount '/nonexistent-wb:/x': the host folder '/nonexistent-wb' does not exist"),
