@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "topologies",
     "down",
     "status",
+    "node",
     "exec_",
     "cp",
     "run",
