@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import time
@@ -421,3 +422,90 @@ def test_provider_stop_is_refused_where_a_provider_cannot(tmp_path: Path,
     monkeypatch.setattr(DockerProvider, "multi_host", property(lambda _self: True))
     with pytest.raises(UsageError, match="multi-host lab cannot be stopped alone"):
         DockerProvider(lab, LabDir(lab.name)).stop_node("node1")
+
+
+@pytest.mark.parametrize(("code", "stderr"), [(0, ""), (1, "The provider was unable to stop")])
+def test_vagrant_stop_halts_the_machine_by_force(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 code: int, stderr: str) -> None:
+    from labctl.providers.vagrant import HALT_TIMEOUT, VagrantProvider
+
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(tmp_path / "labs"))
+    lab = dataclasses.replace(_lab(tmp_path), provider="vagrant")
+    labdir = LabDir(lab.name)
+    labdir.create(lab)
+    calls: list[tuple[tuple[str, ...], float | None]] = []
+
+    def vagrant(_self: VagrantProvider, *args: str, timeout: float | None = None,
+                lab_env: bool = True) -> subprocess.CompletedProcess[str]:
+        calls.append((args, timeout))
+        return subprocess.CompletedProcess(["vagrant", *args], code, "", stderr)
+
+    monkeypatch.setattr(VagrantProvider, "_vagrant", vagrant)
+    provider = VagrantProvider(lab, labdir)
+    if code:
+        with pytest.raises(LabctlError, match=re.escape(
+                "`vagrant halt --force node2` failed (exit 1): The provider was unable")):
+            provider.stop_node("node2")
+    else:
+        provider.stop_node("node2")
+    assert calls == [(("halt", "--force", "node2"), HALT_TIMEOUT)]
+
+
+class _Container:
+    """The two calls docker's stop makes on a container of the SDK, recorded."""
+
+    def __init__(self, calls: list[str], fails: bool) -> None:
+        self.name = "labctl-ut-names-node1"
+        self.calls = calls
+        self.fails = fails
+
+    def kill(self) -> None:
+        self.calls.append("kill")
+        if self.fails:
+            raise RuntimeError("409 Conflict: container is not running")
+
+    def wait(self, timeout: int) -> None:
+        self.calls.append(f"wait {timeout}")
+
+
+# (node, its kill fails, the error, the calls made: the client is closed every time)
+DOCKER_STOPS: list[tuple[str, bool, str, list[str]]] = [
+    ("node1", False, "", ["kill", "wait 30", "close"]),
+    ("node1", True, "docker did not stop labctl-ut-names-node1: 409 Conflict",
+     ["kill", "close"]),
+    ("node2", False, "lab ut-names: the container of node2 is gone", ["close"]),
+]
+
+
+@pytest.mark.parametrize(("node", "fails", "says", "made"), DOCKER_STOPS)
+def test_docker_stop_kills_the_container_and_closes_the_client(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, node: str, fails: bool,
+        says: str, made: list[str]) -> None:
+    from labctl.providers.docker import STOP_WAIT_SECONDS, DockerProvider
+
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(tmp_path / "labs"))
+    lab = dataclasses.replace(_lab(tmp_path), provider="docker")
+    labdir = LabDir(lab.name)
+    labdir.create(lab)
+    calls: list[str] = []
+
+    class Client:
+        def close(self) -> None:
+            calls.append("close")
+
+    class Engine:
+        def client(self) -> Client:
+            return Client()
+
+    monkeypatch.setattr(DockerProvider, "multi_host", property(lambda _self: False))
+    monkeypatch.setattr(DockerProvider, "_engine", lambda _self, _state=None: Engine())
+    monkeypatch.setattr(DockerProvider, "_containers",
+                        lambda _self, _client: {"node1": _Container(calls, fails)})
+    provider = DockerProvider(lab, labdir)
+    if says:
+        with pytest.raises(LabctlError, match=re.escape(says)):
+            provider.stop_node(node)
+    else:
+        provider.stop_node(node)
+    assert STOP_WAIT_SECONDS == 30 and calls == made
