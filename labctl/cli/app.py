@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "topologies",
     "down",
     "status",
+    "node",
     "exec_",
     "cp",
     "run",

@@ -48,6 +48,12 @@ def up(
     allow_mounts: list[str] = AllowHostMountOption,
     as_json: bool = typer.Option(False, "--json", help="Print JSON once the lab is up: how "
                                  "long it took and its status record (docs/json.md)."),
+    name: str = typer.Option(
+        None, "--name", help="Lab name instead of the topology's: the same topology can run "
+        "as several labs side by side.", metavar="NAME"),
+    recreate: bool = typer.Option(
+        False, "--recreate", help="If the lab is up, take it down first and make it again "
+        "(needed when its topology changed)."),
 ) -> None:
     """Start the lab described by TOPOLOGY and wait until every RDMA device is ACTIVE."""
     from labctl.cli.status import collect_status, print_status
@@ -57,7 +63,8 @@ def up(
     options = lifecycle.UpOptions(accel=accel, mirror=mirror, timeout=timeout,
                                   provider=provider_name, engine=engine,
                                   mounts=tuple(mounts or ()),
-                                  allow_host_mounts=tuple(allow_mounts or ()))
+                                  allow_host_mounts=tuple(allow_mounts or ()),
+                                  name=name, recreate=recreate)
     options.check()
     path = find_topology(topology)
     for line in mount_lines(lifecycle.resolve(path, options)):  # refused here: exit 2
@@ -71,6 +78,13 @@ def up(
                           "status": collect_status(LabHandle(result.labdir), live=False)},
                          indent=2))
         return
+    if result.already_up:
+        console.print(f"[bold green]lab {lab.name} is already up[/] from this topology; "
+                      "left as it is (`--recreate` makes it again)")
+        print_status(result.labdir, live=False)
+        return
+    if result.removed:
+        console.print(f"lab {lab.name}: took the running lab down first", highlight=False)
     if result.repaired:
         console.print(f"[bold green]lab {lab.name}: restarted {', '.join(result.repaired)}[/]"
                       f" in {result.seconds:.1f} s")

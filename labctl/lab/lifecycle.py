@@ -2,8 +2,13 @@
 benchmarks and the integration tests' fixtures all call these; none of them prints.
 
 up       resolve the topology, create the lab directory, let the provider make and start
-         every node and wait until each RDMA device is ACTIVE. Run on a lab that is up, it
-         repairs: nodes that stopped start again (disks and addresses kept), or it refuses.
+         every node and wait until each RDMA device is ACTIVE. Run on a lab that is up from
+         the same topology, it repairs: nodes that stopped start again (disks and addresses
+         kept), or, with nothing stopped, it leaves the lab as it is. A lab that is up from
+         a changed topology is refused with the list of changes (LabChangedError), unless
+         `recreate` takes it down first.
+stop_node / start_node / restart_node
+         one node down as a crash looks to its peers, and up again as a repair starts it.
 destroy  remove every trace of a lab, from lab.json and state.json when they can be read,
          else from what is found without them (pidfiles, the netns named after the lab,
          container labels). Holds the lab's lock until the directory is gone and returns
@@ -13,21 +18,27 @@ destroy  remove every trace of a lab, from lab.json and state.json when they can
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labctl.errors import LabctlError, UsageError
+from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.labdir import LabDir, check_lab_name
 from labctl.lab.state import CorruptStateError, NodeStatus, Phase
 from labctl.net import labnet
 from labctl.providers import provider_for
-from labctl.providers.base import Progress
+from labctl.providers.base import Progress, Provider
+from labctl.topology.compare import lab_changes
+from labctl.topology.problems import did_you_mean
 from labctl.topology.resolved import Lab
 
 ACCELS = ("auto", "kvm", "tcg")
 PROVIDERS = ("qemu", "docker", "vagrant")
 ENGINES = ("vm", "local")
+# A node in one of these is not running: a repair (or `labctl start`) starts it again.
+DOWN_STATES = (NodeStatus.STOPPED, NodeStatus.ABSENT)
+MAX_CHANGES_SHOWN = 20  # a rewritten topology is not listed line by line to the end
 
 
 def _quiet(_message: str) -> None:
@@ -45,6 +56,7 @@ class UpOptions:
     name: str | None = None  # overrides the topology's (the pytest plugin's --rdma-lab-name)
     # --allow-host-mount PATH: host folders mounts may share although they are the host's own
     allow_host_mounts: tuple[str, ...] = ()
+    recreate: bool = False  # a lab that is up is taken down first, changed or not
 
     def check(self) -> None:
         if self.accel not in ACCELS:
@@ -62,6 +74,20 @@ class UpResult:
     labdir: LabDir
     seconds: float
     repaired: list[str] = field(default_factory=list)  # a repair: the nodes started again
+    already_up: bool = False  # up from the same topology, every node running: left as it was
+    removed: list[str] = field(default_factory=list)  # --recreate: what `down` removed first
+
+
+class LabChangedError(UsageError):
+    """`up` of a lab that is up from another version of its topology."""
+
+    def __init__(self, name: str, changes: list[str], hint: str) -> None:
+        shown = changes[:MAX_CHANGES_SHOWN]
+        more = len(changes) - len(shown)
+        lines = [f"  - {line}" for line in shown] + ([f"  ... and {more} more"] if more else [])
+        super().__init__(f"lab {name} is up from a different topology:\n" + "\n".join(lines),
+                         hint=hint)
+        self.changes = changes
 
 
 def resolve(topology: Path, options: UpOptions) -> Lab:
@@ -95,19 +121,17 @@ def up(topology: Path, options: UpOptions | None = None,
     labdir = LabDir(lab.name)
     started = time.monotonic()
     provider = provider_for(lab, labdir)
-    if not labdir.exists():
-        # Before the lock makes the lab's directory: a host that cannot run the lab (no
-        # Docker engine answers, no qemu...) is refused with nothing of the lab left behind.
+    removed: list[str] = []
+    if options.recreate or not labdir.exists():
+        # Before the lock makes the lab's directory (and before --recreate removes the lab
+        # that runs): a host that cannot run the lab (no Docker engine answers, no qemu...)
+        # is refused with nothing of the lab left behind.
         provider.check_host()
+    if options.recreate:
+        removed = destroy(lab.name)
     with labdir.locked("up"):
         if labdir.exists():
-            if options.mounts:  # a repair restarts nodes as they were made
-                raise UsageError(f"--mount: lab {lab.name} is already up; folders are given "
-                                 "when a lab is made",
-                                 hint=f"`labctl down --lab {lab.name}`, then `labctl up` with "
-                                 "--mount (or use `labctl cp`)")
-            repaired = repair(labdir, options.timeout, progress)
-            return UpResult(labdir.load_lab(), labdir, time.monotonic() - started, repaired)
+            return _up_again(topology, lab, labdir, options, progress, started)
         labdir.create(lab)
         try:
             provider.create(progress)
@@ -118,30 +142,102 @@ def up(topology: Path, options: UpOptions | None = None,
             raise LabctlError(
                 f"up failed: {exc!r}",
                 hint=f"`labctl down --lab {lab.name}` removes what was made") from exc
-    return UpResult(lab, labdir, time.monotonic() - started)
+    return UpResult(lab, labdir, time.monotonic() - started, removed=removed)
 
 
-def repair(labdir: LabDir, timeout: float, progress: Progress = _quiet) -> list[str]:
-    """Start again the nodes of a lab that is up whose process or container stopped;
-    refuse a lab that never was fully created, or one with nothing to repair."""
+def _up_again(topology: Path, lab: Lab, labdir: LabDir, options: UpOptions,
+              progress: Progress, started: float) -> UpResult:
+    """`up` of a lab that is up (under its lock): the same lab is repaired or left as it
+    is; a changed one is refused with what changed."""
+    stored = _fully_created(labdir)
+    changes = lab_changes(stored, lab)
+    if changes:
+        again = shlex.join(["labctl", "up", str(topology),
+                            *(["--name", lab.name] if options.name else []), "--recreate"])
+        raise LabChangedError(lab.name, changes,
+                              hint=f"`{again}` takes the lab down and makes it again from "
+                              f"the topology (fresh disks); or `labctl down --lab {lab.name}`")
+    repaired = repair(labdir, options.timeout, progress)
+    return UpResult(stored, labdir, time.monotonic() - started, repaired,
+                    already_up=not repaired)
+
+
+def _fully_created(labdir: LabDir) -> Lab:
+    """The lab that is up; refused when its first `up` died half-way."""
     lab = labdir.load_lab()
     phase = labdir.load_state().phase
-    if phase not in (Phase.UP, Phase.REPAIRING):  # the first `up` died half-way
+    if phase not in (Phase.UP, Phase.REPAIRING):
         raise LabctlError(
             f"lab {lab.name} was never fully created (its `up` stopped in phase {phase})",
             hint=f"`labctl down --lab {lab.name}` removes what was made; then `labctl up` again",
         )
+    return lab
+
+
+def repair(labdir: LabDir, timeout: float, progress: Progress = _quiet) -> list[str]:
+    """Start again the nodes of a lab that is up whose process or container stopped, and
+    return them (none: nothing to do); refuse a lab that never was fully created."""
+    lab = _fully_created(labdir)
     provider = provider_for(lab, labdir)
-    dead = [n.name for n in provider.nodes() if n.state in (NodeStatus.STOPPED,
-                                                           NodeStatus.ABSENT)]
-    if not dead:
-        raise LabctlError(
-            f"lab {lab.name} is already up ({labdir.path})",
-            hint=f"`labctl down --lab {lab.name}` first, or use it as it is",
-        )
-    provider.repair(dead, progress)
-    provider.wait_ready(timeout, progress)
+    dead = [n.name for n in provider.nodes() if n.state in DOWN_STATES]
+    if dead:
+        provider.repair(dead, progress)
+        provider.wait_ready(timeout, progress)
     return dead
+
+
+def stop_node(labdir: LabDir, node: str) -> None:
+    """Take `node` down as a crash looks to its peers (its process or container ends, no
+    shutdown); the rest of the lab runs on. UsageError if it is already down."""
+    with labdir.locked("stop"):
+        lab, provider, state = _node_of(labdir, node)
+        if state in DOWN_STATES:
+            raise UsageError(f"node {node} of lab {lab.name} is already stopped",
+                             hint=f"`labctl start {node} --lab {lab.name}` starts it again")
+        provider.stop_node(node)
+
+
+def start_node(labdir: LabDir, node: str, timeout: float,
+               progress: Progress = _quiet) -> None:
+    """Start a stopped `node` again as a repair does (disk, addresses and MACs kept) and
+    wait until its RDMA device is ACTIVE. UsageError if it is not stopped."""
+    with labdir.locked("start"):
+        lab, provider, state = _node_of(labdir, node)
+        if state not in DOWN_STATES:
+            raise UsageError(f"node {node} of lab {lab.name} is not stopped (it is {state})",
+                             hint=f"`labctl restart {node} --lab {lab.name}` stops it and "
+                             "starts it again")
+        _start(provider, node, timeout, progress)
+
+
+def restart_node(labdir: LabDir, node: str, timeout: float,
+                 progress: Progress = _quiet) -> None:
+    """Stop `node` (unless it is stopped already) and start it again, under one lock."""
+    with labdir.locked("restart"):
+        _lab, provider, state = _node_of(labdir, node)
+        if state not in DOWN_STATES:
+            progress(f"{node}: stopping")
+            provider.stop_node(node)
+        _start(provider, node, timeout, progress)
+
+
+def _start(provider: Provider, node: str, timeout: float, progress: Progress) -> None:
+    provider.repair([node], progress)
+    # only this node: another one the user stopped stays stopped, and is no failure
+    provider.wait_ready(timeout, progress, nodes=[node])
+
+
+def _node_of(labdir: LabDir, node: str) -> tuple[Lab, Provider, NodeStatus]:
+    """The lab, its provider and the state of its node `node` (checked to be one of its)."""
+    lab = _fully_created(labdir)
+    names = [n.name for n in lab.nodes]
+    if node not in names:
+        raise UsageError(f"lab {lab.name} has no node {short_repr(node)}"
+                         + did_you_mean(node, names),
+                         hint=f"its nodes: {', '.join(names)}")
+    provider = provider_for(lab, labdir)
+    state = next(n.state for n in provider.nodes() if n.name == node)
+    return lab, provider, state
 
 
 def _lab_for_down(labdir: LabDir) -> tuple[Lab, list[str]]:

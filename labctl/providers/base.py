@@ -96,8 +96,10 @@ class Provider(ABC):
         """Make the lab's network and start its nodes (recording all of it in state)."""
 
     @abstractmethod
-    def wait_ready(self, timeout: float, progress: Progress) -> None:
-        """Return when every node reports ready; raise with the console tail otherwise."""
+    def wait_ready(self, timeout: float, progress: Progress,
+                   nodes: list[str] | None = None) -> None:
+        """Return when every node (or each of `nodes`) reports ready; raise with the
+        console tail otherwise."""
 
     @abstractmethod
     def nodes(self) -> list[NodeRuntime]:
@@ -113,6 +115,11 @@ class Provider(ABC):
         """Start again the given nodes that stopped (their disks and addresses kept)."""
         raise UnsupportedError(f"the {self.name} provider cannot restart nodes in place",
                                hint=f"`labctl down --lab {self.lab.name}`, then `labctl up`")
+
+    @abstractmethod
+    def stop_node(self, node: str) -> None:
+        """End the running `node` as a crash would (no shutdown in it); return once it is
+        down. Its disk, addresses and recorded state stay, for `repair` to start it."""
 
     @abstractmethod
     def destroy(self) -> list[str]:

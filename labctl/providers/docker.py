@@ -66,6 +66,7 @@ from labctl.topology.resolved import Lab, Node
 IMAGE_REPOSITORY = "labctl-node"
 LABEL = "labctl"
 INFINIBAND_MAJOR = 231  # umad 0-63, issm 64-127, uverbs 192-255: one major for all of them
+STOP_WAIT_SECONDS = 30  # a killed container has exited long before this
 BOOT_LOG_BYTES = 1 << 20  # of a container's log: its boot, a few KiB; the node may print more
 # Not shipped into containers: modules (containers cannot load them) and the fs's own dir.
 IMPORT_EXCLUDES = ("./usr/lib/modules", "./lost+found", "./boot")
@@ -488,13 +489,14 @@ class DockerProvider(Provider):
             found.update(self._containers(client))
         return found
 
-    def wait_ready(self, timeout: float, progress: Progress) -> None:
+    def wait_ready(self, timeout: float, progress: Progress,
+                   nodes: list[str] | None = None) -> None:
         state = self.labdir.load_state()
         clients = self._open_clients(state)
         deadline = time.monotonic() + timeout
         started = time.monotonic()
         try:
-            pending = set(state.nodes)
+            pending = set(state.nodes) if nodes is None else set(state.nodes) & set(nodes)
             while pending:
                 containers = self._containers_of(clients)
                 stages = {}
@@ -542,6 +544,28 @@ class DockerProvider(Provider):
         veth = veth_name(self.lab.node(node), ifname)
         self._engine(state).helper("link", labnet.netns_name(self.lab.name),
                                    veth, "up" if up else "down")
+
+    def stop_node(self, node: str) -> None:
+        """The node's container is killed (no shutdown in it): its netns and veths go, its
+        peers see what a crash shows them. The container stays, for `repair` to start."""
+        if self.multi_host:
+            raise UnsupportedError("a node of a multi-host lab cannot be stopped alone",
+                                   hint=f"`labctl down --lab {self.lab.name}` stops the lab")
+        client = self._engine(self.labdir.load_state()).client()
+        try:
+            container = self._containers(client).get(node)
+            if container is None:
+                raise LabctlError(f"lab {self.lab.name}: the container of {node} is gone",
+                                  hint=f"`labctl down --lab {self.lab.name}`, then `labctl "
+                                  "up` again")
+            try:
+                container.kill()
+                container.wait(timeout=STOP_WAIT_SECONDS)
+            except Exception as exc:  # the SDK raises many kinds
+                raise LabctlError(f"docker did not stop {container.name}: {exc}",
+                                  hint=f"`labctl status --lab {self.lab.name}`") from None
+        finally:
+            client.close()
 
     def repair(self, nodes: list[str], progress: Progress) -> None:
         """Start stopped containers again; a restarted container has a new netns, so its

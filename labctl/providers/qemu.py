@@ -178,6 +178,17 @@ class QemuProvider(Provider):
         # forwarding its frames; the netdev id is the interface name (see plan_lab).
         self.machine(node).qmp("set_link", name=ifname, up=up)
 
+    def stop_node(self, node: str) -> None:
+        """The node's qemu ends (SIGTERM: no shutdown in the guest, its taps vanish): its
+        peers see what a crash shows them. Only the process this machine owns is signalled."""
+        info = self.labdir.load_state().nodes.get(node)
+        machine = self.machine(node)
+        if info is None or not machine.owns(info.pid):
+            raise LabctlError(f"lab {self.lab.name}: no qemu process of {node} runs",
+                              hint=f"`labctl status --lab {self.lab.name}`")
+        ssh.close_masters(self.labdir.ssh_config, [node])  # else ssh waits for its timeout
+        machine.stop(info.pid)
+
     def repair(self, nodes: list[str], progress: Progress) -> None:
         """Start again the nodes whose qemu is gone, on their existing disks."""
         state = self.labdir.load_state()
@@ -215,10 +226,12 @@ class QemuProvider(Provider):
                          "kvm" if accel == "kvm" else "tcg", port)
 
     # --- readiness -----------------------------------------------------------------------
-    def wait_ready(self, timeout: float, progress: Progress) -> None:
+    def wait_ready(self, timeout: float, progress: Progress,
+                   nodes: list[str] | None = None) -> None:
         state = self.labdir.load_state()
         started = time.monotonic()
-        machines = {name: self.machine(name) for name in state.nodes}
+        machines = {name: self.machine(name) for name in state.nodes
+                    if nodes is None or name in nodes}
         self._refresh_ssh_config()
         wait_machines_ready(machines, state, self.labdir.ssh_config, timeout, progress)
         state.phase = Phase.UP
@@ -230,7 +243,7 @@ class QemuProvider(Provider):
             self.machine(name).helper_log: ssh.ssh_argv(self.labdir.ssh_config, name,
                                                         START_HELPER,
                                                         options={"ControlMaster": "no"})
-            for name, info in state.nodes.items() if info.rdma_dev})
+            for name, info in state.nodes.items() if info.rdma_dev and name in machines})
 
     # --- status, exec, destroy -----------------------------------------------------------
     def nodes(self) -> list[NodeRuntime]:

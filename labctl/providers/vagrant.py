@@ -55,6 +55,7 @@ PLUGINS: dict[str, str | None] = {
 UNIT = "labctl-node.service"
 NODE_CODE = "/opt/labctl"  # where the Vagrantfile installs the node-side code
 STATUS_TIMEOUT = 120
+HALT_TIMEOUT = 300  # a forced halt is a power-off; the hypervisor may still be slow
 INSTALL_HINT = (
     "install Vagrant (https://developer.hashicorp.com/vagrant/install; on Debian: "
     "apt-get install vagrant vagrant-libvirt libvirt-daemon-system)"
@@ -302,6 +303,16 @@ class VagrantProvider(Provider):
         progress("writing ssh_config")
         self.write_ssh_config()
 
+    def stop_node(self, node: str) -> None:
+        """`vagrant halt --force NODE`: the machine is powered off, no shutdown in it."""
+        (self.labdir.path / f"cm-{node}").unlink(missing_ok=True)
+        result = self._vagrant("halt", "--force", node, timeout=HALT_TIMEOUT)
+        if result.returncode != 0:
+            raise LabctlError(f"`vagrant halt --force {node}` failed (exit "
+                              f"{result.returncode}): {_tail(result.stderr, 5)}",
+                              hint=f"`labctl status --lab {self.lab.name}`; the hypervisor's "
+                              "own view: virsh list --all / VBoxManage list vms")
+
     def repair(self, nodes: list[str], progress: Progress) -> None:
         """`vagrant up NODE...` boots stopped machines (the unit makes the device again)."""
         if not self.vagrant_provider:
@@ -417,13 +428,15 @@ class VagrantProvider(Provider):
             check += f" && grep -q ACTIVE /sys/class/infiniband/{device}/ports/1/state"
         return ["sh", "-c", check]
 
-    def wait_ready(self, timeout: float, progress: Progress) -> None:
+    def wait_ready(self, timeout: float, progress: Progress,
+                   nodes: list[str] | None = None) -> None:
         state = self.labdir.load_state()
         if not self.labdir.ssh_config.exists():
             self.write_ssh_config()
         deadline = time.monotonic() + timeout
         started = time.monotonic()
-        pending = list(self.lab.nodes)
+        waited = [n for n in self.lab.nodes if nodes is None or n.name in nodes]
+        pending = list(waited)
         while pending:
             for node in list(pending):
                 argv = self.exec_argv(node.name, self.ready_check(node))
@@ -441,9 +454,9 @@ class VagrantProvider(Provider):
             )
             time.sleep(1)
         progress("reading device facts")
-        with ThreadPoolExecutor(max_workers=len(self.lab.nodes) or 1) as pool:
-            facts = list(pool.map(self.device_facts, self.lab.nodes))
-        for node, found in zip(self.lab.nodes, facts, strict=True):
+        with ThreadPoolExecutor(max_workers=len(waited) or 1) as pool:
+            facts = list(pool.map(self.device_facts, waited))
+        for node, found in zip(waited, facts, strict=True):
             info = state.nodes.setdefault(node.name, NodeState(rdma_dev=rdma_device_name(node)))
             info.port_state = str(found.get("port_state", ""))
             info.active_mtu = str(found.get("active_mtu", ""))

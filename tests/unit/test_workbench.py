@@ -436,8 +436,11 @@ def test_up_mount_on_a_lab_that_is_up_is_refused(tmp_path: Path,
     labdir.save_state(LabState(provider="qemu", phase=Phase.UP))
     (tmp_path / "more").mkdir()
     options = lifecycle.UpOptions(mounts=(f"{tmp_path / 'more'}:/more",))
-    with pytest.raises(UsageError, match="--mount: lab wbup is already up"):
+    # a folder is given when a lab is made: the lab that is up differs, by that mount
+    with pytest.raises(UsageError, match="lab wbup is up from a different topology") as info:
         lifecycle.up(tmp_path / "t.yaml", options)
+    assert f"node a: mounts [] → ['{tmp_path / 'more'}:/more']" in info.value.message
+    assert "--recreate" in (info.value.hint or "")
 
 
 @pytest.mark.parametrize(("args", "says"), [
