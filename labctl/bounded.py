@@ -68,18 +68,25 @@ def read_regular(path: Path, limit: int = STATE_FILE_BYTES, *,
     try:
         if st.st_size > limit:
             raise BoundedError(f"{path} is too large ({st.st_size} bytes; at most {limit})")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, limit + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        data = read_at_most(fd, limit)
     finally:
         os.close(fd)
-    if size > limit:  # it grew while being read
+    if len(data) > limit:  # it grew while being read
         raise BoundedError(f"{path} is too large (more than {limit} bytes)")
+    return data
+
+
+def read_at_most(fd: int, limit: int) -> bytes:
+    """Read `fd` to its end, but never more than `limit` + 1 bytes: a result longer than
+    `limit` means the file is larger (or grew while it was read)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = os.read(fd, limit + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
     return b"".join(chunks)
 
 

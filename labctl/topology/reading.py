@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from labctl.bounded import read_at_most
 from labctl.topology.errors import TopologyError
 from labctl.topology.locate import Loc, field_path
 
@@ -52,21 +53,14 @@ def read_topology_bytes(path: str | Path) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         try:
             check(os.fstat(fd))
-            chunks: list[bytes] = []
-            size = 0
-            while size <= MAX_FILE_BYTES:
-                chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
+            data = read_at_most(fd, MAX_FILE_BYTES)
         finally:
             os.close(fd)
     except OSError as exc:
         raise refuse(f"cannot read the topology file: {exc.strerror or exc}") from None
-    if size > MAX_FILE_BYTES:  # it grew while being read
-        raise _too_big(file, size)
-    return b"".join(chunks)
+    if len(data) > MAX_FILE_BYTES:  # it grew while being read
+        raise _too_big(file, len(data))
+    return data
 
 
 def _too_big(file: str, size: int) -> TopologyError:

@@ -34,6 +34,7 @@ from labctl.providers.machine import QemuMachine, node_machine
 from labctl.providers.qmp import qmp_command
 from labctl.providers.vagrant import VagrantProvider
 from labctl.topology.load import load_lab
+from tests.unit.fakes import fake_qemu
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -121,21 +122,6 @@ def stand_in() -> Iterator[list[subprocess.Popen[bytes]]]:
             proc.wait()
 
 
-def _fake_qemu(machine: QemuMachine, procs: list[subprocess.Popen[bytes]]) -> int:
-    """A process whose argv carries qemu's -name and -pidfile as a node's qemu does."""
-    machine.dir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "-name",
-                             f"guest={machine.guest}", "-pidfile", str(machine.pidfile)],
-                            start_new_session=True)
-    procs.append(proc)
-    for _ in range(200):
-        if machine.owns(proc.pid):
-            break
-        time.sleep(0.01)
-    machine.pidfile.write_text(f"{proc.pid}\n")
-    return proc.pid
-
-
 def _labctl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "labctl", *args], capture_output=True,
                           text=True, check=False, env={**os.environ, "COLUMNS": "200"})
@@ -153,7 +139,7 @@ def test_status_reports_a_corrupt_file_and_down_cleans_up(
         state_root: Path, stand_in: list[subprocess.Popen[bytes]], broken: str) -> None:
     labdir = _lab(state_root, "ut-broken")
     machine = node_machine("ut-broken", "node1", labdir.node_dir("node1"))
-    pid = _fake_qemu(machine, stand_in)
+    pid = fake_qemu(machine, stand_in)
     labdir.save_state(LabState(provider="qemu", phase=Phase.UP,
                                nodes={"node1": NodeState(pid=pid, ssh_port=1)}))
     (labdir.path / broken).write_text('{"name": "ut-broken", "nod')  # truncated
@@ -173,7 +159,7 @@ def test_down_of_a_lab_without_lab_json_or_state(state_root: Path,
                                                  stand_in: list[subprocess.Popen[bytes]]) -> None:
     """Both files unreadable: the pidfiles still name the lab's qemu processes."""
     labdir = LabDir("ut-bare")
-    pid = _fake_qemu(node_machine("ut-bare", "node2", labdir.node_dir("node2")), stand_in)
+    pid = fake_qemu(node_machine("ut-bare", "node2", labdir.node_dir("node2")), stand_in)
     labdir.state_file.write_bytes(b"\x00\xff garbage")
     removed = lifecycle.destroy("ut-bare")
     assert f"qemu node2 (pid {pid})" in removed
@@ -193,8 +179,8 @@ def test_qemu_identity_is_exact(state_root: Path, stand_in: list[subprocess.Pope
     x_node1 = node_machine("rv", "x-node1", rv.node_dir("x-node1"))
     other = node_machine("rv-x", "node1", rvx.node_dir("node1"))
     assert x_node1.guest == other.guest  # the -name alone cannot tell them apart
-    pid10 = _fake_qemu(node10, stand_in)
-    pid_other = _fake_qemu(other, stand_in)
+    pid10 = fake_qemu(node10, stand_in)
+    pid_other = fake_qemu(other, stand_in)
     assert not node1.owns(pid10) and node10.owns(pid10)
     assert not x_node1.owns(pid_other) and other.owns(pid_other)
     assert not x_node1.stop(pid_other)

@@ -36,15 +36,6 @@ CAPTURED = Path(__file__).parent / "outputs" / "links"
 LAB = "ut-truth-links"  # its netns: labctl-ut-truth-links
 
 
-@pytest.fixture
-def state_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "labs"
-    root.mkdir()
-    monkeypatch.setenv("LABCTL_STATE_DIR", str(root))
-    monkeypatch.setenv("COLUMNS", "200")
-    return root
-
-
 def _lab(topology: str = "two-node.yaml", provider: str = "qemu") -> LabDir:
     lab = dataclasses.replace(load_lab(REPO / "topologies" / topology), name=LAB,
                               provider=provider)

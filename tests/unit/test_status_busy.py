@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,25 +37,6 @@ with LabDir(sys.argv[1]).locked(sys.argv[2]):
     print("held", flush=True)
     sys.stdin.read()
 """
-
-
-@pytest.fixture
-def state_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "labs"
-    root.mkdir()
-    monkeypatch.setenv("LABCTL_STATE_DIR", str(root))
-    monkeypatch.setenv("COLUMNS", "200")
-    return root
-
-
-@pytest.fixture
-def holders() -> Iterator[list[subprocess.Popen[str]]]:
-    procs: list[subprocess.Popen[str]] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
 
 
 def _hold(procs: list[subprocess.Popen[str]], action: str, lab: str = LAB) -> int:
@@ -109,11 +89,11 @@ def _record(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
     ("down", Phase.CREATING, "being removed", "removing"),
 ])
 def test_a_lab_whose_lock_is_held(action: str, phase: Phase, words: str, busy: str,
-                                  state_root: Path, holders: list[subprocess.Popen[str]],
+                                  state_root: Path, spawned: list[subprocess.Popen[str]],
                                   monkeypatch: pytest.MonkeyPatch,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     _lab(phase)
-    pid = _hold(holders, action)
+    pid = _hold(spawned, action)
     code, out, err = _status(monkeypatch, capsys)
     assert code == 1
     assert f"lab {LAB}: {words} by pid {pid}; `labctl status` again when it is done" in err
@@ -122,17 +102,17 @@ def test_a_lab_whose_lock_is_held(action: str, phase: Phase, words: str, busy: s
     record = _record(monkeypatch, capsys)
     assert record["busy"] == {"action": busy, "pid": pid}
     assert record["phase"] == str(phase)  # what state.json says, unchanged
-    _release(holders[0])
+    _release(spawned[0])
     record = _record(monkeypatch, capsys)
     assert record["busy"] is None
 
 
-def test_an_up_before_it_wrote_lab_json(state_root: Path, holders: list[subprocess.Popen[str]],
+def test_an_up_before_it_wrote_lab_json(state_root: Path, spawned: list[subprocess.Popen[str]],
                                         monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     """`up` makes the directory and takes the lock before lab.json exists: a lab being
     created, not one to remove (before, `status --lab` said "no lab.json ... down")."""
-    pid = _hold(holders, "up")
+    pid = _hold(spawned, "up")
     assert not LabDir(LAB).lab_file.exists()
     record = _record(monkeypatch, capsys)
     assert record == {"lab": LAB, "provider": "?", "phase": "creating", "ready_seconds": None,
@@ -157,11 +137,11 @@ def test_lock_owner_alone_is_not_trusted(state_root: Path, monkeypatch: pytest.M
 @pytest.mark.parametrize("owner", ["", "up by pid -1\n", "up by pid 1; rm -rf /\n",
                                    "x" * 100_000, "[red]up[/red] by pid 7\n"])
 def test_a_held_lock_whose_owner_does_not_say(owner: str, state_root: Path,
-                                              holders: list[subprocess.Popen[str]],
+                                              spawned: list[subprocess.Popen[str]],
                                               monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     labdir = _lab(Phase.CREATING)
-    _hold(holders, "up")
+    _hold(spawned, "up")
     (labdir.path / "lock.owner").write_text(owner)  # replaced under the holder's feet
     assert _record(monkeypatch, capsys)["busy"] == {"action": "creating", "pid": None}
     _, _, err = _status(monkeypatch, capsys)

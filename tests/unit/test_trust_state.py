@@ -18,8 +18,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,19 +35,11 @@ from labctl.providers.qemu import QemuProvider, plan_lab
 from labctl.topology.load import load_lab
 from labctl.topology.resolved import Lab
 from tests.unit.clirun import run_main
+from tests.unit.fakes import fake_qemu
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = "ut-trust"
 PWNED = "/tmp/labctl-ut-trust-pwned"
-
-
-@pytest.fixture
-def state_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "labs"
-    root.mkdir()
-    monkeypatch.setenv("LABCTL_STATE_DIR", str(root))
-    monkeypatch.setenv("COLUMNS", "200")
-    return root
 
 
 @pytest.fixture
@@ -64,17 +54,6 @@ def netns_asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(labnet, "delete_netns", spy)
     return asked
-
-
-@pytest.fixture
-def bystanders() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Processes that are not the lab's: each must survive every `down`."""
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 @contextlib.contextmanager
@@ -334,21 +313,6 @@ def test_one_corrupt_lab_does_not_hide_the_others(
 
 # --- processes: only the lab's own qemu, verified ---------------------------------------
 
-def _fake_qemu(machine: QemuMachine, procs: list[subprocess.Popen[bytes]]) -> int:
-    """A process whose argv carries qemu's -name and -pidfile as a node's qemu does."""
-    machine.dir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "-name",
-                             f"guest={machine.guest}", "-pidfile", str(machine.pidfile)],
-                            start_new_session=True)
-    procs.append(proc)
-    for _ in range(300):
-        if machine.owns(proc.pid):
-            break
-        time.sleep(0.01)
-    machine.pidfile.write_text(f"{proc.pid}\n")
-    return proc.pid
-
-
 def _sleeper(procs: list[subprocess.Popen[bytes]]) -> int:
     proc = subprocess.Popen(["sleep", "120"], start_new_session=True)
     procs.append(proc)
@@ -356,17 +320,17 @@ def _sleeper(procs: list[subprocess.Popen[bytes]]) -> int:
 
 
 def test_down_stops_only_processes_it_verified(
-        state_root: Path, tmp_path: Path, bystanders: list[subprocess.Popen[bytes]],
+        state_root: Path, tmp_path: Path, spawned: list[subprocess.Popen[bytes]],
         netns_asked: list[str], monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """state.json names an unrelated `sleep` as node1's qemu, and an absolute node key
     whose "pidfile" is that of a qemu-like process outside the lab; node2's pidfile names
     a recycled pid. Only the lab's own qemu (node3, its pidfile in the lab) is stopped."""
     labdir, _ = _lab()
-    sleeper = _sleeper(bystanders)
+    sleeper = _sleeper(spawned)
     outside = node_machine(LAB, "x", tmp_path / "outside")
-    outside_pid = _fake_qemu(outside, bystanders)
-    own = _fake_qemu(node_machine(LAB, "node3", labdir.node_dir("node3")), [])
+    outside_pid = fake_qemu(outside, spawned)
+    own = fake_qemu(node_machine(LAB, "node3", labdir.node_dir("node3")), [])
     labdir.node_dir("node2").mkdir(parents=True)
     (labdir.node_dir("node2") / "qemu.pid").write_text(f"{sleeper}\n")
     state = {"provider": "qemu", "phase": "up", "netns": "host-ns-victim",
@@ -376,39 +340,39 @@ def test_down_stops_only_processes_it_verified(
     code, out, err = _cli(monkeypatch, capsys, "down", "--lab", LAB)
     assert code == 0, err
     assert f"qemu node3 (pid {own})" in " ".join(out.split())
-    assert all(proc.poll() is None for proc in bystanders)  # the sleep and the outsider
+    assert all(proc.poll() is None for proc in spawned)  # the sleep and the outsider
     assert set(netns_asked) == {labnet.netns_name(LAB)}  # never "host-ns-victim"
     assert not labdir.path.exists()
 
 
 def test_a_valid_state_with_a_foreign_pid_and_netns(
-        state_root: Path, bystanders: list[subprocess.Popen[bytes]], netns_asked: list[str],
+        state_root: Path, spawned: list[subprocess.Popen[bytes]], netns_asked: list[str],
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A readable state.json (so not the fallback): its pid and netns are still data."""
     labdir, _ = _lab()
-    sleeper = _sleeper(bystanders)
+    sleeper = _sleeper(spawned)
     labdir.save_state(LabState(provider="qemu", phase=Phase.UP, netns="host-ns-victim",
                                nodes={"node1": NodeState(pid=sleeper, ssh_port=2222)}))
     code, out, err = _cli(monkeypatch, capsys, "down", "--lab", LAB)
     assert code == 0, err
     assert "sleep" not in out and f"pid {sleeper}" not in out
-    assert bystanders[0].poll() is None
+    assert spawned[0].poll() is None
     assert set(netns_asked) == {labnet.netns_name(LAB)}
 
 
 def test_symlinked_node_dirs_are_not_followed(
-        state_root: Path, tmp_path: Path, bystanders: list[subprocess.Popen[bytes]],
+        state_root: Path, tmp_path: Path, spawned: list[subprocess.Popen[bytes]],
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """nodes/node1 -> another lab's node directory: its qemu is not this lab's."""
     labdir, _ = _lab()
     other = node_machine("ut-other", "node1", tmp_path / "other" / "nodes" / "node1")
-    pid = _fake_qemu(other, bystanders)
+    pid = fake_qemu(other, spawned)
     (labdir.path / "nodes").mkdir()
     labdir.node_dir("node1").symlink_to(other.dir)
     _fifo(labdir.state_file)
     code, out, err = _cli(monkeypatch, capsys, "down", "--lab", LAB)
     assert code == 0, err
-    assert bystanders[0].poll() is None and f"pid {pid}" not in out
+    assert spawned[0].poll() is None and f"pid {pid}" not in out
     assert other.pidfile.exists()  # the link went with the lab dir, not its target
 
 

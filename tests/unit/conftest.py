@@ -1,0 +1,31 @@
+"""Fixtures the unit tests share."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def state_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private labctl state directory (LABCTL_STATE_DIR), and wide tables."""
+    root = tmp_path / "labs"
+    root.mkdir()
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(root))
+    monkeypatch.setenv("COLUMNS", "200")
+    return root
+
+
+@pytest.fixture
+def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test starts (lock holders, bystanders that must survive `down`...):
+    each is killed and reaped after the test, whatever happened."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
