@@ -7,10 +7,7 @@ labctl/topology/graph.py; its text forms graph_text.py, its images graph_draw.py
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +16,7 @@ import typer
 from labctl.cli import complete
 from labctl.cli.common import console, lab_option
 from labctl.errors import UsageError, short_repr
+from labctl.lab.state import atomic_write
 
 if TYPE_CHECKING:
     from labctl.topology.graph import Graph
@@ -70,22 +68,6 @@ def require_matplotlib(fmt: str) -> None:
         raise UsageError(f"--format {fmt} needs matplotlib, which is not installed",
                          hint="pip install 'labctl[plot]' (pipx: pipx inject labctl matplotlib),"
                          " or use --format dot or mermaid") from None
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Readers see the old file or the whole new one; a failed write leaves no temp file."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def graph_of_topology(topology: str) -> Graph:
@@ -176,5 +158,5 @@ def register(app: typer.Typer) -> None:
         if output is None:
             typer.echo(data.decode(), nl=False)
             return
-        write_atomically(output, data)
+        atomic_write(output, data)
         console.print(f"{chosen}: {output}", markup=False)

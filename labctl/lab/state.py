@@ -188,12 +188,13 @@ def _node(raw: Any) -> NodeState:
     return node
 
 
-def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write `text` to `path` so that readers see the old or the new file, never a part."""
+def atomic_write(path: Path, text: str | bytes, mode: int = 0o644) -> None:
+    """Write `text` to `path` so that readers see the old or the new file, never a part;
+    a failed write leaves no temporary file."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode() if isinstance(text, str) else text)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 
 from labctl.cli import shapes
-from labctl.cli.graph import write_atomically
 from labctl.lab.labdir import LabDir
-from labctl.lab.state import LabState
+from labctl.lab.state import LabState, atomic_write
 from labctl.topology.catalog import find_topology
 from labctl.topology.graph import build_graph
 from labctl.topology.graph_draw import layout
@@ -239,7 +238,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(
 
     monkeypatch.setattr(os, "replace", broken)
     with pytest.raises(OSError):
-        write_atomically(target, b"new")
+        atomic_write(target, b"new")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["lab.dot"]
 
