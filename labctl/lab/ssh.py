@@ -12,6 +12,7 @@ import os
 import re
 import shlex
 import signal
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -158,26 +159,45 @@ def start_master(config: Path, host: str, deadline: float) -> None:
         time.sleep(0.5)
 
 
-def close_masters(config: Path, nodes: list[str], wait: float = 5.0) -> None:
-    """Ask each master to exit; return once their control sockets are gone (bounded).
+def close_masters(config: Path, nodes: list[str] | None = None, wait: float = 5.0) -> None:
+    """Ask the masters of `nodes` (None: every master of the lab's directory) to exit;
+    return once their control sockets are gone (bounded).
 
     Not through the lab's ssh_config (a file of the state dir: `down` must not run what
-    it might say, such as a ProxyCommand): only its control socket is named."""
-    for node in nodes:
+    it might say, such as a ProxyCommand): only the control socket is named. A master's
+    process title is its socket ("ssh: DIR/cm-X [mux]"), so the socket is the way to it.
+    None is for Vagrant labs, whose sockets are named by a hash (cm-%C)."""
+    if nodes is None:
+        sockets = _control_sockets(config.parent)
+    else:
+        sockets = [control_path(config, node) for node in nodes
+                   if re.fullmatch(NODE_NAME_RE, node)]
+    for socket in sockets:
         try:
-            socket = config_path(control_path(config, host_arg(node)))
+            path = config_path(socket)
         except LabctlError:
-            continue  # end_clients still ends the master by its `-F CONFIG`
+            continue  # end_clients still ends what runs with `-F CONFIG`
         subprocess.run(
-            ["ssh", "-F", "/dev/null", "-o", f"ControlPath={socket}", "-O", "exit", "--", node],
+            ["ssh", "-F", "/dev/null", "-o", f"ControlPath={path}", "-O", "exit", "--",
+             "labctl-master"],
             capture_output=True,
             stdin=subprocess.DEVNULL,
             timeout=10,
             check=False,
         )
     deadline = time.monotonic() + wait
-    while any(config.parent.glob("cm-*")) and time.monotonic() < deadline:
+    while any(os.path.lexists(s) for s in sockets) and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def _control_sockets(directory: Path) -> list[Path]:
+    """The unix sockets named cm-* in `directory` (links and other files left alone)."""
+    found = []
+    for path in sorted(directory.glob("cm-*")):
+        with contextlib.suppress(OSError):
+            if stat.S_ISSOCK(path.lstat().st_mode):
+                found.append(path)
+    return found
 
 
 def clients_of(config: Path) -> list[int]:

@@ -558,7 +558,7 @@ class VagrantProvider(Provider):
 
     def destroy(self) -> list[str]:
         if self.labdir.ssh_config.exists():
-            ssh.close_masters(self.labdir.ssh_config, [n.name for n in self.lab.nodes])
+            ssh.close_masters(self.labdir.ssh_config)  # every socket: Vagrant names them cm-%C
         machines = self._machines()
         if not machines:
             removed = vagrant_mounts.unbind(self.labdir.path)

@@ -100,8 +100,8 @@ def test_inspector_matches_c_devinfo_on_siw(siw_lab: LabHandle, args: list[str])
 # "opening...": the failure snapshot showed the server's rsocket listening and no
 # connection on either node. Neither cause is known.
 STALLS = {"rdma-server": "rdma_client: start", "rcopy": "opening..."}
-ON_SIW = [("rdma-server", []), ("ucmatose", ["-c", "2", "-C", "4"]),
-          ("riostream", ["-C", "20"]), ("rcopy", ["-s", "4096"])]
+ON_SIW = [("rdma-server", []), ("ucmatose", ["--connections", "2", "--count", "4"]),
+          ("riostream", ["--count", "20"]), ("rcopy", ["-s", "4096"])]
 
 
 @pytest.mark.parametrize(("example", "args"), ON_SIW, ids=[e for e, _ in ON_SIW])

@@ -618,3 +618,38 @@ def test_links_in_a_mounts_directory_are_removed_not_followed(tmp_path: Path) ->
     (tmp_path / "lab" / "mounts").symlink_to(victim)
     assert hostbinds.unbind_all(base) == [] and not base.is_symlink()
     assert (victim / "file").read_text() == "kept\n"
+
+
+def test_down_closes_every_master_socket_of_a_vagrant_lab(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Vagrant's ssh_config names control sockets by a hash (cm-%C), and a master's process
+    title is its socket, not its `-F CONFIG`: `down` closes each socket of the lab's
+    directory by name (a CI run left two masters when it asked for cm-NODE)."""
+    import socket as socket_module
+
+    from labctl.lab import ssh
+
+    config = tmp_path / "ssh_config"
+    listeners = []
+    for name in ("cm-cda2521655e6", "cm-83dbedcd700e"):
+        listener = socket_module.socket(socket_module.AF_UNIX)
+        listener.bind(str(tmp_path / name))
+        listeners.append(listener)
+    (tmp_path / "cm-file").write_text("not a socket")
+    (tmp_path / "cm-link").symlink_to(tmp_path / "cm-cda2521655e6")
+    asked: list[list[str]] = []
+
+    def exit_master(argv: list[str], **_kwargs: Any) -> subprocess.CompletedProcess[str]:
+        asked.append(argv)  # what `ssh -O exit` does to a master: its socket goes
+        socket_path = argv[argv.index("-o") + 1].removeprefix("ControlPath=").strip('"')
+        os.unlink(socket_path)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(ssh.subprocess, "run", exit_master)
+    ssh.close_masters(config, wait=1)
+    assert [a[a.index("-o") + 1] for a in asked] == [
+        f'ControlPath="{tmp_path}/cm-83dbedcd700e"', f'ControlPath="{tmp_path}/cm-cda2521655e6"']
+    assert all(a[:3] == ["ssh", "-F", "/dev/null"] for a in asked)
+    assert (tmp_path / "cm-file").exists() and (tmp_path / "cm-link").is_symlink()
+    for listener in listeners:
+        listener.close()
