@@ -20,6 +20,15 @@ def state_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private labctl state directory (LABCTL_STATE_DIR), the terminal's width kept."""
+    state = tmp_path / "labs"
+    state.mkdir()
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(state))
+    return state
+
+
+@pytest.fixture
 def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
     """Processes a test starts (lock holders, bystanders that must survive `down`...):
     each is killed and reaped after the test, whatever happened."""

@@ -48,14 +48,6 @@ def _cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
     return code, out, " ".join(err.split())
 
 
-@pytest.fixture
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    state = tmp_path / "labs"
-    state.mkdir()
-    monkeypatch.setenv("LABCTL_STATE_DIR", str(state))
-    return state
-
-
 def _make_lab(state: Path, name: str = "ut-graph", topology: str = "two-node") -> LabDir:
     """A lab directory as `up` leaves it: lab.json and a qemu state.json of a live lab."""
     lab = dataclasses.replace(load_lab(find_topology(topology)), name=name)

@@ -46,14 +46,6 @@ def _main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
     return code, out, " ".join(err.split())
 
 
-@pytest.fixture
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    state = tmp_path / "labs"
-    state.mkdir()
-    monkeypatch.setenv("LABCTL_STATE_DIR", str(state))
-    return state
-
-
 def _make_lab(state: Path, name: str, topology: str, with_state: bool = True) -> LabDir:
     """A lab directory as `up` leaves it: the resolved topology and the provider's state."""
     lab = dataclasses.replace(load_lab(ROOT / "topologies" / topology), name=name)

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -112,16 +111,6 @@ def state_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-@pytest.fixture
-def stand_in() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
 def _labctl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "labctl", *args], capture_output=True,
                           text=True, check=False, env={**os.environ, "COLUMNS": "200"})
@@ -136,10 +125,10 @@ def _lab(state_root: Path, name: str) -> LabDir:
 
 @pytest.mark.parametrize("broken", ["state.json", "lab.json"])
 def test_status_reports_a_corrupt_file_and_down_cleans_up(
-        state_root: Path, stand_in: list[subprocess.Popen[bytes]], broken: str) -> None:
+        state_root: Path, spawned: list[subprocess.Popen[bytes]], broken: str) -> None:
     labdir = _lab(state_root, "ut-broken")
     machine = node_machine("ut-broken", "node1", labdir.node_dir("node1"))
-    pid = fake_qemu(machine, stand_in)
+    pid = fake_qemu(machine, spawned)
     labdir.save_state(LabState(provider="qemu", phase=Phase.UP,
                                nodes={"node1": NodeState(pid=pid, ssh_port=1)}))
     (labdir.path / broken).write_text('{"name": "ut-broken", "nod')  # truncated
@@ -151,26 +140,26 @@ def test_status_reports_a_corrupt_file_and_down_cleans_up(
     down = _labctl("down", "--lab", "ut-broken")
     assert down.returncode == 0, down.stderr
     assert f"qemu node1 (pid {pid})" in " ".join(down.stdout.split())
-    assert stand_in[0].poll() is not None  # exited before down returned
+    assert spawned[0].poll() is not None  # exited before down returned
     assert not labdir.path.exists()
 
 
 def test_down_of_a_lab_without_lab_json_or_state(state_root: Path,
-                                                 stand_in: list[subprocess.Popen[bytes]]) -> None:
+                                                 spawned: list[subprocess.Popen[bytes]]) -> None:
     """Both files unreadable: the pidfiles still name the lab's qemu processes."""
     labdir = LabDir("ut-bare")
-    pid = fake_qemu(node_machine("ut-bare", "node2", labdir.node_dir("node2")), stand_in)
+    pid = fake_qemu(node_machine("ut-bare", "node2", labdir.node_dir("node2")), spawned)
     labdir.state_file.write_bytes(b"\x00\xff garbage")
     removed = lifecycle.destroy("ut-bare")
     assert f"qemu node2 (pid {pid})" in removed
-    assert stand_in[0].poll() is not None
+    assert spawned[0].poll() is not None
     assert not labdir.path.exists()
 
 
 # --- identity: exact, never by substring ----------------------------------------------
 
 
-def test_qemu_identity_is_exact(state_root: Path, stand_in: list[subprocess.Popen[bytes]]) -> None:
+def test_qemu_identity_is_exact(state_root: Path, spawned: list[subprocess.Popen[bytes]]) -> None:
     """node1 is not node10; lab rv's node x-node1 is not lab rv-x's node1 (same -name)."""
     rv = LabDir("rv")
     rvx = LabDir("rv-x")
@@ -179,17 +168,17 @@ def test_qemu_identity_is_exact(state_root: Path, stand_in: list[subprocess.Pope
     x_node1 = node_machine("rv", "x-node1", rv.node_dir("x-node1"))
     other = node_machine("rv-x", "node1", rvx.node_dir("node1"))
     assert x_node1.guest == other.guest  # the -name alone cannot tell them apart
-    pid10 = fake_qemu(node10, stand_in)
-    pid_other = fake_qemu(other, stand_in)
+    pid10 = fake_qemu(node10, spawned)
+    pid_other = fake_qemu(other, spawned)
     assert not node1.owns(pid10) and node10.owns(pid10)
     assert not x_node1.owns(pid_other) and other.owns(pid_other)
     assert not x_node1.stop(pid_other)
-    assert stand_in[1].poll() is None
-    assert other.stop(pid_other) and stand_in[1].poll() is not None
+    assert spawned[1].poll() is None
+    assert other.stop(pid_other) and spawned[1].poll() is not None
 
 
 def test_stop_escalates_to_kill_and_waits(tmp_path: Path,
-                                          stand_in: list[subprocess.Popen[bytes]],
+                                          spawned: list[subprocess.Popen[bytes]],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     import labctl.providers.machine as machine_module
 
@@ -199,7 +188,7 @@ def test_stop_escalates_to_kill_and_waits(tmp_path: Path,
     proc = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal("
                              "signal.SIGTERM, signal.SIG_IGN); time.sleep(120)",
                              "-pidfile", str(machine.pidfile)], start_new_session=True)
-    stand_in.append(proc)
+    spawned.append(proc)
     for _ in range(200):
         if machine.owns(proc.pid):
             break

@@ -133,14 +133,6 @@ BAD_STATUS_REPLIES: list[tuple[str, bytes, str]] = [
 ]
 
 
-@pytest.fixture
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    state = tmp_path / "labs"
-    state.mkdir()
-    monkeypatch.setenv("LABCTL_STATE_DIR", str(state))
-    return state
-
-
 def _make_lab(state: Path, topology: str = "two-node.yaml") -> LabDir:
     lab = dataclasses.replace(load_lab(ROOT / "topologies" / topology), name=LAB)
     labdir = LabDir(LAB, state)
