@@ -64,6 +64,7 @@ def run_group(
         print(ctx.get_help())
         raise typer.Exit(2)
 
+
 def typer_parameter(option: RunOption) -> Any:
     """The typer Option (or Argument) of a run option as the table declares it; whole
     numbers are checked as they are parsed (exit 2 before the lab is opened)."""
@@ -99,9 +100,10 @@ _TAIL: tuple[tuple[str, type, Any], ...] = (
 Action = Callable[[RunCommand, dict[str, Any]], None]
 
 
-def add_command(command: RunCommand, action: Action) -> None:
-    """`labctl run NAME` made from its table entry: its options, then --server/--client and
-    what every run command takes; `action` gets the command and the values by name."""
+def add_command(app: typer.Typer, command: RunCommand, action: Action) -> None:
+    """`labctl run NAME` (in `app`) made from its table entry: its options, then
+    --server/--client and what every run command takes; `action` gets the command and the
+    values by name."""
     own = [o for o in command.options if o.leading]
     own += [command.server, command.client, *(o for o in command.options if not o.leading)]
     params = [(o.name, o.value_type, typer_parameter(o)) for o in own] + list(_TAIL)
@@ -114,7 +116,7 @@ def add_command(command: RunCommand, action: Action) -> None:
                            annotation=annotation) for name, annotation, default in params],
         return_annotation=None)
     run_command.__doc__ = command.doc
-    run_app.command(command.name)(run_command)
+    app.command(command.name)(run_command)
 
 
 def key_figure_text(result: RunResult) -> str:
@@ -225,12 +227,18 @@ def _run_custom(command: RunCommand, values: dict[str, Any]) -> None:
     _run_spec(spec, options, values)
 
 
+def _lab_and_pairs(values: dict[str, Any]) -> tuple[LabHandle, list[tuple[str, str]]]:
+    """The lab and the pairs the user chose; what is wrong without the lab, before it opens."""
+    selection = values["pairs"], values["server"], values["client"]
+    check_selection(*selection, values["jobs"])
+    handle = open_lab(values["lab"])
+    return handle, select_pairs(handle.lab, *selection)
+
+
 def _run_spec(spec: ExampleSpec, options: dict[str, Any], values: dict[str, Any]) -> None:
     """Run `spec` between the chosen pair, or each of several pairs (--pairs)."""
+    handle, chosen = _lab_and_pairs(values)
     pairs, jobs, as_json = values["pairs"], values["jobs"], values["as_json"]
-    check_selection(pairs, values["server"], values["client"], jobs)
-    handle = open_lab(values["lab"])
-    chosen = select_pairs(handle.lab, pairs, values["server"], values["client"])
     capture, capture_dir = values["capture"], values["capture_dir"]
     if pairs != "first":
         _run_pairs(handle, spec, chosen, options, as_json, capture, capture_dir, jobs)
@@ -278,8 +286,8 @@ def _run_pairs(handle: LabHandle, spec: ExampleSpec, chosen: list[tuple[str, str
 
 
 for _command in RUN_COMMANDS:
-    add_command(_command, _run_example)
-add_command(CUSTOM_COMMAND, _run_custom)
+    add_command(run_app, _command, _run_example)
+add_command(run_app, CUSTOM_COMMAND, _run_custom)
 
 
 def example_list() -> list[dict[str, Any]]:
@@ -325,10 +333,8 @@ def run_list(as_json: bool = JsonOption) -> None:
 def _run_all(command: RunCommand, values: dict[str, Any]) -> None:
     """Every example the two nodes' devices support, one summary; exit 1 on a failure."""
     options = check_options(command.run_options(values))
-    pairs, jobs, as_json = values["pairs"], values["jobs"], values["as_json"]
-    check_selection(pairs, values["server"], values["client"], jobs)
-    handle = open_lab(values["lab"])
-    chosen = select_pairs(handle.lab, pairs, values["server"], values["client"])
+    handle, chosen = _lab_and_pairs(values)
+    jobs, as_json = values["jobs"], values["as_json"]
     runner = captured_runner(values["capture"], values["capture_dir"])
 
     def pair(index: int, pair_server: str, pair_client: str) -> list[RunResult]:
@@ -343,7 +349,7 @@ def _run_all(command: RunCommand, values: dict[str, Any]) -> None:
     print_results(results, as_json, summary=True)  # exits 1 on a failure
 
 
-add_command(ALL_COMMAND, _run_all)
+add_command(run_app, ALL_COMMAND, _run_all)
 
 
 def _print_pair_matrix(results: list[RunResult], pairs: list[tuple[str, str]]) -> None:
