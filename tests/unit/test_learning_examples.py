@@ -6,7 +6,6 @@ output in a two-node rxe lab and a siw-pair lab (qemu TCG, rdma-core 56.1, perft
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
