@@ -19,13 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Union, get_args, get_origin, get_type_hints
 
 from pydantic import TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
+from typing_extensions import TypedDict
 
 from labctl.capture.decode import Frame
 from labctl.cli.doctor import DoctorOutput
@@ -45,6 +47,7 @@ from labctl.runners.bench import BenchReport
 from labctl.runners.execute import RunResult
 from labctl.topology.graph import Graph
 from labctl.topology.resolved import Lab, Node
+from labctl.verbs import records
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "json"
@@ -63,6 +66,61 @@ class Output:
     @property
     def file(self) -> str:
         return f"{self.name}.schema.json"
+
+
+# --- the node-side inspector's records (labctl/verbs/records.py) -------------------------
+# Nodes run that code with the standard library only (no typing_extensions, no dataclasses:
+# labctl/verbs/records.py says why), so its Record classes are turned into TypedDicts here,
+# from their own annotations: every field is written (Record.to_dict).
+def _json_type(hint: Any) -> Any:
+    if isinstance(hint, type) and issubclass(hint, records.Record):
+        return record_type(hint)
+    if get_origin(hint) in (Union, types.UnionType):
+        return Union[tuple(_json_type(a) for a in get_args(hint))]  # noqa: UP007
+    if get_origin(hint) is list:
+        return list[_json_type(get_args(hint)[0])]  # type: ignore[misc]
+    return hint
+
+
+_RECORD_TYPES: dict[str, Any] = {}
+_make_typed_dict: Any = TypedDict  # called with a name made at run time (mypy wants literals)
+
+
+def record_type(cls: type[records.Record]) -> Any:
+    """The TypedDict of what `cls.to_dict()` writes (one per class: pydantic names it once)."""
+    if cls.__name__ not in _RECORD_TYPES:
+        hints = get_type_hints(cls, localns={"Any": Any, "ClassVar": ClassVar})
+        fields = {name: _json_type(hints[name]) for name in cls._fields}
+        made = _make_typed_dict(cls.__name__, fields)
+        made.__doc__ = cls.__doc__
+        _RECORD_TYPES[cls.__name__] = made
+    return _RECORD_TYPES[cls.__name__]
+
+
+class NodeError(TypedDict):
+    """A node whose inspector failed or answered with something unusable."""
+
+    error: str
+
+
+class DeviceRow(TypedDict):
+    """A device in `labctl-devices --json` (labctl/verbs/devices.py as_json)."""
+
+    device: str
+    node_guid: str  # 16 hex digits
+
+
+class NoDeviceList(TypedDict):
+    """`labctl-devices --json` when ibv_get_device_list() failed."""
+
+    error: str  # strerror(errno)
+    errno: int
+
+
+# `devinfo --json`, `devices --json`: an object keyed by node name, with one node as with
+# several; each node's reply as its inspector printed it, or {"error": TEXT}.
+DevinfoOutput: Any = types.GenericAlias(dict, (str, record_type(records.Snapshot) | NodeError))
+DevicesOutput: Any = dict[str, list[DeviceRow] | NoDeviceList | NodeError]
 
 
 # `labctl run EXAMPLE --json`: a record; with --pairs other than `first`, a list of them.
@@ -88,11 +146,14 @@ OUTPUTS: tuple[Output, ...] = (
     Output("exec", ("exec",), ExecAllOutput),  # with --all
     Output("capture", ("capture",), Frame, lines=True),  # with --decode FILE.pcap
     Output("docker-host-status", ("docker-host status",), DockerHostStatus),
+    Output("devinfo", ("devinfo",), DevinfoOutput),
+    Output("devices", ("devices",), DevicesOutput),
 )
 
-# The node-side inspector's records (labctl/verbs/records.py) are printed as the node
-# wrote them: devinfo and devices an object keyed by node name, asyncwatch JSON Lines.
-NODE_SIDE = ("devinfo", "devices", "asyncwatch")
+# Commands with --json and no schema yet: asyncwatch streams its one node's events as the
+# node's inspector writes them (labctl/verbs/asyncwatch.py); no test can produce them
+# without an RDMA device.
+UNPUBLISHED = ("asyncwatch",)
 
 # Keys a dataclass's JSON leaves out when they are empty (Lab.to_json: lab.json files of
 # labs without them stay as they were).

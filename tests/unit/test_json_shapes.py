@@ -354,10 +354,21 @@ def test_devinfo_json_is_the_snapshot_records(capture: str) -> None:
                 _keys_follow_records(gid, records.Gid)
 
 
-def test_devices_json() -> None:
+def test_devices_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """`labctl devices --json`: each node's list, or why it has none (keyed by node)."""
+    from labctl.cli.inspect import JSON_REPLY_KINDS, _report
+
     text = (Path(__file__).parent / "verbs_records" / "rxe-node1.json").read_text()
-    out = json.loads(devices_json(records.Snapshot.from_json(text)))
-    assert out == [{"device": "rxe0", "node_guid": out[0]["node_guid"]}]
+    listed = devices_json(records.Snapshot.from_json(text))
+    failed = devices_json(records.Snapshot(list_errno=19))
+    results = {"node1": subprocess.CompletedProcess([], 0, listed, ""),
+               "node2": subprocess.CompletedProcess([], 1, failed, ""),
+               "node9": subprocess.CompletedProcess([], 1, "", "timed out\n")}
+    assert _report(results, as_json=True, kinds=JSON_REPLY_KINDS["devices"]) == 1
+    out = parsed("devices", capsys.readouterr().out)
+    assert out == {"node1": [{"device": "rxe0", "node_guid": out["node1"][0]["node_guid"]}],
+                   "node2": {"error": "No such device", "errno": 19},
+                   "node9": {"error": "timed out"}}
 
 
 @pytest.mark.parametrize("nodes", [["node1"], ["node1", "node2"]])
@@ -371,7 +382,7 @@ def test_devinfo_json_has_one_shape_for_any_number_of_nodes(
     results = {n: subprocess.CompletedProcess([], 0, record, "") for n in nodes}
     results["node9"] = subprocess.CompletedProcess([], 1, "", "no such device\n")
     assert _report(results, as_json=True) == 1
-    out = json.loads(capsys.readouterr().out)
+    out = parsed("devinfo", capsys.readouterr().out)
     assert list(out) == [*nodes, "node9"]
     assert all(out[n] == json.loads(record) for n in nodes)
     assert out["node9"] == {"error": "no such device"}
@@ -388,7 +399,7 @@ def _json_commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[str]:
 def test_every_json_output_has_a_schema_and_a_doc() -> None:
     commands = sorted(_json_commands(typer.main.get_command(app)))
     assert commands == sorted([c for o in schemas.OUTPUTS for c in o.commands]
-                              + list(schemas.NODE_SIDE))
+                              + list(schemas.UNPUBLISHED))
     doc = (ROOT / "docs" / "json.md").read_text()
     missing = [c for c in commands if f"`labctl {c}" not in doc]
     assert missing == [], f"docs/json.md does not describe {missing}"
