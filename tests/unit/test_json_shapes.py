@@ -490,6 +490,23 @@ def test_up_prints_the_lab_and_its_status(state_dir: Path, monkeypatch: pytest.M
         "node1", "node2"]
 
 
+def test_up_reports_devices_as_the_nodes_ready_lines_said(
+        running_node1: LabDir, state_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`up --json` asks no node: a running node's devices are what its ready line said at
+    boot (state.json), four keys each, not the live report's eight."""
+    from labctl.lab import lifecycle
+
+    made = lifecycle.UpResult(lab=running_node1.load_lab(), labdir=running_node1, seconds=1.0)
+    monkeypatch.setattr(lifecycle, "up", lambda path, options, progress: made)
+    code, out, _ = _main(monkeypatch, capsys, "up", "two-node", "--json")
+    assert code == 0
+    node1, node2 = parsed("up", out).status.nodes
+    assert node1.state == "running" and node1.devices == [
+        {"name": "rxe0", "port_state": "ACTIVE", "active_mtu": "1024", "gid_index": 1}]
+    assert node2.state == "stopped" and node2.devices == []
+
+
 def test_down(state_dir: Path, monkeypatch: pytest.MonkeyPatch,
               capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _main(monkeypatch, capsys, "down", "--json")
