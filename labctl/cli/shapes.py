@@ -14,6 +14,7 @@ from typing import Literal, NotRequired
 
 from typing_extensions import TypedDict
 
+from labctl.lab.replies import DeviceStatus, LiveInterface
 from labctl.lab.state import NodeStatus
 from labctl.topology.resolved import Provider, Rdma
 
@@ -23,31 +24,6 @@ class TopologyInterface(TypedDict):
     name: str  # eth1
     ipv4: str  # 10.77.1.1/24, from the topology
     mac: str
-
-
-class LiveInterface(TypedDict):
-    """An interface as the node reports it (labctl/nodeside/status.py; checked by
-    labctl/lab/replies.py)."""
-
-    name: str
-    state: str | None  # operstate as the node sees it: UP, DOWN, ...
-    mtu: int | None
-    mac: str | None
-    ipv4: list[str]
-
-
-class DeviceStatus(TypedDict):
-    """An RDMA device as the node reports it (labctl/nodeside/status.py; checked by
-    labctl/lab/replies.py)."""
-
-    name: str  # rxe0, siw0, rxe_LAB_NODE (container nodes)
-    node_type: str
-    netdev: str
-    port_state: str  # ACTIVE, DOWN, ...
-    link_layer: str
-    active_mtu: str  # "1024"; "" when ibv_devinfo did not say
-    gid_index: int | None  # the IPv4-mapped RoCE v2 GID (None on iWARP)
-    gid_ipv4: str
 
 
 class RecordedDevice(TypedDict):
