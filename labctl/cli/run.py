@@ -22,6 +22,7 @@ from labctl.cli.common import (
     run_value,
     seconds,
 )
+from labctl.cli.shapes import ExampleRow
 from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import LabHandle, open_lab
 from labctl.runners.custom import custom_spec
@@ -615,9 +616,9 @@ def custom(
               pairs=pairs, jobs=jobs)
 
 
-def example_list() -> list[dict[str, Any]]:
+def example_list() -> list[ExampleRow]:
     """Every example: its command, variants, what it teaches, the devices it runs on."""
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, ExampleRow] = {}
     for (name, variant), spec in EXAMPLES.items():
         row = rows.setdefault(name, {"example": name, "variants": [], "devices": {},
                                      "teaches": TEACHES.get(name, "")})
@@ -629,7 +630,7 @@ def example_list() -> list[dict[str, Any]]:
     return list(rows.values())
 
 
-def _devices_text(row: dict[str, Any]) -> str:
+def _devices_text(row: ExampleRow) -> str:
     parts = []
     for device, variants in row["devices"].items():
         if not variants:
