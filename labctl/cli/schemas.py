@@ -200,6 +200,8 @@ def schema(output: Output) -> dict[str, Any]:
                                                  schema_generator=_Schema)
     commands = ", ".join(f"`labctl {c} --json`" for c in output.commands)
     what = "each line of " if output.lines else ""
+    made.pop("title", None)  # the model's class name: the commands say more
+    made.pop("description", None)
     return {"$schema": DRAFT, "$id": output.file, "title": f"labctl {output.commands[0]} --json",
             "description": f"The shape of {what}{commands} (docs/json.md).", **made}
 
