@@ -24,6 +24,7 @@ from labctl.cli.common import (
     run_value,
     seconds,
 )
+from labctl.cli.shapes import ExampleRow
 from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle, open_lab
 from labctl.runners.custom import custom_spec
@@ -290,9 +291,9 @@ for _command in RUN_COMMANDS:
 add_command(run_app, CUSTOM_COMMAND, _run_custom)
 
 
-def example_list() -> list[dict[str, Any]]:
+def example_list() -> list[ExampleRow]:
     """Every example: its command, variants, what it teaches, the devices it runs on."""
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, ExampleRow] = {}
     for (name, variant), spec in EXAMPLES.items():
         row = rows.setdefault(name, {"example": name, "variants": [], "devices": {},
                                      "teaches": TEACHES.get(name, "")})
@@ -304,7 +305,7 @@ def example_list() -> list[dict[str, Any]]:
     return list(rows.values())
 
 
-def _devices_text(row: dict[str, Any]) -> str:
+def _devices_text(row: ExampleRow) -> str:
     parts = []
     for device, variants in row["devices"].items():
         if not variants:

@@ -38,7 +38,7 @@ def summary(lab: Lab) -> str:
     ]
     width = max(len(n.name) for n in lab.nodes)
     for node in lab.nodes:
-        rdma = node.rdma
+        rdma: str = node.rdma
         if node.rdma_interface is not None:
             rdma = f"{node.rdma} on {', '.join(i.name for i in node.rdma_interfaces)}"
         ifaces = ", ".join(f"{i.name} {i.ipv4}" for i in node.interfaces) or "no data links"
