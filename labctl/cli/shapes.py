@@ -277,8 +277,63 @@ class LabSegment(Shape):
     endpoints: list[str]
 
 
+class VagrantNetwork(Shape):
+    name: str  # the libvirt network / VirtualBox internal network: labctl-LAB-LINK
+    ifname: str
+    mac: str
+    ipv4: str
+    mtu: int
+
+
+class VagrantFolder(Shape):
+    source: str  # host path (a `:ro` folder: labctl's read-only bind mount of it)
+    target: str
+    mode: Literal["rw", "ro"]
+
+
+class VagrantNode(Shape):
+    name: str
+    rdma: Literal["rxe", "siw", "none"]
+    memory_mib: int
+    cpus: int
+    boxes: dict[str, str]  # Vagrant provider ("default", "libvirt"...) -> box
+    labctl_box: bool  # the libvirt box is labctl's own (`labctl image box`)
+    vm_name: str
+    mgmt_mac: str
+    kernel_cmdline: str
+    console_log: str | None
+    networks: list[VagrantNetwork]
+    folders: list[VagrantFolder]
+    node_env: dict[str, str]  # /etc/labctl/node.env
+
+
+class VagrantCodeFile(Shape):
+    path: str  # under node_code_dir
+    source: str
+    executable: bool
+
+
+class VagrantMgmtNetwork(Shape):
+    name: str
+    address: str
+
+
+class VagrantPlan(Shape):
+    """What the Vagrantfile builds (labctl.providers.vagrant_plan)."""
+
+    domain_prefix: str
+    libvirt_driver: str
+    mgmt_network: VagrantMgmtNetwork
+    packages: list[str]
+    node_code: list[VagrantCodeFile]
+    node_code_dir: str
+    node_init: str
+    nodes: list[VagrantNode]
+
+
 class ValidateOutput(Shape):
-    """`labctl validate --json`: the resolved lab (labctl.topology.resolved.Lab)."""
+    """`labctl validate --json`: the resolved lab (labctl.topology.resolved.Lab); with
+    --vagrant, also the Vagrant plan."""
 
     name: str
     provider: Literal["qemu", "docker", "vagrant"]
@@ -286,6 +341,7 @@ class ValidateOutput(Shape):
     nodes: list[LabNode]
     segments: list[LabSegment]
     provider_options: dict[str, Any]
+    vagrant: VagrantPlan | None = None
 
 
 # --- labctl docker-host status --json ----------------------------------------------------
