@@ -1,4 +1,4 @@
-"""The vagrant provider: the repository's top-level Vagrantfile, driven by labctl.
+"""The vagrant provider: labctl's Vagrantfile, driven by labctl.
 
 `labctl up` runs `vagrant up` with labctl's Vagrantfile (labctl/data, VAGRANT_CWD) and
 the lab's state kept in the lab directory (VAGRANT_DOTFILE_PATH=LABDIR/.vagrant). The
@@ -45,12 +45,12 @@ from labctl.lab.replies import status_reply
 from labctl.lab.state import LabState, NodeState, NodeStatus, Phase, atomic_write
 from labctl.providers.base import NodeRuntime, Progress, Provider, UnsupportedError
 from labctl.providers.machine import tail
+from labctl.providers.node import NODE_CODE  # where the Vagrantfile installs it too
 from labctl.providers.vagrant_plan import PLUGINS
 from labctl.providers.vagrant_settings import VagrantSettings
 from labctl.topology.resolved import Lab, Node
 
 UNIT = "labctl-node.service"
-NODE_CODE = "/opt/labctl"  # where the Vagrantfile installs the node-side code
 STATUS_TIMEOUT = 120
 HALT_TIMEOUT = 300  # a forced halt is a power-off; the hypervisor may still be slow
 INSTALL_HINT = (
@@ -60,8 +60,8 @@ INSTALL_HINT = (
 
 
 def vagrantfile_dir() -> Path:
-    """The directory holding the Vagrantfile: labctl's copy of the checkout's (labctl/data),
-    so an installed labctl has it too (LABCTL_VAGRANTFILE_DIR overrides)."""
+    """The directory holding the Vagrantfile: labctl/data, so an installed labctl has it
+    too (the checkout's top-level one loads it; LABCTL_VAGRANTFILE_DIR overrides)."""
     override = os.environ.get("LABCTL_VAGRANTFILE_DIR")
     if override:
         return Path(override)
