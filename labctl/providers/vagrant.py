@@ -237,6 +237,7 @@ class VagrantProvider(Provider):
                 hint="the vagrant provider runs from a checkout of rdma-lab; "
                 "or set LABCTL_VAGRANTFILE_DIR to the directory holding its Vagrantfile",
             )
+        vagrant_plan.check_supported(self.lab)  # before anything is made
         self.vagrant_provider = self.choose_provider()
         self.check_workbench()
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from labctl.errors import LabctlError
+from labctl.errors import LabctlError, UsageError
 from labctl.images.recipes import node_packages
 from labctl.lab.labdir import LabDir
 from labctl.providers import provider_for, vagrant_plan
@@ -678,6 +678,15 @@ def test_check_host_without_vagrant(tmp_path: Path, fake: Fake) -> None:
     with pytest.raises(LabctlError, match="vagrant not found") as exc:
         _provider(tmp_path, fake).check_host()
     assert exc.value.hint and "apt-get install vagrant" in exc.value.hint
+
+
+def test_check_host_refuses_what_the_vagrantfile_cannot_build(tmp_path: Path, fake: Fake) -> None:
+    """`labctl up --provider vagrant` of a routed topology: refused before anything is made
+    (exit 2), not left to a Vagrantfile that would build the lab without its routes."""
+    with pytest.raises(UsageError, match="routers and routes are not supported") as exc:
+        _provider(tmp_path, fake, "routed.yaml").check_host()
+    assert exc.value.exit_code == 2
+    assert fake.calls() == []  # not even `vagrant plugin list`
 
 
 def test_exec_uses_plain_ssh_with_the_lab_config(tmp_path: Path, fake: Fake) -> None:
