@@ -43,6 +43,7 @@ from labctl.cli.shapes import (
     UpOutput,
 )
 from labctl.lab.links import LinkShowOutput
+from labctl.providers.vagrant_plan import VagrantDocument
 from labctl.runners.bench import BenchReport
 from labctl.runners.execute import RunResult
 from labctl.topology.graph import Graph
@@ -133,7 +134,7 @@ OUTPUTS: tuple[Output, ...] = (
     Output("up", ("up",), UpOutput),
     Output("down", ("down",), DownOutput),
     Output("topologies", ("topologies",), TopologiesOutput),
-    Output("validate", ("validate",), Lab),
+    Output("validate", ("validate",), Lab | VagrantDocument),  # the second with --vagrant
     Output("graph", ("graph",), Graph),
     Output("image-list", ("image list",), ImageListOutput),
     Output("doctor", ("doctor",), DoctorOutput),
