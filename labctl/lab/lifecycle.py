@@ -37,7 +37,7 @@ from labctl.lab.record import StateRecorder
 from labctl.lab.state import CorruptStateError, LabState, NodeStatus, Phase
 from labctl.net import labnet
 from labctl.providers import provider_for
-from labctl.providers.base import Progress, Provider
+from labctl.providers.base import Progress, Provider, UnsupportedError
 from labctl.topology.compare import lab_changes
 from labctl.topology.problems import did_you_mean
 from labctl.topology.resolved import Lab
@@ -129,6 +129,7 @@ def up(topology: Path, options: UpOptions | None = None,
     labdir = LabDir(lab.name)
     started = time.monotonic()
     provider = provider_for(lab, labdir)
+    _check_supported(lab, provider)
     removed: list[str] = []
     if options.recreate or not labdir.exists():
         # Before the lock makes the lab's directory (and before --recreate removes the lab
@@ -157,6 +158,17 @@ def up(topology: Path, options: UpOptions | None = None,
                 f"up failed: {exc!r}",
                 hint=f"`labctl down --lab {lab.name}` removes what was made") from exc
     return UpResult(lab, labdir, time.monotonic() - started, removed=removed)
+
+
+def _check_supported(lab: Lab, provider: Provider) -> None:
+    """Refuse (exit 2, nothing made) what the lab asks that its provider cannot do and
+    only its placement tells (the topology checks refused the rest)."""
+    mounted = [n.name for n in lab.nodes if n.mounts]
+    if mounted and not provider.capabilities.mounts:
+        raise UnsupportedError(
+            f"host folders (mounts) are not supported for {provider.capabilities.kind} labs "
+            f"(nodes {', '.join(mounted)})",
+            hint="drop mounts: and --mount; `labctl cp` copies files into a node")
 
 
 def _up_again(topology: Path, lab: Lab, labdir: LabDir, options: UpOptions,

@@ -18,7 +18,7 @@ from labctl.dockerhost.sdk import sdk
 from labctl.errors import LabctlError
 from labctl.lab.record import StateRecorder
 from labctl.lab.state import LabState, NodeStatus
-from labctl.providers.base import NodeRuntime, Progress, UnsupportedError
+from labctl.providers.base import NodeRuntime, Progress
 from labctl.providers.docker import (
     LABEL,
     ContainerPlan,
@@ -33,10 +33,6 @@ class SwarmProvider(ContainerProvider):
     capabilities = SWARM
 
     def create(self, record: StateRecorder, progress: Progress) -> None:
-        if any(n.mounts for n in self.lab.nodes):
-            raise UnsupportedError("host folders (mounts) are not supported in multi-host "
-                                   "labs: each host would need the folder",
-                                   hint="use `labctl cp`")
         hosts, clients, manager = swarm.form(self.lab, self.labdir, progress)
         try:
             images: dict[str, dict[str, str]] = {}

@@ -10,7 +10,7 @@ import pytest
 
 import labctl.lab.lifecycle as lifecycle
 from labctl.capabilities import SWARM, VAGRANT
-from labctl.errors import LabctlError
+from labctl.errors import LabctlError, UsageError
 from labctl.lab.labdir import LabDir
 from labctl.lab.record import StateRecorder
 from labctl.lab.state import LabState, NodeState, NodeStatus, Phase
@@ -147,6 +147,19 @@ def test_the_netns_is_recorded_only_for_providers_that_make_one(
     monkeypatch.setattr(StepProvider, "capabilities", VAGRANT)
     assert _up(tmp_path).load_state().netns == ""
     assert not SWARM.netns
+
+
+def test_mounts_where_the_provider_has_none_are_refused_before_anything(
+        tmp_path: Path, steps: type[StepProvider], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(StepProvider, "capabilities", SWARM)
+    (tmp_path / "share").mkdir()
+    (tmp_path / "t.yaml").write_text(TOPOLOGY.replace("node1: {}", "node1: {mounts: "
+                                                      "['share:/mnt/share']}"))
+    with pytest.raises(UsageError, match=r"host folders \(mounts\) are not supported for "
+                       r"multi-host docker labs \(nodes node1\)") as info:
+        _up(tmp_path)
+    assert info.value.exit_code == 2 and "labctl cp" in (info.value.hint or "")
+    assert steps.seen == [] and not LabDir("ut-phases").path.exists()
 
 
 def test_no_provider_saves_state_or_sets_a_phase() -> None:
