@@ -186,6 +186,9 @@ class RunRecord(Shape):
     retried: list[str]  # "attempt N: why it failed (the race)" for each earlier attempt
     diagnostics: dict[str, str]  # failed runs: node -> its RDMA state at the failure; else {}
     path: RunPath | None  # null when skipped before the path was known (no IP path)
+    # node -> "rxe0/1" or "tcp" -> counter -> its change over the run; a node null when
+    # its counters could not be read; null for a run stopped before it started
+    counters: dict[str, dict[str, dict[str, int]] | None] | None
 
 
 # --- labctl bench --json -----------------------------------------------------------------
@@ -537,3 +540,51 @@ SHAPES.update({
     "exec": ExecAllOutput,  # with --all
     "capture": CaptureFrame,  # one per line
 })
+
+
+# --- labctl fault list --json, labctl counters --json ----------------------------------------
+class FaultMatch(Shape):
+    action: Literal["drop", "delay", "duplicate", "reorder", "corrupt"]
+    transport: Literal["roce", "tcp"]
+    opcodes: list[int]
+    opcode_words: list[str]
+    qp: int | None
+    psn: list[int] | None  # [low, high], inclusive
+    tcp_port: int | None
+    skip: int
+    count: int  # 0: no limit
+    every: int
+    probability: float
+    delay: str | None
+
+
+class FaultAdded(Shape):
+    """`labctl fault add --json`."""
+
+    id: int
+    node: str
+    interface: str
+    band: int  # the prio band 1:BAND on the interface
+    spec: FaultMatch
+    description: str
+
+
+class FaultRecord(FaultAdded):
+    matched: int | None  # packets the fault's match took so far; null: not read
+    hit: int | None  # of them, the ones the fault acted on
+
+
+class FaultList(Shape):
+    lab: str
+    faults: list[FaultRecord]
+
+
+class CountersRecord(Shape):
+    lab: str
+    node: str
+    counters: dict[str, dict[str, int]]  # "rxe0/1" or "tcp" -> counter -> value
+
+
+SHAPES["fault add"] = FaultAdded
+SHAPES["fault list"] = FaultList
+SHAPES["counters"] = CountersRecord
