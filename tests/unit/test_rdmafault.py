@@ -177,9 +177,19 @@ class FakeProvider:
         return [NodeRuntime("node1", self.state), NodeRuntime("node2", self.state)]
 
 
+class FakeNode:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.interfaces = [FakeNode("eth1")] if name.startswith("node") else []
+
+
 class FakeLab:
     def __init__(self, provider: str) -> None:
         self.name, self.provider = "lab1", provider
+        self.nodes = [FakeNode("node1"), FakeNode("node2")]
+
+    def node(self, name: str) -> FakeNode:
+        return next(n for n in self.nodes if n.name == name)
 
 
 class FakeLabDir:
@@ -196,6 +206,9 @@ class FakeHandle:
         self.provider = FakeProvider(state)
         self.tc_exit = tc_exit
         self.calls: list[list[str]] = []
+
+    def node_names(self) -> list[str]:
+        return [n.name for n in self.lab.nodes]
 
     def run(self, node: str, command: list[str], *, timeout: float | None = None,
             input: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -265,3 +278,32 @@ def test_a_band_per_fault_at_most_fifteen(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="15 faults"):
         _add(handle)
     assert _add(handle, "node1").band == 2  # another link end has bands of its own
+
+
+# --- the pytest plugin's context manager ----------------------------------------------------
+def test_injected_fault_is_taken_off_even_when_the_block_fails(tmp_path: Path) -> None:
+    from labctl.pytest_plugin.faults import injected_fault
+
+    handle = FakeHandle(tmp_path)
+    with pytest.raises(RuntimeError, match="the test failed"), \
+            injected_fault(handle, "node2:eth1", "drop", opcodes=["ack"],  # type: ignore[arg-type]
+                           count=3) as fault:
+        assert fault.hits() == (9, 2)
+        assert fault.counter_changes() == {"node1": None, "node2": None}  # fake: unread
+        assert [f.id for f in apply.load_faults(handle)] == [1]  # type: ignore[arg-type]
+        raise RuntimeError("the test failed")
+    assert apply.load_faults(handle) == []  # type: ignore[arg-type]
+    assert handle.calls[-1][2:4] == ["remove", "f1"]
+
+
+def test_injected_fault_refuses_bad_input_before_anything_is_on(tmp_path: Path) -> None:
+    from labctl.pytest_plugin.faults import injected_fault
+
+    handle = FakeHandle(tmp_path)
+    with pytest.raises(TypeError, match="unknown fault options: opcode"), \
+            injected_fault(handle, "node2:eth1", "drop", opcode="ack"):  # type: ignore[arg-type]
+        pass
+    with pytest.raises(UsageError, match="no data interface"), \
+            injected_fault(handle, "node2:eth7", "drop"):  # type: ignore[arg-type]
+        pass
+    assert handle.calls == []
