@@ -15,8 +15,9 @@ from labctl.lab.handle import LabHandle
 NODE_SECONDS = 60.0
 TCP_COUNTERS = ("ActiveOpens", "InSegs", "OutSegs", "RetransSegs", "InErrs", "OutRsts")
 _SEPARATOR = "--labctl-counters--"
-_COMMAND = ["sh", "-c", "rdma -j statistic show 2>/dev/null || echo '[]'; "
-            f"echo {_SEPARATOR}; grep '^Tcp:' /proc/net/snmp"]
+# siw has no counters: rdma prints [] and exits 1 ("Invalid argument").
+_COMMAND = ["sh", "-c", "out=$(rdma -j statistic show 2>/dev/null) || true; "
+            f"echo \"${{out:-[]}}\"; echo {_SEPARATOR}; grep '^Tcp:' /proc/net/snmp"]
 _MAX_NAME = 64
 
 Counters = dict[str, dict[str, int]]  # "rxe0/1" or "tcp" -> counter -> value
