@@ -114,6 +114,14 @@ def test_a_corrupted_send_fails_the_icrc_and_is_sent_again(lab: LabHandle) -> No
     assert record["counters"]["node1"]["rxe0/1"]["out_of_seq_request"] >= 1
 
 
+def test_a_duplicated_send_is_seen_as_a_duplicate_request(lab: LabHandle) -> None:
+    fault(FAULT_LAB, "node2:eth1", "duplicate", "--opcode", "send", "--nth", "1")
+    record = run(FAULT_LAB, "pingpong", "-n", "5")
+    assert record["status"] == "passed", record["reason"]
+    assert listed(FAULT_LAB)[0]["hit"] == 1
+    assert record["counters"]["node1"]["rxe0/1"]["duplicate_request"] >= 1
+
+
 def test_every_ack_lost_ends_in_retry_exceeded(lab: LabHandle) -> None:
     fault(FAULT_LAB, "node1:eth1", "drop", "--opcode", "ack")
     before = json.loads(labctl("counters", "node2", "--lab", FAULT_LAB, "--json",
