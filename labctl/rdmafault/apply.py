@@ -146,13 +146,10 @@ def clear_faults(handle: LabHandle, endpoint: tuple[str, str] | None = None,
                          hint="`labctl fault list` shows them")
     kept = [f for f in faults if f not in chosen]
     failed: list[Fault] = []
-    for fault in chosen:
-        rest = [f for f in kept + failed
-                if (f.node, f.interface) == (fault.node, fault.interface)]
-        remaining = [f for f in chosen if f is not fault and f not in failed
-                     and (f.node, f.interface) == (fault.node, fault.interface)
-                     and f.id > fault.id]
-        if not _take_off(handle, fault, last_on_interface=not rest and not remaining):
+    for index, fault in enumerate(chosen):
+        still_on = kept + failed + chosen[index + 1:]  # the root prio stays while any is
+        last = all((f.node, f.interface) != (fault.node, fault.interface) for f in still_on)
+        if not _take_off(handle, fault, last_on_interface=last):
             failed.append(fault)
     _save(handle, kept + failed)
     if failed:

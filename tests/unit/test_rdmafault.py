@@ -307,3 +307,23 @@ def test_injected_fault_refuses_bad_input_before_anything_is_on(tmp_path: Path) 
             injected_fault(handle, "node2:eth7", "drop"):  # type: ignore[arg-type]
         pass
     assert handle.calls == []
+
+
+def test_a_fault_whose_node_does_not_answer_is_kept(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    handle = FakeHandle(tmp_path)
+    _add(handle, "node1")
+    _add(handle, "node2")
+    real_run = handle.run
+
+    def node2_gone(node: str, command: list[str], **kwargs: Any) -> Any:
+        if node == "node2":
+            return subprocess.CompletedProcess(command, 255, "", "ssh: connect refused")
+        return real_run(node, command, **kwargs)
+
+    monkeypatch.setattr(handle, "run", node2_gone)
+    with pytest.raises(LabctlError, match="could not remove fault") as info:
+        apply.clear_faults(handle)  # type: ignore[arg-type]
+    assert "labctl down" in str(info.value.hint)
+    assert [(f.id, f.node) for f in apply.load_faults(handle)] == [(2, "node2")]  # type: ignore[arg-type]
+    assert apply.fault_counts(handle, apply.load_faults(handle)) == {2: None}  # type: ignore[arg-type]
