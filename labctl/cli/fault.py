@@ -11,10 +11,11 @@ from rich.table import Table
 from rich.text import Text
 
 from labctl.cli import complete
-from labctl.cli.common import HELP_SETTINGS, LabOption, NodeArgument, console
+from labctl.cli.common import HELP_SETTINGS, LabOption, NodeArgument, console, int_range
 from labctl.cli.link import parse_endpoint
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab
+from labctl.rdmafault.spec import COUNT_MAX
 
 fault_app = typer.Typer(help="Drop, delay, duplicate, reorder or corrupt chosen RDMA "
                         "packets (docs/faults.md).", no_args_is_help=True,
@@ -39,15 +40,20 @@ def add(
                             help="This PSN, or LOW-HIGH: a range of PSNs (24-bit)."),
     tcp: bool = typer.Option(False, "--tcp", help="siw: TCP segments instead of RoCE v2."),
     port: int = typer.Option(None, "--port", metavar="PORT",
+                             callback=int_range("--port", 1, 65535),
                              help="siw: the TCP flow to or from this port (implies --tcp)."),
     nth: int = typer.Option(None, "--nth", metavar="COUNT",
+                            callback=int_range("--nth", 1, COUNT_MAX),
                             help="Only the COUNT-th matching packet."),
     every: int = typer.Option(None, "--every", metavar="COUNT",
+                              callback=int_range("--every", 1, COUNT_MAX),
                               help="Every COUNT-th matching packet."),
     count: int = typer.Option(None, "--count", metavar="COUNT",
+                              callback=int_range("--count", 1, COUNT_MAX),
                               help="At most COUNT packets (\"drop the first 3 ACKs\": "
                               "--opcode ack --count 3)."),
     skip: int = typer.Option(None, "--skip", metavar="COUNT",
+                             callback=int_range("--skip", 1, COUNT_MAX),
                              help="Let the first COUNT matching packets through first."),
     probability: str = typer.Option(None, "--probability", metavar="PERCENT",
                                     help="Each matching packet with this chance: 30% or 0.3."),
@@ -108,7 +114,8 @@ def list_faults(
 def clear(
     endpoint: str = typer.Argument(None, metavar="NODE:IF", autocompletion=complete.endpoints,
                                    help="Only the faults on this link end."),
-    fault_id: int = typer.Option(None, "--id", metavar="ID", help="Only this fault."),
+    fault_id: int = typer.Option(None, "--id", metavar="ID", help="Only this fault.",
+                                 callback=int_range("--id", 1, COUNT_MAX)),
     lab: str = LabOption,
 ) -> None:
     """Take faults off (all of the lab's by default; `down` removes them too)."""
