@@ -5,7 +5,8 @@ action (act_bpf) after it, decides packet by packet whether the fault applies: t
 fields u32 cannot compare (opcode set, destination QP, PSN range), then the count window
 ("the first 3", "the 5th"), every n-th and a probability, counted in a pinned array map
 (matched, hit). It returns TC_ACT_PIPE to apply the fault (the filter's class: netem, or
-the next action) or TC_ACT_UNSPEC, which makes u32 treat the packet as not matched.
+the next action) or TC_ACT_UNSPEC, which act_bpf turns into the action's own control word,
+"continue" (tcplan.py), and u32 then treats the packet as not matched.
 No compiler is needed in the node: the program is assembled here, instruction by instruction.
 
 Usage: python3 - load NAME KEY=VALUE... | read NAME... | remove NAME...
