@@ -33,6 +33,7 @@ COMMAND_MODULES = [
     "doctor",
     "docker_host",
     "capture",
+    "fault",
 ]
 
 app = typer.Typer(

@@ -44,6 +44,8 @@ from labctl.cli.shapes import (
 )
 from labctl.lab.links import LinkShowOutput
 from labctl.providers.vagrant_plan import VagrantDocument
+from labctl.rdmafault.apply import FaultAdded, FaultList
+from labctl.rdmafault.counters import CountersRecord
 from labctl.runners.bench import BenchReport
 from labctl.runners.execute import RunResult
 from labctl.topology.graph import Graph
@@ -149,6 +151,9 @@ OUTPUTS: tuple[Output, ...] = (
     Output("docker-host-status", ("docker-host status",), DockerHostStatus),
     Output("devinfo", ("devinfo",), DevinfoOutput),
     Output("devices", ("devices",), DevicesOutput),
+    Output("fault-add", ("fault add",), FaultAdded),
+    Output("fault-list", ("fault list",), FaultList),
+    Output("counters", ("counters",), CountersRecord),
 )
 
 # Commands with --json and no schema yet: asyncwatch streams its one node's events as the

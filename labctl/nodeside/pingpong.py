@@ -30,6 +30,10 @@ RECV_WRID = 1
 SEND_WRID = 2
 MSG_SIZE = 52  # sizeof "0000:000000:000000:00000000000000000000000000000000"
 MTUS = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}  # enum ibv_mtu
+# ibv_wc_status_str()'s words for the statuses a lossy link ends a QP with (rc_pingpong.c
+# prints "Failed status WORDS (N) for wr_id W").
+WC_STATUS_WORDS = {5: "Work Request Flushed Error", 12: "transport retry counter exceeded",
+                   13: "RNR retry counter exceeded"}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -45,11 +49,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("-n", "--iters", type=int, default=1000, help="exchanges (default 1000)")
     p.add_argument("-l", "--sl", type=int, default=0, help="service level")
     p.add_argument("-g", "--gid-idx", type=int, default=-1, help="local port GID index")
+    # Not in ibv_rc_pingpong (it sets 14, 7, 7): for the fault lessons (docs/faults.md).
+    p.add_argument("--ack-timeout", type=int, default=14,
+                   help="local ACK timeout exponent: 4.096 us * 2^N (default 14; 0: none)")
+    p.add_argument("--retry-cnt", type=int, default=7,
+                   help="transport retries before IBV_WC_RETRY_EXC_ERR (default 7; rxe: "
+                   "7 is forever)")
+    p.add_argument("--rnr-retry", type=int, default=7,
+                   help="RNR NAK retries before IBV_WC_RNR_RETRY_EXC_ERR (default 7: forever)")
     p.add_argument("--tcp", action="store_true",
                    help="plain TCP socket ping-pong of the same size (no RDMA)")
     p.add_argument("servername", nargs="?", default=None)
     args = p.parse_args(argv)
-    if args.mtu not in MTUS or not 0 <= args.port <= 65535 or args.ib_port < 1:
+    if (args.mtu not in MTUS or not 0 <= args.port <= 65535 or args.ib_port < 1
+            or not 0 <= args.ack_timeout <= 31 or not 0 <= args.retry_cnt <= 7
+            or not 0 <= args.rnr_retry <= 7):
         p.print_usage(sys.stdout)
         sys.exit(1)
     return args
@@ -249,9 +263,9 @@ class PingPong:
         except Exception:
             raise SystemExit("Failed to modify QP to RTR") from None
         attr.qp_state = e.IBV_QPS_RTS
-        attr.timeout = 14
-        attr.retry_cnt = 7
-        attr.rnr_retry = 7
+        attr.timeout = self.args.ack_timeout
+        attr.retry_cnt = self.args.retry_cnt
+        attr.rnr_retry = self.args.rnr_retry
         attr.sq_psn = my_psn
         attr.max_rd_atomic = 1
         try:
@@ -278,7 +292,9 @@ class PingPong:
                 continue
             for wc in wcs:
                 if wc.status != success:
-                    raise SystemExit(f"Failed status {wc.status} for wr_id {wc.wr_id}")
+                    words = WC_STATUS_WORDS.get(wc.status, "error")
+                    raise SystemExit(f"Failed status {words} ({wc.status}) "
+                                     f"for wr_id {wc.wr_id}")
                 wr_id = wc.wr_id
                 if wr_id == SEND_WRID:
                     scnt += 1

@@ -30,7 +30,7 @@ from labctl.errors import LabctlError, UsageError
 if TYPE_CHECKING:
     from labctl.pytest_plugin.session import LabSpec, RdmaLab, RdmaLabError
 
-__all__ = ["LabSpec", "RdmaLab", "RdmaLabError", "rdma_lab", "rdma_lab_spec"]
+__all__ = ["LabSpec", "RdmaLab", "RdmaLabError", "rdma_fault", "rdma_lab", "rdma_lab_spec"]
 _LAZY = ("LabSpec", "RdmaLab", "RdmaLabError")
 
 
@@ -166,3 +166,15 @@ def rdma_lab(request: pytest.FixtureRequest, rdma_lab_spec: LabSpec) -> Iterator
         fail(error)
     if rdma_lab_spec.after_down is not None and removed is not None:
         rdma_lab_spec.after_down(lab.name, removed)
+
+
+@pytest.fixture
+def rdma_fault(rdma_lab: RdmaLab) -> Callable[..., Any]:
+    """`with rdma_fault("node2:eth1", "drop", opcodes=["ack"], count=3) as fault:` a labctl
+    fault on the session's lab for the block (labctl/pytest_plugin/faults.py)."""
+    from labctl.pytest_plugin.faults import injected_fault
+
+    def inject(endpoint: str, action: str, **match: Any) -> Any:
+        return injected_fault(rdma_lab.handle, endpoint, action, **match)
+
+    return inject

@@ -14,6 +14,8 @@ from labctl.capture.record import CaptureRecord
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
 from labctl.providers.node import rdma_device_name
+from labctl.rdmafault import counters
+from labctl.rdmafault.counters import Counters
 from labctl.runners.diagnose import snapshot
 from labctl.runners.pairs import ip_path, no_path_reason, pair_interfaces
 from labctl.runners.server import ServerProcess
@@ -68,6 +70,9 @@ class RunResult:
     # The IP path between the nodes: the routers the client's packets pass to reach the
     # server (hops: how many) and, on RoCE, the GIDs of both ends; None when there is none.
     path: RunPath | None = None
+    # How each node's device (and TCP) counters changed over the run (rdmafault/counters.py):
+    # node -> "rxe0/1" or "tcp" -> counter -> change; None for a node not read.
+    counters: dict[str, Counters | None] | None = None
 
     @property
     def label(self) -> str:
@@ -235,6 +240,8 @@ def run_example(
     timeout = float(options.get("timeout") or spec.timeout)
     result.server_argv = spec.server_argv(ctx)
     result.client_argv = spec.client_argv(ctx)
+    nodes = [server_node, client_node]
+    before = counters.read_all(handle, nodes)
     started = time.monotonic()
     for attempt in range(1, MAX_ATTEMPTS + 1):
         result.attempts = attempt
@@ -244,6 +251,8 @@ def run_example(
             break
         result.retried.append(f"attempt {attempt}: {result.reason} ({why})")
     result.seconds = round(time.monotonic() - started, 2)
+    after = counters.read_all(handle, nodes)
+    result.counters = {n: counters.delta(before[n], after[n]) for n in nodes}
     return result
 
 

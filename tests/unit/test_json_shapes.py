@@ -598,3 +598,25 @@ def test_capture_json_goes_with_decode_only(args: tuple[str, ...],
                                             capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = _main(monkeypatch, capsys, *args)
     assert (code, out) == (2, "") and "--json" in err
+
+
+# --- fault list, counters, a run's counter change ----------------------------------------
+def test_fault_list_and_counters_records() -> None:
+    """Real `labctl fault list --json` and `labctl counters node1 --json` (lab h6-flt)."""
+    faults = parsed("fault-list", (OUTPUTS / "fault-list.json").read_text())
+    (fault,) = faults.faults
+    assert (fault.spec.action, fault.spec.count, fault.hit) == ("drop", 1, 1)
+    record = parsed("counters", (OUTPUTS / "counters-rxe.json").read_text())
+    assert "rcvd_seq_err" in record.counters["rxe0/1"]
+    assert "RetransSegs" in record.counters["tcp"]
+
+
+def test_run_record_has_each_nodes_counter_change(capsys: pytest.CaptureFixture[str]) -> None:
+    """A real `labctl run pingpong --json` with the first SEND of node2 dropped."""
+    run = RunResult(**json.loads(
+        (OUTPUTS / "run-pingpong-fault-dropped-send.json").read_text()))
+    print_results([run], as_json=True)
+    record = parsed("run", capsys.readouterr().out)
+    assert record.counters is not None
+    node1 = record.counters["node1"]
+    assert node1 is not None and node1["rxe0/1"]["out_of_seq_request"] >= 1

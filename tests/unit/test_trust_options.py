@@ -246,7 +246,7 @@ NUMERIC_OPTIONS = numeric_options()
 # The arguments a command needs before its options are looked at.
 REQUIRED_ARGS = {"up": ["two-node"], "validate": ["two-node"], "cp": ["a", "b"],
                  "asyncwatch": ["node1"], "run perftest": ["ib_send_bw"],
-                 "link set": ["node1:eth1"]}
+                 "link set": ["node1:eth1"], "fault add": ["node1:eth1", "drop"]}
 ZERO_ALLOWED = {("capture", "--count")}  # 0: no limit, as its help says
 BAD_NUMBERS = ["nan", "inf", "-inf", "1e308", "-1", "0", str(10**30)]
 

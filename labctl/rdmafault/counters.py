@@ -1,0 +1,113 @@
+"""A node's RDMA device counters (`rdma statistic show`: rxe's hw_counters such as
+rcvd_seq_err, completer_retry_err, retry_exceeded_err, rcvd_rnr_err) and its kernel's TCP
+counters (RetransSegs...: what siw's recovery shows), read in the node as untrusted
+replies; and the change of both over a run."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from typing_extensions import TypedDict  # pydantic reads only this TypedDict on 3.11
+
+from labctl import bounded
+from labctl.errors import LabctlError
+from labctl.lab.handle import LabHandle
+
+NODE_SECONDS = 60.0
+TCP_COUNTERS = ("ActiveOpens", "InSegs", "OutSegs", "RetransSegs", "InErrs", "OutRsts")
+_SEPARATOR = "--labctl-counters--"
+# siw has no counters: rdma prints [] and exits 1 ("Invalid argument").
+_COMMAND = ["sh", "-c", "out=$(rdma -j statistic show 2>/dev/null) || true; "
+            f"echo \"${{out:-[]}}\"; echo {_SEPARATOR}; grep '^Tcp:' /proc/net/snmp"]
+_MAX_NAME = 64
+
+Counters = dict[str, dict[str, int]]  # "rxe0/1" or "tcp" -> counter -> value
+
+
+class CountersRecord(TypedDict):
+    """`labctl counters NODE --json`."""
+
+    lab: str
+    node: str
+    counters: Counters
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+        return None
+    return value
+
+
+def parse_rdma(reply: Any) -> Counters:
+    """`rdma -j statistic show`: one record per device port, counters as numbers."""
+    found: Counters = {}
+    if not isinstance(reply, list):
+        return found
+    for port in reply:
+        if not isinstance(port, dict):
+            continue
+        name, number = port.get("ifname"), port.get("port")
+        if not isinstance(name, str) or _count(number) is None or len(name) > _MAX_NAME:
+            continue
+        found[f"{name}/{number}"] = {
+            key[:_MAX_NAME]: value for key, raw in port.items()
+            if key not in ("ifname", "port") and (value := _count(raw)) is not None}
+    return found
+
+
+def parse_snmp_tcp(lines: list[str]) -> dict[str, int]:
+    """The Tcp: header and value lines of /proc/net/snmp, the counters of TCP_COUNTERS."""
+    if len(lines) != 2:
+        return {}
+    names, values = lines[0].split()[1:], lines[1].split()[1:]
+    table = dict(zip(names, values, strict=False))
+    return {k: int(table[k]) for k in TCP_COUNTERS
+            if k in table and table[k].isdigit() and len(table[k]) < 20}
+
+
+def read_counters(handle: LabHandle, node: str) -> Counters:
+    """The node's counters, or LabctlError when it cannot be asked."""
+    result = handle.run(node, _COMMAND, timeout=NODE_SECONDS)
+    if result.returncode != 0:
+        why = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+        raise LabctlError(f"cannot read the counters of {node}: {why[:200]}")
+    rdma_text, _, rest = result.stdout.partition(_SEPARATOR)
+    try:
+        rdma = bounded.loads(rdma_text, limit=bounded.NODE_REPLY_BYTES)
+    except ValueError as exc:
+        raise LabctlError(f"{node} sent unreadable counters ({str(exc)[:200]})") from None
+    counters = parse_rdma(rdma)
+    tcp = parse_snmp_tcp([line for line in rest.splitlines() if line.startswith("Tcp:")])
+    if tcp:
+        counters["tcp"] = tcp
+    return counters
+
+
+def read_all(handle: LabHandle, nodes: list[str]) -> dict[str, Counters | None]:
+    """Each node's counters at once; None for a node that could not be read."""
+
+    def one(node: str) -> Counters | None:
+        try:
+            return read_counters(handle, node)
+        except LabctlError:
+            return None
+
+    with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+        return dict(zip(nodes, pool.map(one, nodes), strict=True))
+
+
+def delta(before: Counters | None, after: Counters | None) -> Counters | None:
+    """after - before for each counter in both (those that changed, plus zeros for the
+    rest, so a reader sees which were read); None when either side is unknown."""
+    if before is None or after is None:
+        return None
+    return {group: {key: value - before[group][key] for key, value in values.items()
+                    if key in before[group]}
+            for group, values in after.items() if group in before}
+
+
+def changed(counters: Counters) -> Counters:
+    """Only the counters that are not zero (what a change table shows)."""
+    return {group: {k: v for k, v in values.items() if v}
+            for group, values in counters.items() if any(values.values())}

@@ -1,0 +1,180 @@
+"""Live faults (labctl fault, docs/faults.md): a lost SEND, a corrupted SEND, every ACK lost
+with a small retry count, and lost TCP segments under siw, each judged by the counters, the
+completion status and the capture, not by exit codes alone; and the refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from labctl.lab.handle import LabHandle
+from labctl.lab.labdir import LabDir
+from labctl.pytest_plugin.faults import injected_fault
+from tests.integration.conftest import REPO, labctl
+
+pytestmark = pytest.mark.integration
+FAULT_LAB = os.environ.get("LABCTL_TEST_FAULT_LAB", "itest-fault")
+FAULT_SIW_LAB = os.environ.get("LABCTL_TEST_FAULT_SIW_LAB", "itest-fault-siw")
+
+
+def _module_lab(name: str, topology: str, tmp: Path) -> Iterator[LabHandle]:
+    data = yaml.safe_load((REPO / f"labctl/data/topologies/{topology}.yaml").read_text())
+    data["name"] = name
+    path = tmp / f"{topology}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    labctl("down", "--lab", name)
+    labctl("up", str(path), check=True)
+    yield LabHandle(LabDir(name))
+    labctl("down", "--lab", name)
+
+
+@pytest.fixture(scope="module")
+def rxe_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHandle]:
+    yield from _module_lab(FAULT_LAB, "two-node", tmp_path_factory.mktemp("fault"))
+
+
+@pytest.fixture
+def lab(rxe_lab: LabHandle) -> Iterator[LabHandle]:
+    """The rxe lab with no fault before and after the test."""
+    yield rxe_lab
+    labctl("fault", "clear", "--lab", FAULT_LAB, check=True)
+
+
+def fault(lab_name: str, *args: str) -> dict[str, Any]:
+    result = labctl("fault", "add", *args, "--lab", lab_name, "--json", check=True)
+    record: dict[str, Any] = json.loads(result.stdout)
+    return record
+
+
+def listed(lab_name: str) -> list[dict[str, Any]]:
+    out = labctl("fault", "list", "--lab", lab_name, "--json", check=True).stdout
+    faults: list[dict[str, Any]] = json.loads(out)["faults"]
+    return faults
+
+
+def run(lab_name: str, example: str, *args: str) -> dict[str, Any]:
+    out = labctl("run", example, *args, "--lab", lab_name, "--json", timeout=600).stdout
+    record: dict[str, Any] = json.loads(out)
+    return record
+
+
+def root_qdisc(handle: LabHandle, node: str) -> str:
+    return handle.run(node, ["tc", "qdisc", "show", "dev", "eth1", "root"], timeout=60).stdout
+
+
+def test_bad_input_is_refused_and_nothing_is_installed(lab: LabHandle) -> None:
+    for args, words in ((["node2:eth1", "drop", "--opcode", "bogus"], "unknown opcode"),
+                        (["node2:eth1", "drop", "--psn", "0x1000000"], "bad PSN"),
+                        (["node2:eth9", "drop"], "no data interface"),
+                        (["node7:eth1", "drop"], "no node")):
+        result = labctl("fault", "add", *args, "--lab", FAULT_LAB)
+        assert result.returncode == 2, result
+        assert words in result.stderr and "hint:" in result.stderr, result.stderr
+    gone = labctl("fault", "add", "node2:eth1", "drop", "--lab", "nosuchlab")
+    assert gone.returncode == 2 and "no lab named" in gone.stderr
+    assert listed(FAULT_LAB) == []
+    assert "prio" not in root_qdisc(lab, "node2")
+
+
+def test_one_lost_send_is_nakked_and_retransmitted(lab: LabHandle, tmp_path: Path) -> None:
+    added = fault(FAULT_LAB, "node2:eth1", "drop", "--opcode", "send", "--nth", "1")
+    assert added["description"] == "drop send count=1"
+    record = run(FAULT_LAB, "pingpong", "-n", "5", "--capture", "--capture-dir", str(tmp_path))
+    assert record["status"] == "passed", record["reason"]
+    (only,) = listed(FAULT_LAB)
+    assert only["hit"] == 1 and only["matched"] > 1
+    receiver, sender = record["counters"]["node1"]["rxe0/1"], record["counters"]["node2"]["rxe0/1"]
+    assert receiver["out_of_seq_request"] >= 1  # the SENDs after the lost one
+    assert sender["completer_retry_err"] >= 1  # the NAK made node2 send again
+    # the capture (on node1's link): the lost PSN is missing, a NAK names it, then it comes
+    decoded = labctl("capture", "--decode", record["capture"]["pcap"], "--json", check=True)
+    frames = [json.loads(line) for line in decoded.stdout.splitlines()]
+    sends = [f for f in frames if f["src"] == "10.77.1.2" and f["ops"]
+             and "_SEND_" in f["ops"][0]]
+    first_psn = min(f["psn"] for f in sends)
+    assert sends[0]["psn"] != first_psn  # the first one on the wire is not the first PSN
+    naks = [f for f in frames if f["detail"].get("AETH", {}).get("nak") == "PSN sequence error"]
+    assert naks and naks[0]["psn"] == first_psn
+    assert any(f["psn"] == first_psn and f["index"] > naks[0]["index"] for f in sends)
+
+
+def test_a_corrupted_send_fails_the_icrc_and_is_sent_again(lab: LabHandle) -> None:
+    fault(FAULT_LAB, "node2:eth1", "corrupt", "--opcode", "send", "--nth", "1")
+    record = run(FAULT_LAB, "pingpong", "-n", "5")
+    assert record["status"] == "passed", record["reason"]
+    assert listed(FAULT_LAB)[0]["hit"] == 1
+    # rxe has no ICRC counter: the packet is gone at the receiver, the next is out of order
+    assert record["counters"]["node1"]["rxe0/1"]["out_of_seq_request"] >= 1
+
+
+def test_a_duplicated_send_is_seen_as_a_duplicate_request(lab: LabHandle) -> None:
+    fault(FAULT_LAB, "node2:eth1", "duplicate", "--opcode", "send", "--nth", "1")
+    record = run(FAULT_LAB, "pingpong", "-n", "5")
+    assert record["status"] == "passed", record["reason"]
+    assert listed(FAULT_LAB)[0]["hit"] == 1
+    assert record["counters"]["node1"]["rxe0/1"]["duplicate_request"] >= 1
+
+
+def test_every_ack_lost_ends_in_retry_exceeded(lab: LabHandle) -> None:
+    fault(FAULT_LAB, "node1:eth1", "drop", "--opcode", "ack")
+    before = json.loads(labctl("counters", "node2", "--lab", FAULT_LAB, "--json",
+                               check=True).stdout)["counters"]["rxe0/1"]
+    pingpong = ["timeout", "90", "env", "PYTHONPATH=/opt/labctl", "python3", "-m",
+                "labctl.nodeside.pingpong", "-d", "rxe0", "-g", "1", "-n", "5",
+                "--retry-cnt", "1", "--ack-timeout", "14",
+                "-p", "18600"]  # not run pingpong's port: this server may outlive the test
+    server = lab.popen("node1", pingpong, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        client = None
+        for _ in range(10):  # until the server listens
+            client = lab.run("node2", [*pingpong, "10.77.1.1"], timeout=180)
+            if "Couldn't connect" not in client.stderr:  # the server is not listening yet
+                break
+            time.sleep(2)
+        assert client is not None and client.returncode != 0, client
+        assert "transport retry counter exceeded (12)" in client.stderr, client.stderr
+    finally:
+        server.kill()  # the ssh client; in node1 the server's own timeout ends it
+        server.wait()
+    after = json.loads(labctl("counters", "node2", "--lab", FAULT_LAB, "--json",
+                              check=True).stdout)["counters"]["rxe0/1"]
+    assert after["retry_exceeded_err"] - before["retry_exceeded_err"] == 1
+    assert listed(FAULT_LAB)[0]["hit"] >= 2  # the first send and its one retry
+
+
+def test_the_plugin_context_manager_takes_its_fault_off(lab: LabHandle) -> None:
+    with injected_fault(lab, "node2:eth1", "drop", opcodes=["send"], nth=1) as injected:
+        record = run(FAULT_LAB, "pingpong", "-n", "5")
+        assert record["status"] == "passed", record["reason"]
+        hits = injected.hits()
+        assert hits is not None and hits[1] == 1
+        changes = injected.counter_changes()["node1"]
+        assert changes is not None and changes["rxe0/1"]["out_of_seq_request"] >= 1
+    assert listed(FAULT_LAB) == []
+    assert "prio" not in root_qdisc(lab, "node2")  # the link as before
+
+
+@pytest.fixture(scope="module")
+def siw_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHandle]:
+    yield from _module_lab(FAULT_SIW_LAB, "siw-pair", tmp_path_factory.mktemp("fault-siw"))
+
+
+def test_siw_lost_segments_are_tcp_retransmits(siw_lab: LabHandle) -> None:
+    fault(FAULT_SIW_LAB, "node2:eth1", "drop", "--tcp", "--skip", "5", "--count", "3")
+    try:
+        record = run(FAULT_SIW_LAB, "rping")
+        assert record["status"] == "passed", record["reason"]
+        assert listed(FAULT_SIW_LAB)[0]["hit"] == 3
+        tcp = record["counters"]["node2"]["tcp"]
+        assert tcp["RetransSegs"] >= 1  # TCP recovers; the verbs user sees nothing
+        assert "rxe0/1" not in record["counters"]["node2"]  # siw has no device counters
+    finally:
+        labctl("fault", "clear", "--lab", FAULT_SIW_LAB, check=True)
