@@ -327,3 +327,47 @@ def test_a_fault_whose_node_does_not_answer_is_kept(tmp_path: Path,
     assert "labctl down" in str(info.value.hint)
     assert [(f.id, f.node) for f in apply.load_faults(handle)] == [(2, "node2")]  # type: ignore[arg-type]
     assert apply.fault_counts(handle, apply.load_faults(handle)) == {2: None}  # type: ignore[arg-type]
+
+
+# --- faults.json is data from the lab directory ---------------------------------------------
+def _recorded(handle: FakeHandle) -> dict[str, Any]:
+    _add(handle)
+    record: dict[str, Any] = json.loads((handle.labdir.path / apply.FAULTS_FILE).read_text())
+    return record
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda f: f.update(node="../../etc"), "a node the lab does not have"),
+    (lambda f: f.update(interface="eth1; reboot"), "an interface node2 does not have"),
+    (lambda f: f.update(band=99), "band"),
+    (lambda f: f.update(id=True), "id"),
+    (lambda f: f["spec"].update(delay="1ms; reboot"), "bad spec delay"),
+    (lambda f: f["spec"].update(opcodes=["0x11"]), "bad spec opcodes"),
+    (lambda f: f["spec"].update(count=-1), "bad spec count"),
+    (lambda f: f["spec"].update(psn=[5, 1]), "bad spec psn"),
+    (lambda f: f["spec"].update(extra=1), "does not have the fields"),
+    (lambda f: f["spec"].update(probability=float("nan")), "NaN"),
+    (lambda f: f["spec"].update(probability=2), "bad spec probability"),
+])
+def test_a_tampered_faults_file_is_refused(tmp_path: Path, change: Any, why: str) -> None:
+    handle = FakeHandle(tmp_path)
+    record = _recorded(handle)
+    change(record["faults"][0])
+    (handle.labdir.path / apply.FAULTS_FILE).write_text(json.dumps(record))
+    with pytest.raises(LabctlError) as info:
+        apply.load_faults(handle)  # type: ignore[arg-type]
+    assert why in info.value.message and "fault clear" in (info.value.hint or "")
+
+
+def test_a_faults_file_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
+    handle = FakeHandle(tmp_path)
+    (tmp_path / apply.FAULTS_FILE).symlink_to("/etc/passwd")
+    with pytest.raises(LabctlError) as info:
+        apply.load_faults(handle)  # type: ignore[arg-type]
+    assert "symlink" in info.value.message or "link" in info.value.message
+
+
+def test_a_recorded_fault_reads_back_as_it_was(tmp_path: Path) -> None:
+    handle = FakeHandle(tmp_path)
+    added = _add(handle)
+    assert apply.load_faults(handle) == [added]  # type: ignore[arg-type]
