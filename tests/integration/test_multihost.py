@@ -86,7 +86,7 @@ def test_status_shows_each_nodes_host(multihost_lab: dict[str, float]) -> None:
 
 
 def test_each_node_runs_on_its_own_engine(multihost_lab: dict[str, float]) -> None:
-    for vm, nodes in zip(VMS, (("node1", "node3"), ("node2",)), strict=True):
+    for vm, nodes in ((VMS[0], ("node1", "node3")), (VMS[1], ("node2",))):
         client = _client(vm)
         try:
             names = sorted(c.name for c in client.containers.list(
