@@ -24,7 +24,7 @@ def test_up_reports_every_node_ready(lab_up: UpResult) -> None:
     state = lab_up.labdir.load_state()
     assert state.phase == Phase.UP
     assert [n.port_state for n in state.nodes.values()] == ["ACTIVE", "ACTIVE"]
-    # everything the session's teardown must remove (conftest.live_lab checks it did)
+    # everything the session's teardown must remove (conftest.nothing_left checks it did)
     made = lab_leftovers(LAB_NAME)
     assert made["netns"] and len(made["qemu"]) == 2 and made["labdir"]
     # a master per node (beside them: up's detached helper starts, which may still run,

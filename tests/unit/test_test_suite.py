@@ -224,7 +224,8 @@ def unasserted_tests(paths: list[Path]) -> list[str]:
     found = []
     for path in paths:
         module = scan.module(path)
-        tests = [(name, func, None) for name, func in module.functions.items()]
+        tests: list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef, str | None]] = [
+            (name, func, None) for name, func in module.functions.items()]
         tests += [(f"{cls}.{name}", func, cls) for (cls, name), func in module.methods.items()
                   if cls.startswith("Test")]
         for name, func, cls in tests:
