@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import ARP
@@ -20,7 +20,7 @@ class Frame:
     time: float
     src: str
     dst: str
-    proto: str  # RoCEv2, CM, iWARP, TCP, UDP, ARP, other
+    proto: Literal["RoCEv2", "CM", "MAD", "iWARP", "TCP", "UDP", "ARP", "other"]
     ops: list[str] = field(default_factory=list)  # opcode names (an iWARP segment: several)
     psn: int | None = None
     dest_qp: int | None = None

@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
+from labctl.capture.record import CaptureRecord, TtlFlow
 from labctl.capture.target import VM, CaptureTarget
 from labctl.capture.worker import COUNT, READY
 from labctl.dockerhost import vmcapture
@@ -197,10 +198,10 @@ class RunCapture:
     ifname: str
     packets: int = 0
     counts: dict[str, int] = field(default_factory=dict)
-    ttl: list[dict[str, Any]] = field(default_factory=list)  # RoCE v2 packets by IP TTL
+    ttl: list[TtlFlow] = field(default_factory=list)  # RoCE v2 packets by IP TTL
     hops: int | None = None  # routers between the run's client and server, as measured
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> CaptureRecord:
         return {"pcap": str(self.path), "node": self.node, "interface": self.ifname,
                 "packets": self.packets, "opcodes": self.counts, "ttl": self.ttl,
                 "hops": self.hops}

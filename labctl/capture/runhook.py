@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -102,7 +102,7 @@ def captured_runner(enabled: bool, directory: Path | None, *,
 
 def capture_line(result: RunResult) -> str:
     """One line per captured run for the text output: the pcap and its commonest opcodes."""
-    record = result.capture or {}
+    record: Mapping[str, Any] = result.capture or {}
     opcodes = sorted(record.get("opcodes", {}).items(), key=lambda kv: (-kv[1], kv[0]))
     top = ", ".join(f"{name} {n}" for name, n in opcodes[:4])
     more = f", {len(opcodes) - 4} more" if len(opcodes) > 4 else ""

@@ -9,6 +9,7 @@ from typing import Any
 
 from labctl.capture.decode import Decoder, Frame
 from labctl.capture.pcapfile import read_packets
+from labctl.capture.record import TtlFlow
 
 
 def iter_frames(path: Path, first: int | None = None,
@@ -78,7 +79,7 @@ def opcode_counts(path: Path) -> dict[str, int]:
     return counts(iter_frames(path))
 
 
-def ttl_flows(path: Path) -> list[dict[str, Any]]:
+def ttl_flows(path: Path) -> list[TtlFlow]:
     """RoCE v2 packets (UDP 4791) by source, destination and IP TTL: the routers a packet
     passed lowered its TTL by one each (Linux sends with 64)."""
     from scapy.layers.inet import IP, UDP
@@ -90,11 +91,11 @@ def ttl_flows(path: Path) -> list[dict[str, Any]]:
         if IP in packet and UDP in packet and packet[UDP].dport == ROCE_V2_PORT:
             ip = packet[IP]
             seen[str(ip.src), str(ip.dst), int(ip.ttl)] += 1
-    return [{"src": src, "dst": dst, "ttl": ttl, "packets": n}
+    return [TtlFlow(src=src, dst=dst, ttl=ttl, packets=n)
             for (src, dst, ttl), n in sorted(seen.items())]
 
 
-def measured_hops(flows: list[dict[str, Any]], here: str, peer: str) -> int | None:
+def measured_hops(flows: list[TtlFlow], here: str, peer: str) -> int | None:
     """Routers between `peer` and `here`, as a capture at `here`'s link shows them: the TTL
     `here` sends with minus the TTL `peer`'s packets arrive with (both send with the same
     initial TTL, the kernel's default). None when either direction is missing."""

@@ -17,7 +17,7 @@ from labctl.cli.common import (
     path_option,
     run_value,
 )
-from labctl.cli.run import ClientOption, ServerOption, TimeoutOption, pick_nodes
+from labctl.cli.run import ClientOption, ServerOption, TimeoutOption
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab
 from labctl.runners.bench import (
@@ -32,6 +32,7 @@ from labctl.runners.bench import (
     size_label,
 )
 from labctl.runners.execute import RunResult, failure_details
+from labctl.runners.pairs import select_pairs
 from labctl.runners.spec import check_options
 
 DEFAULT_SIZES_TEXT = ",".join(size_label(size) for size in DEFAULT_SIZES)
@@ -126,7 +127,7 @@ def bench(
     if plot_file:
         require_matplotlib()
     handle = open_lab(lab)
-    server, client = pick_nodes(handle, server, client)
+    [(server, client)] = select_pairs(handle.lab, server=server, client=client)
 
     def progress(size: int, name: str, round_no: int, result: RunResult) -> None:
         if not as_json:

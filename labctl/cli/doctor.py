@@ -31,24 +31,38 @@ from ctypes.util import find_library
 from dataclasses import asdict, dataclass
 from glob import glob
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
 import typer
 from rich.table import Table
+from typing_extensions import TypedDict
 
 from labctl import bounded
 from labctl.cli.common import console
+from labctl.cli.shapes import ProviderVerdict
 from labctl.errors import LabctlError, short_repr
 
-OK, NO, WARN, SKIP = "ok", "no", "warn", "skipped"
+OK: Final = "ok"
+NO: Final = "no"
+WARN: Final = "warn"
+SKIP: Final = "skipped"
+Result = Literal["ok", "no", "warn", "skipped"]
 
 
 @dataclass
 class Check:
     name: str
-    result: str  # ok | no | warn | skipped
+    result: Result
     detail: str
-    todo: str = ""
+    todo: str = ""  # what to do about it; "" when nothing
+
+
+class DoctorOutput(TypedDict):
+    """`labctl doctor --json`: the checks, a verdict per provider, and whether any works."""
+
+    checks: list[Check]
+    providers: list[ProviderVerdict]
+    usable: bool  # some provider works or is available here; else doctor exits 1
 
 
 def kernel_config() -> dict[str, str]:
@@ -91,7 +105,7 @@ ASK_VAGRANT = "run `vagrant plugin list` to see why"
 class Unprobed(Exception):
     """The probe could not tell whether the package is there (the message says why)."""
 
-    def __init__(self, message: str, result: str = WARN, todo: str = "") -> None:
+    def __init__(self, message: str, result: Result = WARN, todo: str = "") -> None:
         super().__init__(message)
         self.result, self.todo = result, todo
 
@@ -486,7 +500,7 @@ def check_hosts() -> list[Check]:
     return checks
 
 
-def verdicts(checks: list[Check]) -> list[dict[str, Any]]:
+def verdicts(checks: list[Check]) -> list[ProviderVerdict]:
     """Per provider (and docker engine): works, available (starts on demand) or no."""
     by_name = {c.name: c for c in checks}
     root = os.geteuid() == 0
@@ -497,6 +511,7 @@ def verdicts(checks: list[Check]) -> list[dict[str, Any]]:
     local_ok = (by_name["Docker engine (local)"].result == OK
                 and by_name["per-netns rxe (host)"].result == OK)
     vm_probe = by_name.get("per-netns rxe (VM)")
+    vm: tuple[Literal["works", "available", "no"], str]
     if vm_probe is not None and vm_probe.result == OK:
         vm = ("works", "rxe works in the running Docker host VM")
     elif qemu_ok and vm_probe is None:
@@ -564,7 +579,7 @@ def doctor(
         raise typer.Exit(1)
 
 
-def _name(verdict: dict[str, Any]) -> str:
+def _name(verdict: ProviderVerdict) -> str:
     return verdict["provider"] + (f" (engine {verdict['engine']})" if verdict["engine"] else "")
 
 

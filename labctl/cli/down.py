@@ -11,6 +11,7 @@ import typer
 
 from labctl.cli import complete
 from labctl.cli.common import LabOption, console
+from labctl.cli.shapes import DownOutput
 from labctl.errors import UsageError
 from labctl.lab.labdir import lab_dir_names, running_labs
 from labctl.lab.lifecycle import destroy
@@ -59,8 +60,8 @@ def down(
                 hint="choose one with --lab NAME, or --all",
             )
     if as_json:
-        print(json.dumps({"labs": [{"lab": n, "removed": destroy(n)} for n in names]},
-                         indent=2))
+        output: DownOutput = {"labs": [{"lab": n, "removed": destroy(n)} for n in names]}
+        print(json.dumps(output, indent=2))
         return
     if not names:
         console.print("no lab is up; nothing to remove")

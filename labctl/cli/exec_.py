@@ -14,6 +14,7 @@ import typer
 
 from labctl.cli import complete
 from labctl.cli.common import LabOption, err_console
+from labctl.cli.shapes import ExecAllOutput
 from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import LabHandle, open_lab
 from labctl.topology.model import NODE_NAME_RE
@@ -36,12 +37,13 @@ def exec_everywhere(handle: LabHandle, command: list[str], as_json: bool = False
     with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
         results = dict(zip(nodes, pool.map(one, nodes), strict=True))
     if as_json:
-        print(json.dumps({
+        output: ExecAllOutput = {
             "lab": handle.lab.name, "command": command,
             "nodes": [{"node": node, "exit_code": r.returncode, "stdout": r.stdout,
                        "stderr": r.stderr} for node, r in results.items()],
             "failed": [node for node, r in results.items() if r.returncode != 0],
-        }, indent=2))
+        }
+        print(json.dumps(output, indent=2))
     else:
         for node, result in results.items():
             sys.stdout.write(labelled(node, result.stdout))

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from labctl.cli.common import HELP_SETTINGS, MirrorOption, console, err_console, progress_reporter
+from labctl.cli.shapes import ImageRecord
 from labctl.images.builder import CorruptImage, Image, build_image, image_dir
 from labctl.images.recipes import RECIPES, recipe
 from labctl.paths import cache_root
@@ -54,9 +55,9 @@ def box(
                   f"add it with: vagrant box add --name {made.name} {made.file}")
 
 
-# The keys of an image record in `image list --json` (labctl.cli.shapes.ImageRecord).
-IMAGE_KEYS = ("name", "key", "suite", "kernel_suite", "kernel", "rdma_core", "siw",
-              "rootfs_bytes", "build_seconds")
+# The keys of an image record in `image list --json` read from its manifest.json: the
+# record's keys but the two labctl adds.
+IMAGE_KEYS = tuple(k for k in ImageRecord.__annotations__ if k not in ("added_packages", "path"))
 
 
 def added_packages(image: Image) -> list[str] | None:

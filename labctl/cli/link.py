@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import typer
 from rich.table import Table
@@ -13,8 +14,12 @@ from rich.text import Text
 
 from labctl.cli import complete
 from labctl.cli.common import HELP_SETTINGS, LabOption, console
+from labctl.cli.shapes import LinkSetOutput
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle, open_lab
+
+if TYPE_CHECKING:
+    from labctl.lab.links import LinkShowOutput
 
 link_app = typer.Typer(help="Change the state of a node's data link.", no_args_is_help=True,
                        context_settings=HELP_SETTINGS)
@@ -81,8 +86,8 @@ def set_link(
         raise UsageError("nothing to do", hint="give up|down, --loss, --delay or --clear")
     handle = open_lab(lab)
     node, ifname = parse_endpoint(handle, endpoint)
-    done: dict[str, Any] = {"lab": handle.lab.name, "node": node, "interface": ifname,
-                            "state": state, "netem": None}
+    done: LinkSetOutput = {"lab": handle.lab.name, "node": node, "interface": ifname,
+                           "state": cast(Literal["up", "down"] | None, state), "netem": None}
 
     def say(text: str) -> None:  # with --json, stdout is the one JSON document
         if not as_json:
@@ -106,7 +111,7 @@ def set_link(
         print(json.dumps(done, indent=2))
 
 
-def _netem_words(netem: dict[str, Any] | None) -> str:
+def _netem_words(netem: Mapping[str, Any] | None) -> str:
     """"delay 10ms loss 5%" as `link set` writes it ("-" for no netem)."""
     if netem is None:
         return "-"
@@ -117,7 +122,7 @@ def _netem_words(netem: dict[str, Any] | None) -> str:
     return " ".join(parts) or "netem (no delay, loss or rate)"
 
 
-def _links_table(record: dict[str, Any]) -> Table:
+def _links_table(record: LinkShowOutput) -> Table:
     table = Table(title=f"links of lab {record['lab']} ({record['provider']})")
     for column in ("link", "end", "node side", "host side", "netem (node's egress)"):
         table.add_column(column)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +24,27 @@ from labctl.cli.common import (
     run_value,
     seconds,
 )
-from labctl.errors import UsageError, short_repr
+from labctl.cli.shapes import ExampleRow
+from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle, open_lab
 from labctl.runners.custom import custom_spec
-from labctl.runners.examples import (
-    ATOMIC_PERFTESTS,
-    EXAMPLES,
-    IMPLS,
-    MCKEY_GROUP,
-    PERFTESTS,
-    TEACHES,
-    pingpong_variant,
-)
+from labctl.runners.examples import EXAMPLES, TEACHES
 from labctl.runners.execute import RunResult, failure_details
 from labctl.runners.matrix import run_matrix
-from labctl.runners.pairs import resolve_pairs
-from labctl.runners.schedule import MAX_JOBS, pair_group, run_pairs
+from labctl.runners.options import (
+    ALL_COMMAND,
+    CLIENT,
+    CUSTOM_COMMAND,
+    JOBS,
+    PAIRS,
+    RUN_COMMANDS,
+    SERVER,
+    TIMEOUT,
+    RunCommand,
+    RunOption,
+)
+from labctl.runners.pairs import check_selection, select_pairs
+from labctl.runners.schedule import pair_group, run_pairs
 from labctl.runners.spec import ExampleSpec, check_options
 
 run_app = typer.Typer(help="Run rdma-core example programs across the lab's nodes.",
@@ -58,76 +65,59 @@ def run_group(
         print(ctx.get_help())
         raise typer.Exit(2)
 
-ALL_PERFTESTS = (*PERFTESTS, *ATOMIC_PERFTESTS)
-TRANSPORTS = ("rc", "uc", "ud", "srq")  # --transport's choices (checked in pingpong)
-ServerOption = typer.Option(None, "--server", help="Server node (default: the first node "
-                            "with an RDMA device).",
-                            metavar="NODE", autocompletion=complete.node_names)
-ClientOption = typer.Option(None, "--client", help="Client node (default: the next node "
-                            "with an RDMA device).",
-                            metavar="NODE", autocompletion=complete.node_names)
+
+def typer_parameter(option: RunOption) -> Any:
+    """The typer Option (or Argument) of a run option as the table declares it; whole
+    numbers are checked as they are parsed (exit 2 before the lab is opened)."""
+    metavar = option.metavar or (complete.choice_metavar(*option.choices)
+                                 if option.choices else None)
+    completion = (complete.node_names if option.completes_nodes
+                  else complete.choices(*option.choices) if option.choices else None)
+    if not option.flags:
+        return typer.Argument(option.default, help=option.help, metavar=metavar,
+                              autocompletion=completion)
+    callback: Any = None
+    if option.value_type is float:
+        callback = seconds(option.name)
+    elif option.value_type is int and option.is_run_option:
+        callback = run_value(option.name)
+    elif option.bounds is not None:
+        callback = int_range(option.flags[0], *option.bounds)
+    return typer.Option(option.default, *option.flags, help=option.help, metavar=metavar,
+                        autocompletion=completion, callback=callback)
+
+
+ServerOption = typer_parameter(SERVER)
+ClientOption = typer_parameter(CLIENT)
 JsonOption = typer.Option(False, "--json", help="Print the result record(s) as JSON.")
-TimeoutOption = typer.Option(None, "--timeout",
-                             metavar="SECONDS", help="Seconds before a run counts as failed.",
-                             callback=seconds("timeout"))
+TimeoutOption = typer_parameter(TIMEOUT)
+# What every run command takes after its own options, in --help's order.
+_TAIL: tuple[tuple[str, type, Any], ...] = (
+    ("timeout", float, TimeoutOption), ("as_json", bool, JsonOption),
+    ("capture", bool, CaptureOption), ("capture_dir", Path, CaptureDirOption),
+    ("pairs", str, typer_parameter(PAIRS)), ("jobs", int, typer_parameter(JOBS)),
+    ("lab", str, LabOption),
+)
+Action = Callable[[RunCommand, dict[str, Any]], None]
 
 
-def pick_nodes(handle: LabHandle, server: str | None, client: str | None) -> tuple[str, str]:
-    """The server and client nodes: as given (checked), or the first two with RDMA."""
-    rdma_nodes = [n.name for n in handle.lab.nodes if n.rdma != "none"]
-    names = [n.name for n in handle.lab.nodes]
-    for flag, value in (("--server", server), ("--client", client)):
-        if value is None:
-            continue
-        if value not in names:
-            raise UsageError(f"{flag}: lab {handle.lab.name} has no node {short_repr(value)}",
-                             hint=f"nodes: {', '.join(names)}")
-        if value not in rdma_nodes:
-            raise UsageError(f"{flag}: node {value} has no RDMA device (rdma: none)",
-                             hint="nodes with RDMA devices: "
-                             + (", ".join(rdma_nodes) or "none"))
-    server = server or (rdma_nodes[0] if rdma_nodes else None)
-    client = client or next((n for n in rdma_nodes if n != server), None)
-    if not server or not client:
-        raise UsageError("this example needs two nodes with RDMA devices",
-                         hint="add nodes with rdma: rxe, or pick them with --server/--client")
-    if server == client:
-        raise UsageError("--server and --client must be different nodes")
-    return server, client
+def add_command(app: typer.Typer, command: RunCommand, action: Action) -> None:
+    """`labctl run NAME` (in `app`) made from its table entry: its options, then
+    --server/--client and what every run command takes; `action` gets the command and the
+    values by name."""
+    own = [o for o in command.options if o.leading]
+    own += [command.server, command.client, *(o for o in command.options if not o.leading)]
+    params = [(o.name, o.value_type, typer_parameter(o)) for o in own] + list(_TAIL)
 
+    def run_command(**values: Any) -> None:
+        action(command, values)
 
-PairsOption = typer.Option("first", "--pairs", metavar="first|adjacent|all|A:B,C:D",
-                           autocompletion=complete.choices("first", "adjacent", "all"),
-                           help="Node pairs: first (the two nodes picked as without "
-                           "--pairs), adjacent (every pair sharing a segment), all (every "
-                           "pair; those without an IP path are skipped) or A:B,C:D "
-                           "(server:client).")
-JobsOption = typer.Option(1, "--jobs", "-j",
-                          metavar="COUNT", callback=int_range("--jobs", 1, MAX_JOBS),
-                          help="With --pairs: runs at once at most "
-                          "(runs that share a node never overlap).")
-
-
-def check_pair_flags(pairs: str, jobs: int, server: str | None, client: str | None) -> None:
-    """--pairs and --jobs against --server/--client: before the lab is opened."""
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= MAX_JOBS:
-        raise UsageError(f"--jobs must be a whole number from 1 to {MAX_JOBS} (got "
-                         f"{short_repr(jobs)})", hint="e.g. --jobs 2")
-    if pairs != "first" and (server or client):
-        raise UsageError("--server/--client choose the first pair only",
-                         hint="name the pairs in --pairs instead, e.g. --pairs node1:node2")
-
-
-def choose_pairs(handle: LabHandle, pairs: str, server: str | None,
-                 client: str | None) -> list[tuple[str, str]]:
-    if pairs == "first":
-        return [pick_nodes(handle, server, client)]
-    chosen = resolve_pairs(handle.lab, pairs)
-    if not chosen:
-        raise UsageError(f"--pairs {pairs}: lab {handle.lab.name} has no such pair",
-                         hint="adjacent needs two RDMA nodes on one segment; all, two "
-                         "nodes with RDMA devices")
-    return chosen
+    run_command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
+                           annotation=annotation) for name, annotation, default in params],
+        return_annotation=None)
+    run_command.__doc__ = command.doc
+    app.command(command.name)(run_command)
 
 
 def key_figure_text(result: RunResult) -> str:
@@ -222,21 +212,35 @@ def print_results(results: list[RunResult], as_json: bool, *, summary: bool = Fa
         raise typer.Exit(1)
 
 
-def _run_one(name: str, variant: str, lab: str | None, server: str | None,
-             client: str | None, options: dict[str, Any], as_json: bool,
-             capture: bool = False, capture_dir: Path | None = None, *,
-             pairs: str = "first", jobs: int = 1) -> None:
-    options = check_options(options)  # bad values exit 2 before the lab is even opened
-    check_pair_flags(pairs, jobs, server, client)
-    _run_spec(open_lab(lab), EXAMPLES[(name, variant)], server, client, options, as_json,
-              capture, capture_dir, pairs=pairs, jobs=jobs)
+def _run_example(command: RunCommand, values: dict[str, Any]) -> None:
+    """An example's command: its catalogue entry, between the chosen pair(s)."""
+    assert command.variant is not None  # every entry of RUN_COMMANDS has one
+    spec = EXAMPLES[(command.name, command.variant(values))]
+    options = check_options(command.run_options(values))  # bad values: exit 2 before the lab
+    _run_spec(spec, options, values)
 
 
-def _run_spec(handle: LabHandle, spec: ExampleSpec, server: str | None, client: str | None,
-              options: dict[str, Any], as_json: bool, capture: bool,
-              capture_dir: Path | None, *, pairs: str, jobs: int) -> None:
+def _run_custom(command: RunCommand, values: dict[str, Any]) -> None:
+    """Your own server and client commands, run as an example is."""
+    options = check_options(command.run_options(values))
+    spec = custom_spec(values["server_cmd"], values["client_cmd"], ready=values["ready"],
+                       ready_port=values["ready_port"])
+    _run_spec(spec, options, values)
+
+
+def _lab_and_pairs(values: dict[str, Any]) -> tuple[LabHandle, list[tuple[str, str]]]:
+    """The lab and the pairs the user chose; what is wrong without the lab, before it opens."""
+    selection = values["pairs"], values["server"], values["client"]
+    check_selection(*selection, values["jobs"])
+    handle = open_lab(values["lab"])
+    return handle, select_pairs(handle.lab, *selection)
+
+
+def _run_spec(spec: ExampleSpec, options: dict[str, Any], values: dict[str, Any]) -> None:
     """Run `spec` between the chosen pair, or each of several pairs (--pairs)."""
-    chosen = choose_pairs(handle, pairs, server, client)
+    handle, chosen = _lab_and_pairs(values)
+    pairs, jobs, as_json = values["pairs"], values["jobs"], values["as_json"]
+    capture, capture_dir = values["capture"], values["capture_dir"]
     if pairs != "first":
         _run_pairs(handle, spec, chosen, options, as_json, capture, capture_dir, jobs)
         return
@@ -282,342 +286,14 @@ def _run_pairs(handle: LabHandle, spec: ExampleSpec, chosen: list[tuple[str, str
     print_results(results, as_json, as_list=True)  # exits 1 on a failure
 
 
-ImplOption = typer.Option("c", "--impl", metavar=complete.choice_metavar(*IMPLS),
-                          autocompletion=complete.choices(*IMPLS),
-                          help="Server implementation (and the client's unless "
-                          "--client-impl): c (ibv_rc_pingpong) or python "
-                          "(labctl.nodeside.pingpong on pyverbs). RC only.")
-ClientImplOption = typer.Option(None, "--client-impl", metavar=complete.choice_metavar(*IMPLS),
-                                autocompletion=complete.choices(*IMPLS),
-                                help="Client implementation: c or python (default: as "
-                                "--impl).")
+for _command in RUN_COMMANDS:
+    add_command(run_app, _command, _run_example)
+add_command(run_app, CUSTOM_COMMAND, _run_custom)
 
 
-@run_app.command()
-def pingpong(
-    transport: str = typer.Option("rc", "--transport", "-t", help="rc, uc, ud or srq.",
-                                  metavar=complete.choice_metavar(*TRANSPORTS),
-                                  autocompletion=complete.choices(*TRANSPORTS)),
-    impl: str = ImplOption,
-    client_impl: str = ClientImplOption,
-    server: str = ServerOption,
-    client: str = ClientOption,
-    size: int = typer.Option(None, "--size", "-s", metavar="BYTES", callback=run_value("size"),
-                             help="Message size in bytes."),
-    iters: int = typer.Option(None, "--iters", "-n", metavar="COUNT", callback=run_value("iters"),
-                              help="Number of exchanges."),
-    mtu: int = typer.Option(None, "--mtu", "-m", metavar="BYTES", callback=run_value("mtu"),
-                            help="Path MTU (256..4096)."),
-    rx_depth: int = typer.Option(None, "--rx-depth",
-                                 metavar="COUNT", callback=run_value("rx_depth"),
-                                 help="Receives posted at a time."),
-    port: int = typer.Option(None, "--port", "-p", metavar="PORT", callback=run_value("port"),
-                             help="TCP port of the exchange (18515)."),
-    timeout: float = TimeoutOption,
-    as_json: bool = JsonOption,
-    capture: bool = CaptureOption,
-    capture_dir: Path = CaptureDirOption,
-    pairs: str = PairsOption,
-    jobs: int = JobsOption,
-    lab: str = LabOption,
-) -> None:
-    """ibv_{rc,uc,ud,srq}_pingpong between two nodes (GID index chosen automatically);
-    with --impl python, labctl's Python RC pingpong, alone or against the C one."""
-    client_impl = client_impl or impl
-    for value in (impl, client_impl):
-        if value not in IMPLS:
-            raise UsageError(f"unknown implementation {value!r}", hint="use c or python")
-    variant = transport
-    if (impl, client_impl) != ("c", "c"):
-        if transport != "rc":
-            raise UsageError("the Python pingpong speaks RC only", hint="use --transport rc")
-        variant = pingpong_variant(impl, client_impl)
-    if ("pingpong", variant) not in EXAMPLES:
-        raise UsageError(f"unknown transport {transport!r}", hint="use rc, uc, ud or srq")
-    options = {"size": size, "iters": iters, "mtu": mtu, "rx_depth": rx_depth, "port": port,
-               "timeout": timeout}
-    _run_one("pingpong", variant, lab, server, client, options, as_json, capture,
-             capture_dir, pairs=pairs, jobs=jobs)
-
-
-@run_app.command()
-def rping(
-    server: str = ServerOption,
-    client: str = ClientOption,
-    count: int = typer.Option(10, "--count", "-c", metavar="COUNT", callback=run_value("count"),
-                              help="Pings (rping -C)."),
-    size: int = typer.Option(None, "--size", "-s", metavar="BYTES", callback=run_value("size"),
-                             help="Ping data size (rping -S)."),
-    port: int = typer.Option(None, "--port", "-p", metavar="PORT", callback=run_value("port"),
-                             help="RDMA CM port (rping -p)."),
-    verbose: bool = typer.Option(True, "--verbose/--quiet", "-v/-q",
-                                 help="rping -v: print (and count) each ping."),
-    timeout: float = TimeoutOption,
-    as_json: bool = JsonOption,
-    capture: bool = CaptureOption,
-    capture_dir: Path = CaptureDirOption,
-    pairs: str = PairsOption,
-    jobs: int = JobsOption,
-    lab: str = LabOption,
-) -> None:
-    """rping (RDMA CM, RC, RDMA READ/WRITE) between two nodes; rxe and siw."""
-    options = {"count": count, "size": size, "port": port, "verbose": verbose,
-               "timeout": timeout}
-    _run_one("rping", "rc", lab, server, client, options, as_json, capture,
-             capture_dir, pairs=pairs, jobs=jobs)
-
-
-@run_app.command()
-def perftest(
-    test: str = typer.Argument(..., help=f"One of: {', '.join(ALL_PERFTESTS)}.",
-                               metavar="TEST", autocompletion=complete.choices(*ALL_PERFTESTS)),
-    server: str = ServerOption,
-    client: str = ClientOption,
-    iters: int = typer.Option(100, "--iters", "-n", metavar="COUNT", callback=run_value("iters"),
-                              help="Iterations (perftest -n)."),
-    size: int = typer.Option(None, "--size", "-s", metavar="BYTES", callback=run_value("size"),
-                             help="Message size (perftest -s)."),
-    rdma_cm: bool = typer.Option(False, "--rdma-cm", "-R",
-                                 help="Connect through RDMA CM (always on siw)."),
-    port: int = typer.Option(None, "--port", "-p", metavar="PORT", callback=run_value("port"),
-                             help="Exchange port (perftest -p)."),
-    timeout: float = TimeoutOption,
-    as_json: bool = JsonOption,
-    capture: bool = CaptureOption,
-    capture_dir: Path = CaptureDirOption,
-    pairs: str = PairsOption,
-    jobs: int = JobsOption,
-    lab: str = LabOption,
-) -> None:
-    """A perftest benchmark (-d and -x chosen automatically; -R on siw); the atomic tests
-    on rxe only (siw has no atomics)."""
-    if test not in ALL_PERFTESTS:
-        raise UsageError(f"unknown perftest {test!r}",
-                         hint=f"use one of {', '.join(ALL_PERFTESTS)}")
-    options = {"iters": iters, "size": size, "rdma_cm": rdma_cm, "port": port,
-               "timeout": timeout}
-    _run_one("perftest", test, lab, server, client, options, as_json, capture,
-             capture_dir, pairs=pairs, jobs=jobs)
-
-
-@run_app.command()
-def mckey(
-    server: str = typer.Option(None, "--server", help="Receiver node (default: the first).",
-                               metavar="NODE", autocompletion=complete.node_names),
-    client: str = typer.Option(None, "--client", help="Sender node (default: the second).",
-                               metavar="NODE", autocompletion=complete.node_names),
-    count: int = typer.Option(4, "--count", "-c", metavar="COUNT", callback=run_value("count"),
-                              help="Messages expected by the receiver."),
-    group: str = typer.Option(None, "--group", metavar="IP", help=f"Multicast address (default "
-                              f"{MCKEY_GROUP}; with --pairs, pair N uses 239.1.N.1)."),
-    wait: int = typer.Option(20, "--wait", metavar="SECONDS", callback=run_value("wait"),
-                             help="Seconds the receiver waits at most."),
-    one_qp: bool = typer.Option(False, "--one-qp", help="Send all messages from one QP "
-                                "(mckey -C N): on rxe only the first arrives."),
-    timeout: float = TimeoutOption,
-    as_json: bool = JsonOption,
-    capture: bool = CaptureOption,
-    capture_dir: Path = CaptureDirOption,
-    pairs: str = PairsOption,
-    jobs: int = JobsOption,
-    lab: str = LabOption,
-) -> None:
-    """mckey (RDMA CM multicast over UD) with a bounded wait; reports delivered/expected."""
-    options = {"count": count, "group": group, "wait": wait, "timeout": timeout}
-    _run_one("mckey", "ud-1qp" if one_qp else "ud", lab, server, client, options, as_json, capture,
-             capture_dir, pairs=pairs, jobs=jobs)
-
-
-PortOption = typer.Option(None, "--port", "-p", metavar="PORT", callback=run_value("port"),
-                          help="Port the server listens on.")
-
-
-@run_app.command("rdma-server")
-def rdma_server(
-    server: str = ServerOption,
-    client: str = ClientOption,
-    port: int = PortOption,
-    timeout: float = TimeoutOption,
-    as_json: bool = JsonOption,
-    capture: bool = CaptureOption,
-    capture_dir: Path = CaptureDirOption,
-    pairs: str = PairsOption,
-    jobs: int = JobsOption,
-    lab: str = LabOption,
-) -> None:
-    """librdmacm's rdma_server/rdma_client: connect, one send and receive; rxe and siw."""
-    _run_one("rdma-server", "rc", lab, server, client, {"port": port, "timeout": timeout},
-             as_json, capture, capture_dir, pairs=pairs, jobs=jobs)
-
-
-CountOption = typer.Option(10, "--count", "-c", metavar="COUNT", callback=run_value("count"),
-                           help="Messages each way (-C).")
-SizeOption = typer.Option(None, "--size", "-s", metavar="BYTES", callback=run_value("size"),
-                          help="Message size in bytes (-S).")
-
-
-@run_app.command()
-def udaddy(
-    server: str = ServerOption,
-    client: str = ClientOption,
-    count: int = CountOption,
-    size: int = SizeOption,
-    timeout: float = TimeoutOption,
-    as_json: bool = JsonOption,
-    capture: bool = CaptureOption,
-    capture_dir: Path = CaptureDirOption,
-    pairs: str = PairsOption,
-    jobs: int = JobsOption,
-    lab: str = LabOption,
-) -> None:
-    """udaddy: UD datagrams through RDMA CM (address resolution, no connection); rxe only."""
-    _run_one("udaddy", "ud", lab, server, client,
-             {"count": count, "size": size, "timeout": timeout}, as_json, capture, capture_dir,
-             pairs=pairs, jobs=jobs)
-
-
-@run_app.command()
-def ucmatose(
-    server: str = ServerOption,
-    client: str = ClientOption,
-    connections: int = typer.Option(4, "--connections",
-                                    metavar="COUNT", callback=run_value("connections"),
-                                    help="Connections (-c)."),
-    count: int = CountOption,
-    size: int = SizeOption,
-    port: int = PortOption,
-    timeout: float = TimeoutOption,
-    as_json: bool = JsonOption,
-    capture: bool = CaptureOption,
-    capture_dir: Path = CaptureDirOption,
-    pairs: str = PairsOption,
-    jobs: int = JobsOption,
-    lab: str = LabOption,
-) -> None:
-    """ucmatose: several RC connections through RDMA CM, sends both ways; rxe and siw."""
-    _run_one("ucmatose", "rc", lab, server, client,
-             {"connections": connections, "count": count, "size": size, "port": port,
-              "timeout": timeout}, as_json, capture, capture_dir, pairs=pairs, jobs=jobs)
-
-
-@run_app.command()
-def cmtime(
-    server: str = ServerOption,
-    client: str = ClientOption,
-    connections: int = typer.Option(10, "--connections",
-                                    metavar="COUNT", callback=run_value("connections"),
-                                    help="Connections (-c)."),
-    port: int = PortOption,
-    timeout: float = TimeoutOption,
-    as_json: bool = JsonOption,
-    capture: bool = CaptureOption,
-    capture_dir: Path = CaptureDirOption,
-    pairs: str = PairsOption,
-    jobs: int = JobsOption,
-    lab: str = LabOption,
-) -> None:
-    """cmtime: the time each step of RDMA CM connection setup takes; rxe only."""
-    _run_one("cmtime", "rc", lab, server, client,
-             {"connections": connections, "port": port, "timeout": timeout}, as_json,
-             capture, capture_dir, pairs=pairs, jobs=jobs)
-
-
-def _stream_command(name: str, doc: str) -> None:
-    """`labctl run rstream` and `labctl run riostream`: the same options, another program."""
-
-    def command(
-        server: str = ServerOption,
-        client: str = ClientOption,
-        count: int = typer.Option(100, "--count", "-c",
-                                  metavar="COUNT", callback=run_value("count"),
-                                  help="Transfers (-C)."),
-        size: int = typer.Option(4096, "--size", "-s", metavar="BYTES", callback=run_value("size"),
-                                 help="Transfer size in bytes (-S)."),
-        port: int = PortOption,
-        timeout: float = TimeoutOption,
-        as_json: bool = JsonOption,
-        capture: bool = CaptureOption,
-        capture_dir: Path = CaptureDirOption,
-        pairs: str = PairsOption,
-        jobs: int = JobsOption,
-        lab: str = LabOption,
-    ) -> None:
-        _run_one(name, "rsocket", lab, server, client,
-                 {"count": count, "size": size, "port": port, "timeout": timeout}, as_json,
-                 capture, capture_dir, pairs=pairs, jobs=jobs)
-
-    command.__doc__ = doc
-    run_app.command(name)(command)
-
-
-_stream_command("rstream", "rstream: socket calls over rsockets (RDMA underneath); rxe only.")
-_stream_command("riostream",
-                "riostream: rsockets with riomap/riowrite (RDMA writes); rxe and siw.")
-
-
-@run_app.command()
-def rcopy(
-    server: str = ServerOption,
-    client: str = ClientOption,
-    size: int = typer.Option(65536, "--size", "-s", metavar="BYTES", callback=run_value("size"),
-                             help="Bytes of the file copied."),
-    port: int = PortOption,
-    timeout: float = TimeoutOption,
-    as_json: bool = JsonOption,
-    capture: bool = CaptureOption,
-    capture_dir: Path = CaptureDirOption,
-    pairs: str = PairsOption,
-    jobs: int = JobsOption,
-    lab: str = LabOption,
-) -> None:
-    """rcopy: a file made in the client node copied over rsockets, compared on arrival."""
-    _run_one("rcopy", "rsocket", lab, server, client,
-             {"size": size, "port": port, "timeout": timeout}, as_json, capture, capture_dir,
-             pairs=pairs, jobs=jobs)
-
-
-@run_app.command()
-def custom(
-    server_cmd: str = typer.Option(..., "--server-cmd", help="Server command: shell text run "
-                                   "with `sh -c` in the server node; placeholders "
-                                   "{server_ip} {client_ip} {device} {gid_index} {port} are "
-                                   "filled in, quoted.", metavar="'CMD'"),
-    client_cmd: str = typer.Option(..., "--client-cmd", help="Client command, as "
-                                   "--server-cmd, run in the client node once the server is "
-                                   "ready.", metavar="'CMD'"),
-    server: str = ServerOption,
-    client: str = ClientOption,
-    ready: str = typer.Option(None, "--ready", help="Shell probe run in the server node "
-                              "until it exits 0 (the server is ready); placeholders as "
-                              "--server-cmd.", metavar="'PROBE'"),
-    ready_port: int = typer.Option(None, "--ready-port", help="The server is ready once "
-                                   "something listens on this TCP port.", metavar="PORT",
-                                   callback=int_range("--ready-port", 1, 65535)),
-    port: int = typer.Option(None, "--port", "-p", metavar="PORT", callback=run_value("port"),
-                             help="The value of {port} (18515)."),
-    timeout: float = TimeoutOption,
-    as_json: bool = JsonOption,
-    capture: bool = CaptureOption,
-    capture_dir: Path = CaptureDirOption,
-    pairs: str = PairsOption,
-    jobs: int = JobsOption,
-    lab: str = LabOption,
-) -> None:
-    """Your own server and client commands between two nodes, run like the built-in
-    examples (readiness, timeout, output, exit 1 on failure, --json record). Without
-    --ready/--ready-port the client starts 1 s after the server. The server must end by
-    itself once the client is done."""
-    options = check_options({"port": port, "timeout": timeout})
-    spec = custom_spec(server_cmd, client_cmd, ready=ready, ready_port=ready_port)
-    check_pair_flags(pairs, jobs, server, client)
-    handle = open_lab(lab)  # --server/--client are checked as in every run (pick_nodes)
-    _run_spec(handle, spec, server, client, options, as_json, capture, capture_dir,
-              pairs=pairs, jobs=jobs)
-
-
-def example_list() -> list[dict[str, Any]]:
+def example_list() -> list[ExampleRow]:
     """Every example: its command, variants, what it teaches, the devices it runs on."""
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, ExampleRow] = {}
     for (name, variant), spec in EXAMPLES.items():
         row = rows.setdefault(name, {"example": name, "variants": [], "devices": {},
                                      "teaches": TEACHES.get(name, "")})
@@ -629,7 +305,7 @@ def example_list() -> list[dict[str, Any]]:
     return list(rows.values())
 
 
-def _devices_text(row: dict[str, Any]) -> str:
+def _devices_text(row: ExampleRow) -> str:
     parts = []
     for device, variants in row["devices"].items():
         if not variants:
@@ -655,27 +331,12 @@ def run_list(as_json: bool = JsonOption) -> None:
     console.print(table)
 
 
-@run_app.command("all")
-def run_all(
-    server: str = ServerOption,
-    client: str = ClientOption,
-    iters: int = typer.Option(100, "--iters", "-n", metavar="COUNT", callback=run_value("iters"),
-                              help="Iterations of each pingpong and "
-                              "perftest (small: TCG is slow)."),
-    timeout: float = TimeoutOption,
-    as_json: bool = JsonOption,
-    capture: bool = CaptureOption,
-    capture_dir: Path = CaptureDirOption,
-    pairs: str = PairsOption,
-    jobs: int = JobsOption,
-    lab: str = LabOption,
-) -> None:
+def _run_all(command: RunCommand, values: dict[str, Any]) -> None:
     """Every example the two nodes' devices support, one summary; exit 1 on a failure."""
-    options = check_options({"iters": iters, "timeout": timeout})
-    check_pair_flags(pairs, jobs, server, client)
-    handle = open_lab(lab)
-    chosen = choose_pairs(handle, pairs, server, client)
-    runner = captured_runner(capture, capture_dir)
+    options = check_options(command.run_options(values))
+    handle, chosen = _lab_and_pairs(values)
+    jobs, as_json = values["jobs"], values["as_json"]
+    runner = captured_runner(values["capture"], values["capture_dir"])
 
     def pair(index: int, pair_server: str, pair_client: str) -> list[RunResult]:
         return run_matrix(handle, pair_server, pair_client,
@@ -687,6 +348,9 @@ def run_all(
     if len(chosen) > 1 and not as_json:
         _print_pair_matrix(results, chosen)
     print_results(results, as_json, summary=True)  # exits 1 on a failure
+
+
+add_command(run_app, ALL_COMMAND, _run_all)
 
 
 def _print_pair_matrix(results: list[RunResult], pairs: list[tuple[str, str]]) -> None:

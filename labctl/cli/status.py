@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal, cast
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from labctl.cli.common import console, err_console, lab_option
+from labctl.cli.shapes import LabBusy, LabStatusRecord, NodeRecord, StatusOutput
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir, LockHolder, running_labs
 from labctl.lab.replies import UnreadableReply
 from labctl.lab.state import CorruptStateError, LabState, NodeStatus, Phase
+from labctl.topology.resolved import Provider
 
 
 def _recorded_devices(state: LabState, node: str) -> dict[str, Any]:
@@ -26,11 +29,11 @@ def _recorded_devices(state: LabState, node: str) -> dict[str, Any]:
                          "active_mtu": info.active_mtu, "gid_index": info.gid_index}]}
 
 
-def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
+def collect_status(handle: LabHandle, live: bool = True) -> LabStatusRecord:
     """Provider view plus, for running nodes, what the node itself reports.
 
     With live=False the node's own report is the one it gave when it became ready.
-    The record has the shape of labctl.cli.shapes.LabStatus whatever the provider.
+    The record has the same shape whatever the provider.
     """
     state = handle.labdir.load_state()  # a corrupt state.json: CorruptStateError (exit 1)
     runtimes = handle.provider.nodes()
@@ -41,9 +44,9 @@ def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
     for runtime in runtimes:
         node = handle.lab.node(runtime.name)
         details = {k: str(v) for k, v in runtime.details.items()}
-        record: dict[str, Any] = {
+        record: NodeRecord = {
             "name": node.name,
-            "state": str(runtime.state),
+            "state": runtime.state,
             "reason": runtime.reason,
             "rdma": node.rdma,
             "management": details.pop("ssh", None),
@@ -54,7 +57,7 @@ def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
         }
         info = live_info.get(node.name)
         if isinstance(info, UnreadableReply):  # it runs, but what it says cannot be used
-            record["state"], record["reason"] = str(NodeStatus.UNREADABLE), info.message
+            record["state"], record["reason"] = NodeStatus.UNREADABLE, info.message
         elif isinstance(info, LabctlError):  # could not be asked (ssh, timeout): say why
             record["reason"] = info.message
         elif info:
@@ -63,32 +66,33 @@ def collect_status(handle: LabHandle, live: bool = True) -> dict[str, Any]:
         nodes.append(record)
     return {
         "lab": handle.lab.name,
-        "provider": handle.lab.provider,
+        "provider": cast(Provider, handle.lab.provider),  # the topology's model checked it
         "phase": str(state.phase),
         "ready_seconds": state.ready_seconds,
         "nodes": nodes,
     }
 
 
-def _busy(holder: LockHolder | None, phase: str) -> dict[str, Any] | None:
-    """The `busy` record (LabBusy in labctl/cli/shapes.py) of a lab whose lock is held."""
+def _busy(holder: LockHolder | None, phase: str) -> LabBusy | None:
+    """The `busy` record of a lab whose lock is held."""
     if holder is None:
         return None
-    action = ("removing" if holder.action == "down" else
-              "creating" if phase in (Phase.CREATING, "?") else "repairing")
+    action: Literal["creating", "repairing", "removing"] = (
+        "removing" if holder.action == "down" else
+        "creating" if phase in (Phase.CREATING, "?") else "repairing")
     return {"action": action, "pid": holder.pid}
 
 
-def _busy_words(busy: dict[str, Any]) -> str:
+def _busy_words(busy: LabBusy) -> str:
     """"being created by pid 123" (or "by another labctl" when lock.owner does not say)."""
     verb = {"creating": "created", "removing": "removed", "repairing": "repaired"}
     by = f"pid {busy['pid']}" if busy["pid"] is not None else "another labctl"
     return f"being {verb[busy['action']]} by {by}"
 
 
-def _lab_status(labdir: LabDir) -> dict[str, Any]:
+def _lab_status(labdir: LabDir) -> LabStatusRecord:
     """collect_status(), or a "corrupt" record for a lab whose files cannot be read: one
-    such lab must not hide the others (LabStatus in labctl/cli/shapes.py). `busy` says
+    such lab must not hide the others. `busy` says
     whether an `up` or `down` holds the lab's lock now: then files not written yet (or
     half removed) are that command at work, not a lab to remove."""
     holder = labdir.lock_holder()
@@ -116,8 +120,9 @@ def _phase_on_disk(labdir: LabDir, holder: LockHolder | None) -> str:
         return "?"
 
 
-def _table(status: dict[str, Any]) -> Table:
-    busy = f", {_busy_words(status['busy'])}" if status.get("busy") else ""
+def _table(status: LabStatusRecord) -> Table:
+    holder = status.get("busy")
+    busy = f", {_busy_words(holder)}" if holder else ""
     table = Table(title=f"lab {status['lab']} ({status['provider']}, {status['phase']}{busy})")
     # Multi-host docker labs: which host (of the topology's `hosts:`) runs each node.
     hosts = any("host" in node["details"] for node in status["nodes"])
@@ -134,8 +139,7 @@ def _table(status: dict[str, Any]) -> Table:
     ):
         table.add_column(column)
     for node in status["nodes"]:
-        devices = node.get("devices") or [{}]
-        device = devices[0]
+        device: Mapping[str, Any] = node["devices"][0] if node["devices"] else {}
         state = node["state"] + (f" ({node['reason']})" if node.get("reason") else "")
         color = "green" if node["state"] == "running" else "red"
         # Text, not markup: a reason and a device's fields are what a node said, and a
@@ -179,7 +183,8 @@ def status(
     RDMA devices; exit 1 when a node is not running or an `up` did not finish."""
     results = [_lab_status(labdir) for labdir in _labdirs(lab)]
     if as_json:
-        print(json.dumps({"labs": results}, indent=2))
+        output: StatusOutput = {"labs": results}
+        print(json.dumps(output, indent=2))
     elif not results:
         console.print("no lab is up")
     for result in results:
@@ -188,8 +193,9 @@ def status(
             continue
         if not as_json:
             console.print(_table(result))
-        if result.get("busy"):  # an `up` or `down` at work: not a lab to remove
-            err_console.print(f"lab {result['lab']}: {_busy_words(result['busy'])}; "
+        holder = result.get("busy")
+        if holder:  # an `up` or `down` at work: not a lab to remove
+            err_console.print(f"lab {result['lab']}: {_busy_words(holder)}; "
                               "`labctl status` again when it is done")
         elif result["phase"] != Phase.UP:  # an interrupted up or repair: some step never ran
             err_console.print(f"lab {result['lab']}: `up` did not finish (phase"

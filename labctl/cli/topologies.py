@@ -3,32 +3,34 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import cast
 
 import typer
 from rich.table import Table
 
 from labctl.cli.common import console
+from labctl.cli.shapes import TopologiesOutput, TopologyRow
+from labctl.topology.resolved import Provider
 
 
-def topology_rows() -> list[dict[str, Any]]:
+def topology_rows() -> list[TopologyRow]:
     """One row per shipped topology; a file that does not load (a broken installation)
     keeps its row, with the error and no lab details, so the rest are still listed."""
     from labctl.errors import LabctlError
     from labctl.topology.catalog import shipped
     from labctl.topology.load import load_lab
 
-    rows: list[dict[str, Any]] = []
+    rows: list[TopologyRow] = []
     for topology in shipped():
-        row: dict[str, Any] = {"name": topology.name, "file": str(topology.path),
+        row: TopologyRow = {"name": topology.name, "file": str(topology.path),
                                "nodes": None, "rdma": [], "provider": None, "error": ""}
         try:
             lab = load_lab(topology.path)
         except LabctlError as exc:
             row["error"] = exc.message
         else:
-            row.update(nodes=len(lab.nodes), rdma=sorted({n.rdma for n in lab.nodes}),
-                       provider=lab.provider)
+            row["nodes"], row["rdma"] = len(lab.nodes), sorted({n.rdma for n in lab.nodes})
+            row["provider"] = cast(Provider, lab.provider)  # the topology's model checked it
         rows.append(row)
     return rows
 
@@ -40,7 +42,8 @@ def topologies(
     """List the shipped topologies: `labctl up NAME` and `labctl validate NAME` take them."""
     rows = topology_rows()
     if as_json:
-        print(json.dumps({"topologies": rows}, indent=2))
+        output: TopologiesOutput = {"topologies": rows}
+        print(json.dumps(output, indent=2))
         return
     table = Table(title="shipped topologies (labctl up NAME)")
     for column in ("name", "nodes", "rdma", "provider", "file"):

@@ -16,6 +16,7 @@ from labctl.cli.common import (
     seconds,
 )
 from labctl.cli.complete import choice_metavar, choices
+from labctl.cli.shapes import UpOutput
 from labctl.cli.validate import mount_lines
 from labctl.lab import lifecycle
 
@@ -73,10 +74,10 @@ def up(
         result = lifecycle.up(path, options, progress)
     lab = result.lab
     if as_json:  # the status as `up` prints it: the nodes' reports from when they were ready
-        print(json.dumps({"lab": lab.name, "seconds": round(result.seconds, 1),
-                          "repaired": result.repaired,
-                          "status": collect_status(LabHandle(result.labdir), live=False)},
-                         indent=2))
+        output: UpOutput = {"lab": lab.name, "seconds": round(result.seconds, 1),
+                            "repaired": result.repaired,
+                            "status": collect_status(LabHandle(result.labdir), live=False)}
+        print(json.dumps(output, indent=2))
         return
     if result.already_up:
         console.print(f"[bold green]lab {lab.name} is already up[/] from this topology; "

@@ -6,6 +6,7 @@ building the CLI stays fast.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import typer
@@ -38,7 +39,7 @@ def summary(lab: Lab) -> str:
     ]
     width = max(len(n.name) for n in lab.nodes)
     for node in lab.nodes:
-        rdma = node.rdma
+        rdma: str = node.rdma
         if node.rdma_interface is not None:
             rdma = f"{node.rdma} on {', '.join(i.name for i in node.rdma_interfaces)}"
         ifaces = ", ".join(f"{i.name} {i.ipv4}" for i in node.interfaces) or "no data links"
@@ -77,19 +78,28 @@ def register(app: typer.Typer) -> None:
     def validate(
         topology: str = TopologyArgument,
         as_json: bool = typer.Option(False, "--json", help="Print the resolved lab as JSON."),
+        vagrant: bool = typer.Option(
+            False, "--vagrant", help="With --json: add what the Vagrantfile builds (\"vagrant\": "
+            "boxes, networks, node settings), as a plain `vagrant up` reads it."),
         allow_mounts: list[str] = AllowHostMountOption,
     ) -> None:
         """Check a topology (a file or a shipped one) and show the lab it describes
         (addresses, MACs, devices)."""
-        from labctl.errors import LabctlError
+        from labctl.errors import LabctlError, UsageError
+        from labctl.providers import vagrant_plan
         from labctl.topology.catalog import find_topology
         from labctl.topology.host import HostFacts, resolve_allowances
         from labctl.topology.load import load_lab
 
         try:
+            if vagrant and not as_json:
+                raise UsageError("--vagrant goes with --json",
+                                 hint="labctl validate --json --vagrant TOPOLOGY")
             lab = load_lab(find_topology(topology),
                            allowances=resolve_allowances(allow_mounts or []),
                            host=HostFacts.this())
+            text = (vagrant_plan.document(lab, None, os.environ) if vagrant
+                    else lab.to_json() if as_json else summary(lab))
         except LabctlError as exc:
             # Report here too (not only in main()) so that the exit code and message are
             # the same when the app is driven directly, e.g. by tests.
@@ -97,7 +107,7 @@ def register(app: typer.Typer) -> None:
             if exc.hint:
                 typer.echo(f"hint: {exc.hint}", err=True)
             raise typer.Exit(exc.exit_code) from None
-        typer.echo(lab.to_json() if as_json else summary(lab))
+        typer.echo(text)
 
     @app.command("schema")
     def schema() -> None:

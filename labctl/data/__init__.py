@@ -4,12 +4,14 @@ Shipped topologies live here, in labctl/data/topologies/, and only here: the che
 top-level `topologies` is a symbolic link to this directory, so editing a topology through
 either path edits the one file labctl reads (a copy kept in step by hand was edited at the
 top and silently ignored). The package data needs real files inside the package, hence the
-link points in, not out. Where git makes no links (Windows), the Vagrantfile looks here.
+link points in, not out.
 
-The checkout's top-level `Vagrantfile` and `docker/node-image.conf` must stay plain files
-(Vagrant users run `vagrant up` in the checkout, on Windows too): this directory holds
-committed copies of them so that the package is whole wherever it is installed, and labctl
-always reads these copies (`data_path`). A build step copying them in would not do: an
+The Vagrantfile lives here too (OWN), the one labctl runs and the one a plain `vagrant up`
+in the checkout runs: the checkout's top-level `Vagrantfile` is a few lines that load it.
+
+The checkout's top-level `docker/node-image.conf` must stay a plain file: this directory
+holds a committed copy of it so that the package is whole wherever it is installed, and
+labctl always reads the copy (`data_path`). A build step copying it in would not do: an
 sdist has no top-level tree to copy from. `python -m labctl.data` refreshes the copies; a
 unit test fails while any copy differs from its source.
 """
@@ -22,7 +24,9 @@ DATA_DIR = Path(__file__).resolve().parent
 
 # Top-level files (globs, relative to the checkout) copied here under the same paths.
 # (topologies/ is not copied: it is a link to labctl/data/topologies.)
-SOURCES = ("Vagrantfile", "docker/node-image.conf")
+SOURCES = ("docker/node-image.conf",)
+# Files that live here only (the top-level Vagrantfile loads this one).
+OWN = ("Vagrantfile",)
 
 
 def data_path(*parts: str) -> Path:
@@ -40,4 +44,4 @@ def copied_files() -> list[str]:
     """The copies this directory holds, relative to it, sorted."""
     return sorted(p.relative_to(DATA_DIR).as_posix() for p in DATA_DIR.rglob("*")
                   if p.is_file() and p.suffix not in (".py", ".pyc")
-                  and p.relative_to(DATA_DIR).parts[0] != "topologies")
+                  and p.relative_to(DATA_DIR).parts[0] not in ("topologies", *OWN))

@@ -81,7 +81,7 @@ def recipe(name: str) -> Recipe:
 # mirror URL needs: no whitespace (mmdebstrap reads "deb ..." lines as sources.list
 # entries), no '#' (a comment there) and no query, which a Debian mirror never uses.
 MIRROR_SCHEMES = ("http", "https", "file")
-MIRROR_HINT = "give a URL, e.g. --mirror http://deb.debian.org/debian"
+MIRROR_HINT = "give a URL, e.g. --mirror http://mirror.example.org/debian"
 _MIRROR_PATH_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                "0123456789-._~%!$&'()*+,;=:@/")
 _MIRROR_HOST_CHARS = _MIRROR_PATH_CHARS | frozenset("[]")  # [::1], an IPv6 literal

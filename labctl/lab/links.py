@@ -13,7 +13,9 @@ not read from here.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, cast
+
+from typing_extensions import TypedDict
 
 from labctl import bounded
 from labctl.errors import LabctlError
@@ -52,14 +54,55 @@ def host_interface(lab: Lab, node: Node, ifname: str) -> str:
     return veth_name(node, ifname)
 
 
-def host_states(netns: str, names: list[str]) -> dict[str, str] | None:
+EndState = Literal["up", "down", "absent"]  # an interface, in its node or on the host
+
+class Netem(TypedDict):
+    """A netem root qdisc's settings (None: not set)."""
+
+    delay_ms: float | None
+    jitter_ms: float | None
+    loss_percent: float | None  # random loss
+    rate_mbit: float | None
+
+
+class LinkEnd(TypedDict):
+    node: str
+    interface: str  # eth1
+    # The node's interface as its kernel sees it: up (admin up, carrier), down, absent
+    # (no such interface in the node), ? (the node could not be asked: `reason` says why)
+    node_state: EndState | Literal["?"]
+    operstate: str  # as `ip` says: UP, DOWN, LOWERLAYERDOWN...; "" when not read
+    qdisc: str  # the interface's root qdisc (netem, fq_codel...); "" when not read
+    netem: Netem | None  # None: no netem on the interface
+    reason: str  # why node_state is "?"; "" otherwise
+    host_interface: str  # the tap (qemu) or veth (docker) on the lab's bridge
+    host_state: EndState | None  # None: not on this host (docker)
+
+
+class Link(TypedDict):
+    segment: str
+    kind: Literal["p2p", "switch"]
+    subnet: str
+    mtu: int
+    ends: list[LinkEnd]
+
+
+class LinkShowOutput(TypedDict):
+    """`labctl link show --json`: the lab's data links."""
+
+    lab: str
+    provider: Literal["qemu", "docker"]
+    links: list[Link]
+
+
+def host_states(netns: str, names: list[str]) -> dict[str, EndState] | None:
     """"up", "down" or "absent" for each interface of `netns`; None when the netns is not
     on this host (a docker lab's engine host, or a lab whose netns is gone)."""
     if not labnet.namespace_exists(netns):  # IPRoute(netns=) would create it
         return None
     from pyroute2 import IPRoute  # see labnet: 0.2 s to import, only where used
 
-    states: dict[str, str] = {}
+    states: dict[str, EndState] = {}
     with IPRoute(netns=netns) as ipr:
         for name in names:
             indexes = ipr.link_lookup(ifname=name)
@@ -72,7 +115,7 @@ def host_states(netns: str, names: list[str]) -> dict[str, str] | None:
     return states
 
 
-def node_end(links: list[Any], ifname: str) -> tuple[str, str]:
+def node_end(links: list[Any], ifname: str) -> tuple[EndState, str]:
     """(state, operstate) of `ifname` in a node's `ip -j link show`: "up" when it is
     administratively up with a carrier, "down" otherwise, "absent" when it has none."""
     for link in links:
@@ -96,7 +139,7 @@ def _number(value: Any) -> float | None:
     return float(value) if bounded.finite(value) else None
 
 
-def netem_of(qdiscs: list[Any], ifname: str) -> tuple[str, dict[str, float | None] | None]:
+def netem_of(qdiscs: list[Any], ifname: str) -> tuple[str, Netem | None]:
     """(root qdisc kind, netem settings or None) of `ifname` in `tc -j qdisc show`.
 
     tc's JSON: delay and jitter in seconds, loss a fraction, rate in bytes per second."""
@@ -150,10 +193,10 @@ def _read_nodes(handle: LabHandle, nodes: list[str]) -> dict[str, Any]:
         return dict(zip(nodes, pool.map(one, nodes), strict=True))
 
 
-def _end(lab: Lab, endpoint: str, reply: Any, hosts: dict[str, str] | None) -> dict[str, Any]:
+def _end(lab: Lab, endpoint: str, reply: Any, hosts: dict[str, EndState] | None) -> LinkEnd:
     node_name, _, ifname = endpoint.partition(":")
     host_if = host_interface(lab, lab.node(node_name), ifname)
-    record: dict[str, Any] = {
+    record: LinkEnd = {
         "node": node_name, "interface": ifname, "node_state": "?", "operstate": "",
         "qdisc": "", "netem": None, "reason": "",
         "host_interface": host_if, "host_state": None if hosts is None else hosts[host_if],
@@ -167,8 +210,8 @@ def _end(lab: Lab, endpoint: str, reply: Any, hosts: dict[str, str] | None) -> d
     return record
 
 
-def collect_links(handle: LabHandle) -> dict[str, Any]:
-    """The lab's links with each end's state and netem (LinkShowOutput in shapes.py)."""
+def collect_links(handle: LabHandle) -> LinkShowOutput:
+    """The lab's links with each end's state and netem."""
     check_provider(handle)
     lab = handle.lab
     replies = _read_nodes(handle, [n.name for n in lab.nodes])
@@ -177,7 +220,7 @@ def collect_links(handle: LabHandle) -> dict[str, Any]:
     hosts = host_states(labnet.netns_name(lab.name), names)
     return {
         "lab": lab.name,
-        "provider": lab.provider,
+        "provider": cast(Literal["qemu", "docker"], lab.provider),  # check_provider's
         "links": [{"segment": s.name, "kind": s.kind, "subnet": s.subnet, "mtu": s.mtu,
                    "ends": [_end(lab, e, replies[e.partition(":")[0]], hosts)
                             for e in s.endpoints]}

@@ -8,7 +8,10 @@ docs/json.md gives; anything else is a BoundedError whose text says which field 
 
 from __future__ import annotations
 
-from typing import Any
+from types import UnionType
+from typing import Any, get_args, get_origin, get_type_hints
+
+from typing_extensions import TypedDict
 
 from labctl import bounded
 from labctl.errors import LabctlError, short_repr
@@ -26,17 +29,41 @@ class UnreadableReply(LabctlError):
         self.why = why
 
 
-# The fields of one device and one interface in the status reply, with the types they may
-# have (nodeside/status.py writes them; cli/shapes.py DeviceStatus and LiveInterface).
-_DEVICE_FIELDS: dict[str, tuple[type, ...]] = {
-    "name": (str,), "node_type": (str,), "netdev": (str,), "port_state": (str,),
-    "link_layer": (str,), "active_mtu": (str,), "gid_index": (int, type(None)),
-    "gid_ipv4": (str,),
-}
-_INTERFACE_FIELDS: dict[str, tuple[type, ...]] = {
-    "name": (str,), "state": (str, type(None)), "mtu": (int, type(None)),
-    "mac": (str, type(None)), "ipv4": (list,),
-}
+class DeviceStatus(TypedDict):
+    """An RDMA device in a node's status reply (labctl/nodeside/status.py writes it)."""
+
+    name: str  # rxe0, siw0, rxe_LAB_NODE (container nodes)
+    node_type: str
+    netdev: str
+    port_state: str  # ACTIVE, DOWN, ...
+    link_layer: str
+    active_mtu: str  # "1024"; "" when ibv_devinfo did not say
+    gid_index: int | None  # the IPv4-mapped RoCE v2 GID (None on iWARP)
+    gid_ipv4: str
+
+
+class LiveInterface(TypedDict):
+    """An interface in a node's status reply, as the node sees it."""
+
+    name: str
+    state: str | None  # operstate: UP, DOWN, ...
+    mtu: int | None
+    mac: str | None
+    ipv4: list[str]  # each item checked by status_reply
+
+
+def _field_types(record: type) -> dict[str, tuple[type, ...]]:
+    """Each key of TypedDict `record` with the Python types its value may have."""
+    def kinds(hint: Any) -> tuple[type, ...]:
+        if get_origin(hint) is UnionType:
+            return tuple(k for arg in get_args(hint) for k in kinds(arg))
+        return (get_origin(hint) or hint,)
+
+    return {name: kinds(hint) for name, hint in get_type_hints(record).items()}
+
+
+_DEVICE_FIELDS = _field_types(DeviceStatus)
+_INTERFACE_FIELDS = _field_types(LiveInterface)
 _TYPE_NAMES = {str: "a string", int: "a number", list: "a list", type(None): "null"}
 
 

@@ -1,11 +1,12 @@
-"""The vagrant provider: the repository's top-level Vagrantfile, driven by labctl.
+"""The vagrant provider: labctl's Vagrantfile, driven by labctl.
 
-`labctl up` runs `vagrant up` with the Vagrantfile of the source tree (VAGRANT_CWD) and
+`labctl up` runs `vagrant up` with labctl's Vagrantfile (labctl/data, VAGRANT_CWD) and
 the lab's state kept in the lab directory (VAGRANT_DOTFILE_PATH=LABDIR/.vagrant). The
-Vagrantfile reads the resolved lab from LABCTL_LAB_JSON (LABDIR/lab.json, the same JSON as
-`labctl validate --json`), so addresses and MACs are exactly labctl's. Provisioning there
-installs the node packages, the node-side code under /opt/labctl and a systemd unit that
-creates the RDMA device at every boot.
+Vagrantfile reads the lab and its Vagrant plan (labctl.providers.vagrant_plan: boxes,
+networks, MACs, node settings) from LABCTL_LAB_JSON (LABDIR/vagrant-lab.json, the same
+JSON as `labctl validate --json --vagrant`) and works out nothing itself. Provisioning
+there installs the node packages, the node-side code under /opt/labctl and a systemd unit
+that creates the RDMA device at every boot.
 
 With the libvirt provider, labctl boots its own node images (no box download, no package
 installation in the nodes): `labctl image box` makes a Vagrant box of each image the nodes
@@ -13,8 +14,8 @@ use (labctl.images.box: trixie, trixie-dev, `packages:` lists), labctl adds them
 and passes each node's box in LABCTL_BOXES, shares `mounts:` as virtiofs synced folders
 (`:ro` ones through read-only bind mounts, labctl.providers.vagrant_mounts), starts
 libvirtd when none runs (labctl.providers.libvirtd) and tells the Vagrantfile the libvirt
-driver (kvm, or qemu = TCG when KVM does not really work here) in LABCTL_LIBVIRT_DRIVER.
-Those settings are kept in LABDIR/vagrant-env.json for every later Vagrant call.
+driver (kvm, or qemu = TCG when KVM does not really work here). Those choices are kept in
+LABDIR/vagrant-env.json (labctl.providers.vagrant_settings) and go into the plan.
 
 Afterwards labctl talks to the nodes with plain ssh, as with qemu nodes: `vagrant
 ssh-config` is turned into LABDIR/ssh_config (user root, connection sharing), so `exec`,
@@ -23,7 +24,6 @@ ssh-config` is turned into LABDIR/ssh_config (user root, connection sharing), so
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -34,26 +34,23 @@ from typing import Any
 
 import labctl.providers.libvirtd as libvirtd
 import labctl.providers.vagrant_mounts as vagrant_mounts
+import labctl.providers.vagrant_plan as vagrant_plan
+import labctl.providers.vagrant_settings as vagrant_settings
 from labctl import bounded
 from labctl.errors import LabctlError
 from labctl.images.recipes import RECIPES
 from labctl.lab import ssh
 from labctl.lab.labdir import LabDir
 from labctl.lab.replies import status_reply
-from labctl.lab.state import LabState, NodeState, NodeStatus, Phase
+from labctl.lab.state import LabState, NodeState, NodeStatus, Phase, atomic_write
 from labctl.providers.base import NodeRuntime, Progress, Provider, UnsupportedError
 from labctl.providers.machine import tail
+from labctl.providers.node import NODE_CODE  # where the Vagrantfile installs it too
+from labctl.providers.vagrant_plan import PLUGINS
+from labctl.providers.vagrant_settings import VagrantSettings
 from labctl.topology.resolved import Lab, Node
 
-# Vagrant providers the Vagrantfile configures, and the plugin each needs (None: built in).
-PLUGINS: dict[str, str | None] = {
-    "libvirt": "vagrant-libvirt",
-    "virtualbox": None,
-    "vmware_desktop": "vagrant-vmware-desktop",
-    "parallels": "vagrant-parallels",
-}
 UNIT = "labctl-node.service"
-NODE_CODE = "/opt/labctl"  # where the Vagrantfile installs the node-side code
 STATUS_TIMEOUT = 120
 HALT_TIMEOUT = 300  # a forced halt is a power-off; the hypervisor may still be slow
 INSTALL_HINT = (
@@ -63,8 +60,8 @@ INSTALL_HINT = (
 
 
 def vagrantfile_dir() -> Path:
-    """The directory holding the Vagrantfile: labctl's copy of the checkout's (labctl/data),
-    so an installed labctl has it too (LABCTL_VAGRANTFILE_DIR overrides)."""
+    """The directory holding the Vagrantfile: labctl/data, so an installed labctl has it
+    too (the checkout's top-level one loads it; LABCTL_VAGRANTFILE_DIR overrides)."""
     override = os.environ.get("LABCTL_VAGRANTFILE_DIR")
     if override:
         return Path(override)
@@ -145,34 +142,32 @@ class VagrantProvider(Provider):
     def log_file(self) -> Path:
         return self.labdir.path / "vagrant.log"
 
-    # What `up` records in env_file (see create), the only keys read back from it.
-    LAB_SETTINGS = ("LABCTL_BOXES", "LABCTL_LIBVIRT_DRIVER")
-
     @property
     def env_file(self) -> Path:
-        """Settings labctl chose at `up` (LABCTL_BOXES, LABCTL_LIBVIRT_DRIVER): every later
-        Vagrant call must evaluate the Vagrantfile the same way."""
-        return self.labdir.path / "vagrant-env.json"
+        """The choices of `up` (labctl.providers.vagrant_settings)."""
+        return vagrant_settings.path_in(self.labdir.path)
 
-    def lab_settings(self) -> dict[str, str]:
-        try:
-            data = bounded.load_object(bounded.read_text(self.env_file))
-        except (OSError, ValueError):
-            return {}
-        # Only the settings labctl writes there: the file is data, and an environment
-        # variable such as LD_PRELOAD or VAGRANT_* would be authority over every Vagrant call.
-        return {k: v for k, v in data.items()
-                if k in self.LAB_SETTINGS and isinstance(v, str) and "\0" not in v}
+    @property
+    def plan_file(self) -> Path:
+        """What the Vagrantfile reads: the lab and its Vagrant plan."""
+        return self.labdir.path / "vagrant-lab.json"
+
+    def write_plan(self) -> None:
+        """The lab's plan with the choices of `up` (boxes, libvirt driver) over the
+        environment's settings (LABCTL_VAGRANT_BOX...)."""
+        env = {**os.environ, **vagrant_settings.read(self.labdir.path).env()}
+        atomic_write(self.plan_file, vagrant_plan.document(self.lab, self.labdir.path, env))
 
     def vagrant_env(self) -> dict[str, str]:
+        if not self.plan_file.is_file():  # a lab made before the plan was kept
+            self.write_plan()
         env = dict(os.environ)
-        env.update(self.lab_settings())
-        env.pop("LABCTL_TOPOLOGY", None)  # the resolved lab decides, not a topology file
+        env.pop("LABCTL_TOPOLOGY", None)  # the lab's plan decides, not a topology file
         env.pop("VAGRANT_VAGRANTFILE", None)
         env.update(
             VAGRANT_CWD=str(vagrantfile_dir()),
             VAGRANT_DOTFILE_PATH=str(self.dotfile_dir),
-            LABCTL_LAB_JSON=str(self.labdir.lab_file),
+            LABCTL_LAB_JSON=str(self.plan_file),
         )
         return env
 
@@ -242,6 +237,7 @@ class VagrantProvider(Provider):
                 hint="the vagrant provider runs from a checkout of rdma-lab; "
                 "or set LABCTL_VAGRANTFILE_DIR to the directory holding its Vagrantfile",
             )
+        vagrant_plan.check_supported(self.lab)  # before anything is made
         self.vagrant_provider = self.choose_provider()
         self.check_workbench()
 
@@ -299,6 +295,7 @@ class VagrantProvider(Provider):
         self.labdir.save_state(state)  # before anything exists: `down` knows what to look for
         if self.vagrant_provider == "libvirt":
             self.prepare_libvirt(progress)
+        self.write_plan()
         self._vagrant_up([], progress)
         progress("writing ssh_config")
         self.write_ssh_config()
@@ -321,6 +318,7 @@ class VagrantProvider(Provider):
             (self.labdir.path / f"cm-{name}").unlink(missing_ok=True)
         if self.labctl_boxes():  # a host reboot took the read-only bind mounts away
             vagrant_mounts.bind_readonly(self.lab, self.labdir.path)
+        self.write_plan()  # the node-side code of the labctl that runs now
         self._vagrant_up(nodes, progress)
         state = self.labdir.load_state()
         state.phase = Phase.REPAIRING
@@ -330,8 +328,8 @@ class VagrantProvider(Provider):
     def prepare_libvirt(self, progress: Progress) -> None:
         """libvirtd running (started here when none runs), labctl's box of the nodes' image
         built and added to Vagrant, and the libvirt driver chosen by a real KVM probe."""
-        settings: dict[str, str] = {}
-        self.env_file.write_text("{}\n")  # from here on, `down` releases libvirtd
+        settings = VagrantSettings()
+        vagrant_settings.write(self.labdir.path, settings)  # from here on, `down` releases libvirtd
         started = libvirtd.ensure_running()
         if started is not None:
             progress(f"libvirtd running (pid {started.libvirtd}, started by labctl)")
@@ -346,18 +344,18 @@ class VagrantProvider(Provider):
             for image in dict.fromkeys((n.image, n.packages) for n in self.lab.nodes):
                 boxes[image] = build_box(image[0], image[1], progress=progress)
                 self._add_box(boxes[image].name, boxes[image].file, progress)
-            settings["LABCTL_BOXES"] = json.dumps(
-                {n.name: boxes[(n.image, n.packages)].name for n in self.lab.nodes})
             first = next(iter(boxes.values()))
             driver = os.environ.get("LABCTL_LIBVIRT_DRIVER") or (
                 "kvm" if kvm_works(first.path / "vmlinux") else "qemu")
-            settings["LABCTL_LIBVIRT_DRIVER"] = driver
+            settings = VagrantSettings(
+                boxes={n.name: boxes[(n.image, n.packages)].name for n in self.lab.nodes},
+                libvirt_driver=driver)
             progress(f"boxes {', '.join(b.name for b in boxes.values())}, libvirt driver "
                      f"{driver}")
             if any(m.readonly for n in self.lab.nodes for m in n.mounts):
                 progress("read-only bind mounts of the :ro folders")
                 vagrant_mounts.bind_readonly(self.lab, self.labdir.path)
-        self.env_file.write_text(json.dumps(settings, indent=2) + "\n")
+        vagrant_settings.write(self.labdir.path, settings)
 
     def _add_box(self, name: str, path: Path, progress: Progress) -> None:
         listed = self._vagrant("box", "list", "--machine-readable", lab_env=False)

@@ -20,7 +20,7 @@ from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir
 from labctl.lab.state import NodeStatus
 from labctl.runners.execute import RunResult, endpoint, run_example
-from labctl.runners.pairs import rdma_nodes
+from labctl.runners.pairs import select_pairs
 from labctl.runners.spec import Endpoint
 from labctl.topology.catalog import find_topology
 from labctl.topology.resolved import Lab
@@ -211,14 +211,14 @@ class RdmaLab:
         Returns the run record (status passed/failed, outputs, exit reasons, seconds)."""
         from labctl.runners.custom import DEFAULT_PORT, custom_spec
 
-        rdma = rdma_nodes(self.lab)
-        server = server or (rdma[0] if rdma else "")
-        client = client or next((n for n in rdma if n != server), "")
-        if not server or not client:
-            raise RdmaLabError(f"lab {self.name} has fewer than two nodes with RDMA devices",
-                               hint="give server= and client= nodes")
-        self._check(server)
-        self._check(client)
+        for node in (server, client):
+            if node is not None:
+                self._check(node)
+        try:  # the pair as `labctl run` picks it, the keywords named as here
+            [(server, client)] = select_pairs(self.lab, server=server, client=client,
+                                              names=("server", "client"))
+        except UsageError as exc:
+            raise RdmaLabError(exc.message, exc.hint) from None
         if ready_port is not None and (isinstance(ready_port, bool) or not isinstance(
                 ready_port, int) or not 1 <= ready_port <= 65535):
             raise RdmaLabError(f"ready_port must be a TCP port, 1 to 65535 (got "

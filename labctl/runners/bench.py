@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from typing_extensions import TypedDict
+
 from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle
 from labctl.runners.examples import EXAMPLES, PINGPONG_PORT, RDMA_DEVICES, listening_probe
@@ -213,8 +215,19 @@ class SizePoint:
     ratios: dict[str, float | None]
 
 
+class BestPoint(TypedDict):
+    """The RDMA implementation and size closest to (or below) TCP's latency."""
+
+    size: int
+    impl: str
+    vs_tcp: float
+
+
 @dataclass
 class BenchReport:
+    """`labctl bench --json` prints it (docs/json.md)."""
+
+
     server: str
     client: str
     sizes: list[int]
@@ -226,7 +239,7 @@ class BenchReport:
     emulation_bound: bool
     note: str
     points: list[SizePoint]
-    best: dict[str, Any] | None  # the size where RDMA is fastest relative to TCP
+    best: BestPoint | None  # the size where RDMA is fastest relative to TCP
     failed: list[RunResult] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -284,15 +297,15 @@ def summarize_size(size: int, results: dict[str, list[RunResult]],
     return SizePoint(size, impls, ratios), failed
 
 
-def best_point(points: list[SizePoint]) -> dict[str, Any] | None:
+def best_point(points: list[SizePoint]) -> BestPoint | None:
     """The (size, RDMA implementation) with the lowest latency relative to TCP."""
-    found: dict[str, Any] | None = None
+    found: BestPoint | None = None
     for point in points:
         for name, figures in point.impls.items():
             if name == "tcp" or figures.vs_tcp is None:
                 continue
             if found is None or figures.vs_tcp < found["vs_tcp"]:
-                found = {"size": point.size, "impl": name, "vs_tcp": figures.vs_tcp}
+                found = BestPoint(size=point.size, impl=name, vs_tcp=figures.vs_tcp)
     return found
 
 

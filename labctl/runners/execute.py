@@ -6,8 +6,11 @@ import shlex
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from typing_extensions import TypedDict
+
+from labctl.capture.record import CaptureRecord
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
 from labctl.providers.node import rdma_device_name
@@ -29,13 +32,25 @@ SERVER_STALLED = "server still waiting"
 SETUP_FAILED = "the connection setup failed although the server listened"
 
 
+class RunPath(TypedDict):
+    """How the client reaches the server: through which routers, with which GIDs."""
+
+    routers: list[str]  # router nodes the client's packets pass, in order; [] on one segment
+    hops: int  # len(routers)
+    server_gid: str | None  # RoCE v2: ::ffff:<server address>; None on iWARP
+    client_gid: str | None
+
+
 @dataclass
 class RunResult:
+    """One run of an example: `labctl run EXAMPLE --json` prints it (docs/json.md)."""
+
+
     example: str
     variant: str
     server: str
     client: str
-    status: str  # "passed" | "failed" | "skipped"
+    status: Literal["passed", "failed", "skipped"]
     figures: dict[str, Any] = field(default_factory=dict)
     server_figures: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
@@ -45,14 +60,14 @@ class RunResult:
     client_output: str = ""
     seconds: float = 0.0
     key_figure: str = ""  # the name of the figure a summary shows
-    capture: dict[str, Any] | None = None  # `run --capture`: the pcap and opcode counts
+    capture: CaptureRecord | None = None  # `run --capture`: the pcap and opcode counts
     attempts: int = 1  # > 1: a known race ended an attempt; tried again with a fresh pair
     retried: list[str] = field(default_factory=list)  # why each earlier attempt failed
     # A failed run: each live node's RDMA state as it failed (runners/diagnose.py).
     diagnostics: dict[str, str] = field(default_factory=dict)
     # The IP path between the nodes: the routers the client's packets pass to reach the
     # server (hops: how many) and, on RoCE, the GIDs of both ends; None when there is none.
-    path: dict[str, Any] | None = None
+    path: RunPath | None = None
 
     @property
     def label(self) -> str:

@@ -1,11 +1,13 @@
-"""Which (server, client) node pairs `labctl run ... --pairs` runs between, and whether a
-pair has an IP path (one segment, or routes through routers both ways)."""
+"""Which (server, client) node pairs a run goes between: the user's selection (--server,
+--client, --pairs) made into pairs for the CLI's `run`, `bench` and the pytest plugin alike,
+and whether a pair has an IP path (one segment, or routes through routers both ways)."""
 
 from __future__ import annotations
 
 import itertools
 
 from labctl.errors import UsageError, short_repr
+from labctl.runners.schedule import MAX_JOBS, Pair
 from labctl.topology.resolved import Interface, Lab
 from labctl.topology.routing import egress, route_path
 
@@ -95,3 +97,52 @@ def resolve_pairs(lab: Lab, spec: str) -> list[tuple[str, str]]:
             raise UsageError(f"--pairs: {item.strip()} is given twice", hint=PAIRS_HINT)
         pairs.append((server, client))
     return pairs
+
+
+def check_selection(pairs: str = "first", server: str | None = None,
+                    client: str | None = None, jobs: int = 1) -> None:
+    """--pairs and --jobs against --server/--client: what can be refused before the lab is
+    opened (exit 2 without waiting for it)."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= MAX_JOBS:
+        raise UsageError(f"--jobs must be a whole number from 1 to {MAX_JOBS} (got "
+                         f"{short_repr(jobs)})", hint="e.g. --jobs 2")
+    if pairs != "first" and (server or client):
+        raise UsageError("--server/--client choose the first pair only",
+                         hint="name the pairs in --pairs instead, e.g. --pairs node1:node2")
+
+
+def select_pairs(lab: Lab, pairs: str = "first", server: str | None = None,
+                 client: str | None = None, *,
+                 names: tuple[str, str] = ("--server", "--client")) -> list[Pair]:
+    """The pairs a run goes between, in order: with `pairs` "first", the one pair of
+    `server` and `client` as given (checked) or else the first two nodes with RDMA devices;
+    otherwise those of --pairs (resolve_pairs). A UsageError says what is wrong, naming the
+    server and client by `names` (the CLI's flags; the pytest plugin's keywords)."""
+    if pairs != "first":
+        check_selection(pairs, server, client)
+        chosen = resolve_pairs(lab, pairs)
+        if not chosen:
+            raise UsageError(f"--pairs {pairs}: lab {lab.name} has no such pair",
+                             hint="adjacent needs two RDMA nodes on one segment; all, two "
+                             "nodes with RDMA devices")
+        return chosen
+    nodes = rdma_nodes(lab)
+    names_up = [n.name for n in lab.nodes]
+    for flag, value in zip(names, (server, client), strict=True):
+        if value is None:
+            continue
+        if value not in names_up:
+            raise UsageError(f"{flag}: lab {lab.name} has no node {short_repr(value)}",
+                             hint=f"nodes: {', '.join(names_up)}")
+        if value not in nodes:
+            raise UsageError(f"{flag}: node {value} has no RDMA device (rdma: none)",
+                             hint="nodes with RDMA devices: " + (", ".join(nodes) or "none"))
+    server = server or (nodes[0] if nodes else None)
+    client = client or next((n for n in nodes if n != server), None)
+    if not server or not client:
+        raise UsageError("this example needs two nodes with RDMA devices",
+                         hint="add nodes with rdma: rxe, or pick them with "
+                         f"{names[0]}/{names[1]}")
+    if server == client:
+        raise UsageError(f"{names[0]} and {names[1]} must be different nodes")
+    return [(server, client)]

@@ -219,7 +219,8 @@ def _check_host_resources(c: Checked) -> None:
 def _check_images(c: Checked) -> None:
     """qemu and docker nodes boot labctl's images: their name must be a known recipe
     (`up` would otherwise fail after making the lab directory). Vagrant maps image names
-    to boxes in the Vagrantfile (or LABCTL_VAGRANT_BOX), so it is not checked here."""
+    to boxes (labctl.providers.vagrant_plan, or LABCTL_VAGRANT_BOX), so it is not checked
+    here."""
     if c.topo.provider == "vagrant":
         return
     known = sorted(RECIPES)

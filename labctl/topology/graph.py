@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from labctl.topology.resolved import Lab, Node, Segment
+from labctl.topology.resolved import Lab, Node, ProviderName, Rdma, Segment
 
 VertexKind = Literal["node", "router", "switch"]
 
@@ -33,7 +33,7 @@ class Vertex:
     id: str  # the node's name, or "switch:" + the segment's name
     name: str
     kind: VertexKind
-    rdma: str  # rxe | siw | none; "" for a switch
+    rdma: Rdma | Literal[""]  # "" for a switch
     rdma_interfaces: tuple[str, ...]  # the interfaces with an RDMA device, in device order
     subnet: str  # a switch's subnet; "" for a node
     mtu: int  # a switch's MTU; 0 for a node
@@ -62,7 +62,7 @@ class Edge:
 @dataclass(frozen=True)
 class Graph:
     lab: str
-    provider: str
+    provider: ProviderName
     phase: str  # the lab's phase when drawn from a lab that is up; "" from a topology file
     vertices: tuple[Vertex, ...]
     edges: tuple[Edge, ...]

@@ -9,12 +9,13 @@ also turns every failure into one `TopologyError` with the file's line number.
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic_core import PydanticCustomError
 
 from labctl.errors import short_repr
+from labctl.topology.resolved import Provider, Rdma
 from labctl.topology.workbench import (
     MAX_MOUNTS,
     MAX_PACKAGES,
@@ -60,8 +61,6 @@ MANAGEMENT_NETWORK = ipaddress.IPv4Network("10.0.2.0/24")
 
 HostName = Annotated[str, Field(pattern=HOST_NAME_RE)]
 EngineRef = Annotated[str, Field(pattern=ENGINE_RE, max_length=200)]
-Rdma = Literal["rxe", "siw", "none"]
-Provider = Literal["qemu", "docker", "vagrant"]
 
 
 def _check_ipv4_network(value: str) -> str:

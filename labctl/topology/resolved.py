@@ -10,9 +10,17 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal, get_args
+
+from pydantic import WithJsonSchema
 
 from labctl import bounded
+
+Rdma = Literal["rxe", "siw", "none"]
+Provider = Literal["qemu", "docker", "vagrant"]
+# A str to mypy (`up --provider` and `down` put names in that the topology checks), one of
+# the topology's providers in the JSON Schemas (labctl/cli/schemas.py).
+ProviderName = Annotated[str, WithJsonSchema({"type": "string", "enum": list(get_args(Provider))})]
 
 
 @dataclass(frozen=True)
@@ -49,9 +57,13 @@ class Route:
 
 @dataclass(frozen=True)
 class Node:
+    # Keys lab.json (and `validate --json`) leave out when empty: the files of labs
+    # without them stay as they were.
+    OMITTED_WHEN_EMPTY: ClassVar[tuple[str, ...]] = ("packages", "mounts")
+
     name: str
     index: int  # 1-based, stable order of the topology file
-    rdma: str  # "rxe" | "siw" | "none"
+    rdma: Rdma
     memory_mib: int
     cpus: int
     image: str
@@ -89,7 +101,7 @@ class Node:
 class Segment:
     index: int  # 0-based
     name: str  # "link1" or the user's name
-    kind: str  # "p2p" (two endpoints) | "switch" (more)
+    kind: Literal["p2p", "switch"]  # p2p: two endpoints; switch: more
     subnet: str  # "10.77.1.0/24"
     mtu: int
     endpoints: tuple[str, ...]  # "node:ifname"
@@ -98,7 +110,7 @@ class Segment:
 @dataclass(frozen=True)
 class Lab:
     name: str
-    provider: str  # "qemu" | "docker" | "vagrant"
+    provider: ProviderName
     source: str  # path of the topology file it came from
     nodes: tuple[Node, ...]
     segments: tuple[Segment, ...]
@@ -112,8 +124,8 @@ class Lab:
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
-        for node in data["nodes"]:  # the workbench keys only where used: lab.json files
-            for key in ("packages", "mounts"):  # of labs without them stay as they were
+        for node in data["nodes"]:  # the workbench keys only where used
+            for key in Node.OMITTED_WHEN_EMPTY:
                 if not node[key]:
                     del node[key]
         return json.dumps(data, indent=2, sort_keys=True)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,22 +44,40 @@ def test_status_shows_iwarp_devices(siw_lab: LabHandle) -> None:
         assert device["node_type"] == "4: RNIC"
 
 
-# About one rping in ten on siw (7.3 kernel, TCG) stalls: the server's first RDMA READ
-# never completes ("wait for RDMA_READ_COMPLETE state 10") and the client times out.
-# That kernel flake is allowed once, by its exact signature; a second failure fails.
-SIW_READ_STALL = "wait for RDMA_READ_COMPLETE state 10"
+# About one rping in ten on siw (7.3 kernel, TCG) stalls once connected: the server waits
+# for the client's next step of the exchange (its buffer advertisement, or the first RDMA
+# READ's completion), the client prints nothing and runs into its bound, and its exit
+# disconnects the server ("wait for RDMA_READ_ADV state 10", "wait for RDMA_READ_COMPLETE
+# state 10": 10 is rping's DISCONNECTED). docs/reliability.md item 14. That kernel stall is
+# allowed twice in a row, by that signature only; any other failure fails at once.
+SIW_STALL = re.compile(r"wait for RDMA_(READ|WRITE)_(ADV|COMPLETE) state 10")
+RPING_ATTEMPTS = 3
+
+
+def rping_until_it_passes(*args: str) -> dict[str, Any]:
+    """`labctl run rping ARGS --json` on the siw lab, tried again after a SIW_STALL only:
+    the passed record."""
+    stalls: list[str] = []
+    for _ in range(RPING_ATTEMPTS):
+        result = labctl("run", "rping", "--lab", SIW_LAB, "--timeout", "40", *args, "--json",
+                        timeout=300)
+        assert result.stdout, f"exit {result.returncode}, no record:\n{result.stderr}"
+        record: dict[str, Any] = json.loads(result.stdout)
+        if record["status"] == "passed":
+            assert result.returncode == 0
+            if stalls:
+                print(f"rping on siw passed after {len(stalls)} stall(s): {stalls}")
+            return record
+        stall = SIW_STALL.search(record["server_output"])
+        assert stall and record["reason"].startswith("client exited with 124"), \
+            result.stderr
+        stalls.append(stall.group(0))
+    raise AssertionError(f"rping stalled {RPING_ATTEMPTS} times in a row on siw: {stalls}")
 
 
 def test_rping_passes_over_siw(siw_lab: LabHandle) -> None:
-    for attempt in (1, 2):
-        result = labctl("run", "rping", "--lab", SIW_LAB, "--count", "5", "--timeout", "40",
-                        "--json", timeout=300)
-        record = json.loads(result.stdout)
-        if record["status"] == "passed":
-            assert result.returncode == 0
-            return
-        assert attempt == 1 and SIW_READ_STALL in record["server_output"], result.stderr
-    raise AssertionError("unreachable")
+    record = rping_until_it_passes("--count", "5")
+    assert record["figures"]["pings"] == 5
 
 
 def test_perftest_uses_rdma_cm_on_siw(siw_lab: LabHandle) -> None:
@@ -151,14 +171,7 @@ def test_rping_capture_decodes_iwarp(siw_lab: LabHandle, tmp_path: Path) -> None
     """`run rping --capture` on siw: the MPA handshake, then DDP/RDMAP messages over TCP."""
     from labctl.capture.summary import decode_file
 
-    for attempt in (1, 2):
-        result = labctl("run", "rping", "--lab", SIW_LAB, "--count", "3", "--timeout", "40",
-                        "--capture-dir", str(tmp_path), "--json", timeout=300)
-        assert result.stdout, f"exit {result.returncode}, no record:\n{result.stderr}"
-        record = json.loads(result.stdout)
-        if record["status"] == "passed":
-            break
-        assert attempt == 1 and SIW_READ_STALL in record["server_output"], result.stderr
+    record = rping_until_it_passes("--count", "3", "--capture-dir", str(tmp_path))
     opcodes = record["capture"]["opcodes"]
     assert opcodes["MPA_REQUEST"] == opcodes["MPA_REPLY"] == 1
     assert opcodes["RDMA_READ_REQUEST"] == opcodes["RDMA_READ_RESPONSE"] == 3

@@ -22,7 +22,8 @@ from labctl.topology.load import load_lab
 
 REPO = Path(__file__).resolve().parents[2]
 CAPTURES = Path(__file__).parent / "captures"
-OFFLINE_LAB = "capture-offline-unit"
+# Per process: two developers' unit runs at once must not see each other's namespace.
+OFFLINE_LAB = f"capture-offline-{os.getpid()}"
 
 
 def labctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

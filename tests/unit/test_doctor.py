@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from labctl.cli import doctor, shapes
+from labctl.cli import doctor
 from labctl.cli.doctor import HOST_PACKAGES, NO, OK, SKIP, WARN, Check
 from tests.unit.clirun import run_main
+from tests.unit.jsonshape import parsed
 
 ROOT = Path(__file__).resolve().parents[2]
 # What Debian's vagrant 2.3 prints with Debian's vagrant-libvirt installed (seen on the
@@ -250,13 +251,13 @@ def test_doctor_json_on_a_host_without_tshark(host: FakeHost, monkeypatch: pytes
     monkeypatch.setattr(doctor, "node_image_cached", lambda: False)
     monkeypatch.setattr(doctor, "check_kvm", lambda: Check("KVM", WARN, "faked"))
     code, out, _ = run_main(monkeypatch, capsys, "doctor", "--json")
-    report = shapes.DoctorOutput.model_validate_json(out)
+    report = parsed("doctor", out)
     assert code == 0 and report.usable
     checks = {c.name: c for c in report.checks}
     assert checks["tshark"].result == "warn"
     assert "the decoder's cross-check against Wireshark" in checks["tshark"].detail
     assert checks["qemu tools"].result == "ok"
-    assert report.providers[0].model_dump() == {
+    assert report.providers[0] == {
         "provider": "qemu", "engine": None, "verdict": "works",
         "detail": "one qemu VM per node"}
     assert set(json.loads(out)) == {"checks", "providers", "usable"}

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from labctl.cli import shapes
 from labctl.lab.labdir import LabDir
 from labctl.lab.state import LabState, atomic_write
 from labctl.topology.catalog import find_topology
@@ -26,6 +25,7 @@ from labctl.topology.graph_text import render_dot, render_mermaid, render_text
 from labctl.topology.load import load_lab
 from labctl.topology.resolved import Segment
 from tests.unit.clirun import run_main
+from tests.unit.jsonshape import parsed
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden" / "graph"
@@ -124,7 +124,7 @@ def test_json_of_a_lab_has_the_documented_shape(
     _make_lab(state_dir, topology="three-node-switch")
     code, out, _ = _cli(monkeypatch, capsys, "--json")
     assert code == 0
-    graph = shapes.GraphOutput.model_validate_json(out)
+    graph = parsed("graph", out)
     assert graph.phase == "up"
     assert [v.kind for v in graph.vertices] == ["node", "node", "node", "switch"]
     assert [(e.ends[0].vertex, e.ends[1].vertex) for e in graph.edges] == [
@@ -138,7 +138,7 @@ def test_json_of_every_shipped_topology_has_the_documented_shape(
         capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _cli(monkeypatch, capsys, topology, "--json")
     assert code == 0
-    graph = shapes.GraphOutput.model_validate_json(out)
+    graph = parsed("graph", out)
     assert graph.lab == topology and graph.phase == ""
     assert all(len(e.ends) == 2 for e in graph.edges)
 

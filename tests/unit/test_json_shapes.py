@@ -1,5 +1,6 @@
-"""Every `--json` output has one shape, its model in labctl/cli/shapes.py: each command's real
-output, produced in-process, validates against it.
+"""Every `--json` output has one shape, a JSON Schema made from the types the command
+prints (labctl/cli/schemas.py) and published in docs/json/: the files are what the models
+say, and each command's real output, produced in-process, validates against its file.
 
 Lab directories here are made the way `up` makes them: lab.json from the real resolved
 topology, state.json as the qemu provider wrote it for a live two-node lab and a node's
@@ -19,14 +20,13 @@ from typing import Any
 
 import pytest
 import typer
-from pydantic import TypeAdapter
 
-from labctl.cli import shapes
+from labctl.cli import schemas
 from labctl.cli.app import app
 from labctl.cli.run import print_results
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir
-from labctl.lab.state import LabState
+from labctl.lab.state import LabState, NodeStatus
 from labctl.runners.bench import summarize
 from labctl.runners.execute import RunResult
 from labctl.runners.parsers import parse_pingpong
@@ -34,6 +34,7 @@ from labctl.topology.load import load_lab
 from labctl.verbs import records
 from labctl.verbs.devices import as_json as devices_json
 from tests.unit.clirun import run_main
+from tests.unit.jsonshape import parsed
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURED = Path(__file__).parent / "outputs" / "status"
@@ -61,7 +62,7 @@ def test_status_with_no_lab(state_dir: Path, monkeypatch: pytest.MonkeyPatch,
                             capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _main(monkeypatch, capsys, "status", "--json")
     assert code == 0
-    assert shapes.StatusOutput.model_validate_json(out).labs == []
+    assert parsed("status", out).labs == []
 
 
 def test_status_with_one_lab_whose_nodes_died(
@@ -71,7 +72,7 @@ def test_status_with_one_lab_whose_nodes_died(
     for args in (("status", "--json"), ("status", "--lab", "ut-one", "--json")):
         code, out, _ = _main(monkeypatch, capsys, *args)
         assert code == 1  # nodes not running
-        (lab,) = shapes.StatusOutput.model_validate_json(out).labs
+        (lab,) = parsed("status", out).labs
         assert (lab.lab, lab.provider, lab.phase) == ("ut-one", "qemu", "up")
         assert [(n.name, n.state, n.devices) for n in lab.nodes] == [
             ("node1", "stopped", []), ("node2", "stopped", [])]
@@ -118,7 +119,7 @@ def test_status_with_a_running_node(running_node1: LabDir, monkeypatch: pytest.M
                                     capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _main(monkeypatch, capsys, "status", "--lab", "ut-run", "--json")
     assert code == 1  # node2 is not running
-    (lab,) = shapes.StatusOutput.model_validate_json(out).labs
+    (lab,) = parsed("status", out).labs
     node1, node2 = lab.nodes
     assert node1.state == "running" and node1.reason == ""
     assert [(d.name, d.port_state, d.gid_index) for d in node1.devices] == [("rxe0", "ACTIVE", 1)]
@@ -132,7 +133,7 @@ def test_status_with_several_labs(running_node1: LabDir, state_dir: Path,
     _make_lab(state_dir, "ut-four", "four-node.yaml", with_state=False)  # up died early
     code, out, err = _main(monkeypatch, capsys, "status", "--json")
     assert code == 1
-    labs = shapes.StatusOutput.model_validate_json(out).labs
+    labs = parsed("status", out).labs
     assert [lab.lab for lab in labs] == ["ut-four", "ut-run"]
     # no state.json: the lab's `up` never got past its start (typed state: phase creating)
     assert {n.state for n in labs[0].nodes} == {"absent"} and labs[0].phase == "creating"
@@ -173,7 +174,7 @@ def test_image_list_empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path))
     code, out, _ = _main(monkeypatch, capsys, "image", "list", "--json")
     assert code == 0
-    assert shapes.ImageListOutput.model_validate_json(out).images == []
+    assert parsed("image-list", out).images == []
 
 
 def test_image_list_tells_package_lists_apart(
@@ -199,7 +200,7 @@ def test_image_list_tells_package_lists_apart(
     code, out, _ = _main(monkeypatch, capsys, "image", "list", "--json")
     assert code == 0
     added = {i.key: i.added_packages
-             for i in shapes.ImageListOutput.model_validate_json(out).images}
+             for i in parsed("image-list", out).images}
     assert added == {base: [], "trixie-0000000000000001": ["gdb", "iperf3"],
                      "trixie-0000000000000002": None}
     monkeypatch.setenv("COLUMNS", "300")
@@ -217,7 +218,7 @@ def test_image_list_real_cache(monkeypatch: pytest.MonkeyPatch,
         pytest.skip("no node image built on this host yet")
     code, out, _ = _main(monkeypatch, capsys, "image", "list", "--json")
     assert code == 0
-    images = shapes.ImageListOutput.model_validate_json(out).images
+    images = parsed("image-list", out).images
     assert images and all(Path(i.path).name == i.key for i in images)
 
 
@@ -225,7 +226,7 @@ def test_image_list_real_cache(monkeypatch: pytest.MonkeyPatch,
 def test_doctor_on_this_host(monkeypatch: pytest.MonkeyPatch,
                              capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _main(monkeypatch, capsys, "doctor", "--json")
-    report = shapes.DoctorOutput.model_validate_json(out)
+    report = parsed("doctor", out)
     assert code == (0 if report.usable else 1)
     assert [(p.provider, p.engine) for p in report.providers] == [
         ("qemu", None), ("docker", "vm"), ("docker", "local")]
@@ -237,7 +238,7 @@ def test_doctor_without_any_provider_exits_1(tmp_path: Path, monkeypatch: pytest
     # No qemu, docker or RDMA tools on PATH: nothing can run labs here.
     monkeypatch.setenv("PATH", str(tmp_path))
     code, out, _ = _main(monkeypatch, capsys, "doctor", "--json")
-    report = shapes.DoctorOutput.model_validate_json(out)
+    report = parsed("doctor", out)
     assert (code, report.usable) == (1, False)
     assert {p.verdict for p in report.providers} == {"no"}
     code, text, _ = _main(monkeypatch, capsys, "doctor")
@@ -260,7 +261,7 @@ def test_doctor_with_a_vm_it_cannot_ask_says_so(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(Engine, "helper", no_ssh)
     code, out, _ = _main(monkeypatch, capsys, "doctor", "--json")
     assert code in (0, 1)  # 1 when no provider works on this host
-    report = shapes.DoctorOutput.model_validate_json(out)
+    report = parsed("doctor", out)
     (vm,) = [c for c in report.checks if c.name == "Docker host VM"]
     assert vm.result == "no" and "cannot be asked" in vm.detail and "ssh" in vm.detail, vm
 
@@ -273,7 +274,7 @@ def _captured_run() -> RunResult:
 
 def test_run_one_example_prints_one_record(capsys: pytest.CaptureFixture[str]) -> None:
     print_results([_captured_run()], as_json=True)
-    record = shapes.RunRecord.model_validate_json(capsys.readouterr().out)
+    record = parsed("run", capsys.readouterr().out)
     assert (record.status, record.key_figure) == ("passed", "usec_per_iter")
 
 
@@ -281,7 +282,7 @@ def test_run_across_a_router_has_its_path_and_ttls(capsys: pytest.CaptureFixture
     """The record of a real `labctl run rping --lab routed --capture --json`."""
     run = RunResult(**json.loads((OUTPUTS / "run-rping-routed.json").read_text()))
     print_results([run], as_json=True)
-    record = shapes.RunRecord.model_validate_json(capsys.readouterr().out)
+    record = parsed("run", capsys.readouterr().out)
     assert record.path is not None and record.path.routers == ["router"]
     assert record.capture is not None and record.capture.hops == 1
     assert {f.ttl for f in record.capture.ttl} == {63, 64}
@@ -291,10 +292,10 @@ def test_run_all_prints_a_list_of_records(capsys: pytest.CaptureFixture[str]) ->
     skipped = dataclasses.replace(_captured_run(), variant="ud-1qp", example="mckey",
                                   status="skipped", reason="rxe delivers only the first")
     print_results([_captured_run(), skipped], as_json=True, summary=True)
-    records = TypeAdapter(list[shapes.RunRecord]).validate_json(capsys.readouterr().out)
+    records = parsed("run-all", capsys.readouterr().out)
     assert [r.status for r in records] == ["passed", "skipped"]
     print_results([_captured_run()], as_json=True, summary=True)  # a list even of one
-    assert len(TypeAdapter(list[shapes.RunRecord]).validate_json(capsys.readouterr().out)) == 1
+    assert len(parsed("run-all", capsys.readouterr().out)) == 1
 
 
 def test_bench_report() -> None:
@@ -309,7 +310,7 @@ def test_bench_report() -> None:
                "tcp": [result("tcp")]},
         64: {"c": [result("rc-c")], "tcp": [result("tcp")]},
     }, link_mtu=1500, rdma_mtu="1024", accel="tcg")
-    out = shapes.BenchOutput.model_validate_json(json.dumps(report.to_dict()))
+    out = parsed("bench", json.dumps(report.to_dict()))
     assert [p.size for p in out.points] == [4096, 64] and out.sizes == [4096, 64]
     assert set(out.points[0].impls) == {"c", "python", "tcp"} and len(out.failed) == 1
     assert out.emulation_bound and "TCG" in out.note and out.best is not None
@@ -322,13 +323,13 @@ def test_validate(topology: str, monkeypatch: pytest.MonkeyPatch,
     code, out, _ = _main(monkeypatch, capsys, "validate", "--json",
                          str(ROOT / "topologies" / topology))
     assert code == 0
-    assert shapes.ValidateOutput.model_validate_json(out).nodes
+    assert parsed("validate", out).nodes
 
 
 def test_docker_host_status_on_this_host(monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _main(monkeypatch, capsys, "docker-host", "status", "--json")
-    status = shapes.DockerHostStatus.model_validate_json(out)
+    status = parsed("docker-host-status", out)
     assert code == (0 if status.running else 1)
 
 
@@ -353,10 +354,21 @@ def test_devinfo_json_is_the_snapshot_records(capture: str) -> None:
                 _keys_follow_records(gid, records.Gid)
 
 
-def test_devices_json() -> None:
+def test_devices_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """`labctl devices --json`: each node's list, or why it has none (keyed by node)."""
+    from labctl.cli.inspect import JSON_REPLY_KINDS, _report
+
     text = (Path(__file__).parent / "verbs_records" / "rxe-node1.json").read_text()
-    out = json.loads(devices_json(records.Snapshot.from_json(text)))
-    assert out == [{"device": "rxe0", "node_guid": out[0]["node_guid"]}]
+    listed = devices_json(records.Snapshot.from_json(text))
+    failed = devices_json(records.Snapshot(list_errno=19))
+    results = {"node1": subprocess.CompletedProcess([], 0, listed, ""),
+               "node2": subprocess.CompletedProcess([], 1, failed, ""),
+               "node9": subprocess.CompletedProcess([], 1, "", "timed out\n")}
+    assert _report(results, as_json=True, kinds=JSON_REPLY_KINDS["devices"]) == 1
+    out = parsed("devices", capsys.readouterr().out)
+    assert out == {"node1": [{"device": "rxe0", "node_guid": out["node1"][0]["node_guid"]}],
+                   "node2": {"error": "No such device", "errno": 19},
+                   "node9": {"error": "timed out"}}
 
 
 @pytest.mark.parametrize("nodes", [["node1"], ["node1", "node2"]])
@@ -370,7 +382,7 @@ def test_devinfo_json_has_one_shape_for_any_number_of_nodes(
     results = {n: subprocess.CompletedProcess([], 0, record, "") for n in nodes}
     results["node9"] = subprocess.CompletedProcess([], 1, "", "no such device\n")
     assert _report(results, as_json=True) == 1
-    out = json.loads(capsys.readouterr().out)
+    out = parsed("devinfo", capsys.readouterr().out)
     assert list(out) == [*nodes, "node9"]
     assert all(out[n] == json.loads(record) for n in nodes)
     assert out["node9"] == {"error": "no such device"}
@@ -384,12 +396,50 @@ def _json_commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[str]:
         yield " ".join(path)
 
 
-def test_every_json_output_has_a_model_and_a_doc() -> None:
+def test_every_json_output_has_a_schema_and_a_doc() -> None:
     commands = sorted(_json_commands(typer.main.get_command(app)))
-    assert commands == sorted(shapes.SHAPES)
+    assert commands == sorted([c for o in schemas.OUTPUTS for c in o.commands]
+                              + list(schemas.UNPUBLISHED))
     doc = (ROOT / "docs" / "json.md").read_text()
     missing = [c for c in commands if f"`labctl {c}" not in doc]
     assert missing == [], f"docs/json.md does not describe {missing}"
+    unlinked = [o.file for o in schemas.OUTPUTS if f"](json/{o.file})" not in doc]
+    assert unlinked == [], f"docs/json.md does not link {unlinked}"
+
+
+def test_published_schemas_are_what_the_models_say() -> None:
+    """docs/json/*.schema.json are generated; after changing a model (or a dataclass that
+    is an output) regenerate them with `python -m labctl.cli.schemas`."""
+    assert schemas.stale() == [], "regenerate: python -m labctl.cli.schemas"
+
+
+def test_schema_check_says_what_is_stale_and_how_to_fix_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert schemas.main(["--dir", str(tmp_path)]) == 0  # writes every file
+    assert schemas.main(["--check", "--dir", str(tmp_path)]) == 0
+    (tmp_path / "status.schema.json").write_text("{}\n")
+    (tmp_path / "gone.schema.json").write_text("{}\n")
+    (tmp_path / "down.schema.json").unlink()
+    assert schemas.main(["--check", "--dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"{tmp_path}/status.schema.json: differs from the models",
+                   f"{tmp_path}/down.schema.json: missing",
+                   f"{tmp_path}/gone.schema.json: no output has it",
+                   "hint: python -m labctl.cli.schemas"]
+
+
+def test_schemas_are_closed_and_dataclass_fields_required() -> None:
+    """A key the model does not name is a shape change; asdict writes every field, except
+    the ones the resolved lab leaves out when empty."""
+    validate = schemas.schema(next(o for o in schemas.OUTPUTS if o.name == "validate"))
+    node = validate["$defs"]["Node"]
+    assert node["additionalProperties"] is False
+    assert {"packages", "mounts"} == set(node["properties"]) - set(node["required"])
+    status = schemas.schema(next(o for o in schemas.OUTPUTS if o.name == "status"))
+    lab = status["$defs"]["LabStatusRecord"]
+    assert lab["additionalProperties"] is False
+    assert {"error", "busy"} == set(lab["properties"]) - set(lab["required"])
+    assert status["$defs"]["NodeStatus"]["enum"] == [str(s) for s in NodeStatus]
 
 
 def test_doctor_says_whether_nodes_share_pages_through_ksm(tmp_path: Path) -> None:
@@ -414,7 +464,7 @@ def test_doctor_says_whether_nodes_share_pages_through_ksm(tmp_path: Path) -> No
 def test_topologies(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _main(monkeypatch, capsys, "topologies", "--json")
     assert code == 0
-    rows = shapes.TopologiesOutput.model_validate_json(out).topologies
+    rows = parsed("topologies", out).topologies
     assert sorted(r.name for r in rows) == sorted(
         p.stem for p in (ROOT / "labctl" / "data" / "topologies").glob("*.yaml"))
     assert all(r.error == "" and r.nodes and r.provider for r in rows)
@@ -434,20 +484,37 @@ def test_up_prints_the_lab_and_its_status(state_dir: Path, monkeypatch: pytest.M
     monkeypatch.setattr(lifecycle, "up", lambda path, options, progress: made)
     code, out, _ = _main(monkeypatch, capsys, "up", "two-node", "--json")
     assert code == 0
-    record = shapes.UpOutput.model_validate_json(out)
+    record = parsed("up", out)
     assert (record.lab, record.seconds, record.repaired) == ("ut-up", 12.3, [])
     assert record.status.lab == "ut-up" and [n.name for n in record.status.nodes] == [
         "node1", "node2"]
 
 
+def test_up_reports_devices_as_the_nodes_ready_lines_said(
+        running_node1: LabDir, state_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`up --json` asks no node: a running node's devices are what its ready line said at
+    boot (state.json), four keys each, not the live report's eight."""
+    from labctl.lab import lifecycle
+
+    made = lifecycle.UpResult(lab=running_node1.load_lab(), labdir=running_node1, seconds=1.0)
+    monkeypatch.setattr(lifecycle, "up", lambda path, options, progress: made)
+    code, out, _ = _main(monkeypatch, capsys, "up", "two-node", "--json")
+    assert code == 0
+    node1, node2 = parsed("up", out).status.nodes
+    assert node1.state == "running" and node1.devices == [
+        {"name": "rxe0", "port_state": "ACTIVE", "active_mtu": "1024", "gid_index": 1}]
+    assert node2.state == "stopped" and node2.devices == []
+
+
 def test_down(state_dir: Path, monkeypatch: pytest.MonkeyPatch,
               capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _main(monkeypatch, capsys, "down", "--json")
-    assert (code, shapes.DownOutput.model_validate_json(out).labs) == (0, [])
+    assert (code, parsed("down", out).labs) == (0, [])
     _make_lab(state_dir, "ut-down", "two-node.yaml")  # its recorded qemu pids are long gone
     code, out, _ = _main(monkeypatch, capsys, "down", "--lab", "ut-down", "--json")
     assert code == 0
-    (lab,) = shapes.DownOutput.model_validate_json(out).labs
+    (lab,) = parsed("down", out).labs
     assert lab.lab == "ut-down" and any(r.startswith("lab directory ") for r in lab.removed)
     assert not (state_dir / "ut-down").exists()
 
@@ -473,13 +540,13 @@ def test_link_set(state_dir: Path, monkeypatch: pytest.MonkeyPatch,
     code, out, _ = _main(monkeypatch, capsys, "link", "set", "--lab", "ut-link", "node1:eth1",
                          "down", "--loss", "5%", "--delay", "10ms", "--json")
     assert code == 0
-    done = shapes.LinkSetOutput.model_validate_json(out)
+    done = parsed("link-set", out)
     assert (done.node, done.interface, done.state) == ("node1", "eth1", "down")
     assert done.netem == ["delay", "10ms", "loss", "5%"] == commands[0][7:]
     assert carrier == [("node1", "eth1", False)]
     code, out, _ = _main(monkeypatch, capsys, "link", "set", "--lab", "ut-link", "node2:eth1",
                          "--clear", "--json")
-    done = shapes.LinkSetOutput.model_validate_json(out)
+    done = parsed("link-set", out)
     assert (code, done.state, done.netem) == (0, None, [])
 
 
@@ -496,7 +563,7 @@ def test_exec_all(state_dir: Path, monkeypatch: pytest.MonkeyPatch,
     code, out, err = _main(monkeypatch, capsys, "exec", "--all", "--lab", "ut-exec", "--json",
                            "--", "hostname")
     assert code == 1 and "failed on 1 of 2 nodes: node2 (exit 3)" in err
-    result = shapes.ExecAllOutput.model_validate_json(out)
+    result = parsed("exec", out)
     assert (result.command, result.failed) == (["hostname"], ["node2"])
     assert [(n.node, n.exit_code, n.stdout) for n in result.nodes] == [
         ("node1", 0, "out node1\n"), ("node2", 3, "out node2\n")]
@@ -515,7 +582,7 @@ def test_capture_decode(pcap: str, monkeypatch: pytest.MonkeyPatch,
     path = Path(__file__).parent / "captures" / pcap
     code, out, _ = _main(monkeypatch, capsys, "capture", "--decode", str(path), "--json")
     assert code == 0
-    frames = [shapes.CaptureFrame.model_validate_json(line) for line in out.splitlines()]
+    frames = [parsed("capture", line) for line in out.splitlines()]
     decoded = decode_file(path)
     assert [(f.index, f.proto, f.ops) for f in frames] == [
         (d.index, d.proto, d.ops) for d in decoded]

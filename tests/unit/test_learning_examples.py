@@ -6,14 +6,12 @@ output in a two-node rxe lab and a siw-pair lab (qemu TCG, rdma-core 56.1, perft
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from labctl.cli.app import app
-from labctl.cli.shapes import ExampleListRow
 from labctl.runners.examples import (
     ATOMIC_PERFTESTS,
     EXAMPLES,
@@ -29,6 +27,7 @@ from labctl.runners.parsers import (
     parse_rstream,
 )
 from labctl.runners.spec import Endpoint, RunContext
+from tests.unit.jsonshape import parsed
 
 OUTPUTS = Path(__file__).parent / "outputs"
 ROCE = RunContext(Endpoint("node1", "rxe0", "rxe", 1, "10.77.1.1"),
@@ -171,9 +170,7 @@ def test_every_example_teaches_something() -> None:
 def test_run_list_json() -> None:
     result = CliRunner().invoke(app, ["run", "list", "--json"])
     assert result.exit_code == 0, result.output
-    records = json.loads(result.output)
-    for record in records:
-        ExampleListRow.model_validate(record)
+    records = parsed("run-list", result.output)
     rows = {row["example"]: row for row in records}
     assert rows["rdma-server"]["devices"] == {"rxe": ["rc"], "siw": ["rc"]}
     assert rows["udaddy"]["devices"] == {"rxe": ["ud"], "siw": []}

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 
-from labctl.cli.shapes import LinkShowOutput
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir
 from labctl.lab.links import netem_of, node_end
@@ -30,6 +29,7 @@ from labctl.lab.state import LabState, NodeState, Phase
 from labctl.net import labnet
 from labctl.topology.load import load_lab
 from tests.unit.clirun import run_main
+from tests.unit.jsonshape import parsed
 
 REPO = Path(__file__).resolve().parents[2]
 CAPTURED = Path(__file__).parent / "outputs" / "links"
@@ -99,8 +99,8 @@ def _show(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 
 
 def _ends(out: str) -> dict[str, dict[str, object]]:
-    record = LinkShowOutput.model_validate_json(out)
-    return {f"{e.node}:{e.interface}": e.model_dump() for link in record.links
+    record = parsed("link-show", out)
+    return {f"{e.node}:{e.interface}": dict(e) for link in record.links
             for e in link.ends}
 
 

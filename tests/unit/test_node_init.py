@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from labctl.providers import vagrant_plan
+from labctl.topology.load import load_lab
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "labctl/nodeside/node-init.sh"
 MAC = "02:aa:bb:cc:dd:01"
@@ -26,9 +29,12 @@ def test_every_kind_of_node_runs_the_same_script() -> None:
         in container
     initramfs = (REPO / "labctl/images/initramfs-init.sh").read_text()
     assert "/opt/labctl/labctl/nodeside/node-init.sh" in initramfs  # kind vm, the default
-    vagrantfile = (REPO / "Vagrantfile").read_text()
-    assert 'File.join(base, "labctl", "nodeside", "node-init.sh")' in vagrantfile
+    # Vagrant: the script labctl's plan names (test_vagrant.py checks what the node gets)
+    vagrantfile = (REPO / "labctl/data/Vagrantfile").read_text()
+    assert "shared = File.read(node_init)" in vagrantfile
     assert "LABCTL_NODE_KIND=vagrant" in vagrantfile
+    lab = load_lab(REPO / "topologies" / "two-node.yaml")
+    assert vagrant_plan.plan(lab, None, {"HOME": "/nonexistent"})["node_init"] == str(SCRIPT)
 
 
 @pytest.fixture

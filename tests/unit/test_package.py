@@ -48,10 +48,11 @@ def _flat(text: str) -> str:
 
 
 def test_packaged_copies_equal_the_top_level_files() -> None:
-    """labctl/data holds copies of the checkout's Vagrantfile and docker/node-image.conf;
-    after editing those, refresh the copies with `python -m labctl.data`."""
+    """labctl/data holds a copy of the checkout's docker/node-image.conf; after editing it,
+    refresh the copy with `python -m labctl.data`. (The Vagrantfile lives in labctl/data
+    only: tests/unit/test_vagrant.py checks the top-level one loads it.)"""
     sources = source_files(REPO)
-    assert sources == ["Vagrantfile", "docker/node-image.conf"]
+    assert sources == ["docker/node-image.conf"]
     assert copied_files() == sources, "run `python -m labctl.data` (copies out of date)"
     stale = [rel for rel in sources
              if (REPO / rel).read_bytes() != (DATA_DIR / rel).read_bytes()]
@@ -72,32 +73,6 @@ def test_the_top_level_topologies_are_the_packaged_ones() -> None:
     assert all(not p.is_symlink() for p in (DATA_DIR / "topologies").iterdir())
 
 
-def test_the_vagrantfile_finds_the_topologies_without_the_link(tmp_path: Path) -> None:
-    """Where git makes no symbolic links (Windows) `topologies` is a small text file: the
-    Vagrantfile then reads labctl/data/topologies (ruby runs its topologies_base)."""
-    ruby = shutil.which("ruby")
-    if ruby is None:
-        pytest.skip("no ruby on this host")
-    checkout = tmp_path / "checkout"
-    (checkout / "labctl" / "data").mkdir(parents=True)
-    shutil.copy(REPO / "Vagrantfile", checkout / "Vagrantfile")
-    shutil.copytree(DATA_DIR / "topologies", checkout / "labctl" / "data" / "topologies")
-    probe = ('src = File.read(ARGV[0]); m = src[/^  def topologies_base\n.*?^  end\n/m]; '
-             'abort "no topologies_base" unless m; '
-             'o = Object.new; o.define_singleton_method(:__dir__) { File.dirname(ARGV[0]) }; '
-             'o.instance_eval(m); puts o.topologies_base')
-    for layout, base in (("no link", checkout / "labctl" / "data"), ("link", checkout)):
-        if layout == "link":
-            (checkout / "topologies").unlink()
-            (checkout / "topologies").symlink_to("labctl/data/topologies")
-        else:
-            (checkout / "topologies").write_text("labctl/data/topologies")
-        out = subprocess.run([ruby, "-e", probe, str(checkout / "Vagrantfile")],
-                             capture_output=True, text=True, check=True).stdout.strip()
-        assert out == str(base), layout
-        assert (Path(out) / "topologies" / "two-node.yaml").is_file()
-
-
 def test_every_file_labctl_reads_matches_a_package_data_pattern() -> None:
     patterns = PYPROJECT["tool"]["setuptools"]["package-data"]["*"]
     files = [p for p in (REPO / "labctl").rglob("*")
@@ -114,30 +89,38 @@ def test_providers_read_the_packaged_copies() -> None:
 
     assert docker_dir() == DATA_DIR / "docker"
     assert any(c.startswith("CMD ") for c in import_changes())
-    assert (vagrantfile_dir() / "Vagrantfile").read_bytes() == (REPO / "Vagrantfile").read_bytes()
+    assert vagrantfile_dir() / "Vagrantfile" == DATA_DIR / "Vagrantfile"
+    assert 'load File.expand_path("labctl/data/Vagrantfile", __dir__)' in (
+        REPO / "Vagrantfile").read_text()  # the checkout's is a pointer to it
     assert "labctl.verbs" not in str(vagrantfile_dir())  # the data dir, not a code dir
 
 
 @pytest.mark.skipif(shutil.which("ruby") is None, reason="ruby not installed")
 def test_the_packaged_vagrantfile_finds_its_files_in_site_packages(tmp_path: Path) -> None:
-    """Installed, the Vagrantfile sits in site-packages/labctl/data: the node-side code and
-    the package list are two levels up, the topologies beside it."""
+    """Installed, the Vagrantfile sits in site-packages/labctl/data, the topologies beside
+    it; the installed labctl names the node-side code and package list in its plan."""
     site = tmp_path / "site-packages"
     shutil.copytree(REPO / "labctl", site / "labctl",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    script = ('load ARGV[0]; l = LabctlVagrant; puts l.root, l.node_packages.size, '
-              'l.node_code_files.include?("labctl/nodeside/node-commands.sh"), '
-              'l.load_lab({})["name"], l.load_lab({"LABCTL_TOPOLOGY" => '
-              '"topologies/siw-pair.yaml"})["name"]')
-    result = subprocess.run(["ruby", "-e", script, str(site / "labctl/data/Vagrantfile")],
-                            env={**os.environ, "LABCTL_VAGRANTFILE_LIBRARY": "1"},
-                            cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                            check=False)
+    script = ('load ARGV[0]; l = LabctlVagrant; puts l.topology({}); '
+              'a = l.load_lab({**ENV, "LABCTL_TOPOLOGY" => ""}); '
+              'b = l.load_lab({**ENV, "LABCTL_TOPOLOGY" => "topologies/siw-pair.yaml"}); '
+              'puts a["name"], b["name"], a["vagrant"]["packages"].size, '
+              'a["vagrant"]["node_init"], a["vagrant"]["node_code"].map { |f| f["source"] }'
+              '.include?(ARGV[1])')
+    result = subprocess.run(
+        ["ruby", "-e", script, str(site / "labctl/data/Vagrantfile"),
+         str(site / "labctl/nodeside/node-commands.sh")],
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(site),
+             "LABCTL_COMMAND": f"{sys.executable} -m labctl",
+             "LABCTL_VAGRANTFILE_LIBRARY": "1"},
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     from labctl.images.recipes import node_packages
 
-    assert result.stdout.split() == [str(site), str(len(node_packages())), "true", "two-node",
-                                     "siw-pair"]
+    assert result.stdout.split() == [
+        str(site / "labctl/data/topologies/two-node.yaml"), "two-node", "siw-pair",
+        str(len(node_packages())), str(site / "labctl/nodeside/node-init.sh"), "true"]
 
 
 def test_dependencies_and_extras() -> None:
@@ -412,7 +395,7 @@ def test_node_start_scripts_install_the_node_commands() -> None:
     assert text.index(line) < text.index('say "ready')
     # containers and Vagrant nodes run that same script
     assert "nodeside/node-init.sh" in (REPO / "labctl/nodeside/container-init.sh").read_text()
-    assert "nodeside/node-init.sh" in (REPO / "Vagrantfile").read_text()
+    assert "nodeside/node-init.sh" in (REPO / "labctl/providers/vagrant_plan.py").read_text()
 
 
 def _setup_functions() -> str:

@@ -1,5 +1,5 @@
-"""`labctl run ... --pairs`: which node pairs each mode picks, which have an IP path, and
-the refusals."""
+"""`labctl run ... --pairs`: which node pairs each mode picks (select_pairs, shared by run,
+bench and the pytest plugin), which have an IP path, and the refusals."""
 
 from __future__ import annotations
 
@@ -16,7 +16,14 @@ from labctl.lab.state import LabState, NodeState
 from labctl.runners.examples import EXAMPLES
 from labctl.runners.execute import run_example
 from labctl.runners.matrix import run_matrix
-from labctl.runners.pairs import ip_path, no_path_reason, resolve_pairs, shared_segment
+from labctl.runners.pairs import (
+    check_selection,
+    ip_path,
+    no_path_reason,
+    resolve_pairs,
+    select_pairs,
+    shared_segment,
+)
 from labctl.topology.load import load_lab
 from labctl.topology.resolved import Lab
 
@@ -83,6 +90,69 @@ def test_explicit_pairs_keep_their_order(split: Lab) -> None:
 def test_bad_pairs_are_refused(split: Lab, spec: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         resolve_pairs(split, spec)
+
+
+# --- select_pairs: the user's selection made into pairs --------------------------------------
+def test_first_pair_is_the_first_two_rdma_nodes_or_the_ones_named(split: Lab) -> None:
+    assert select_pairs(split) == [("node1", "node2")]
+    assert select_pairs(split, server="node3") == [("node3", "node1")]
+    assert select_pairs(split, server="node2", client="node3") == [("node2", "node3")]
+    assert select_pairs(split, "adjacent") == [("node1", "node2")]
+    assert select_pairs(split, "node3:node2") == [("node3", "node2")]
+
+
+@pytest.mark.parametrize(("server", "client", "message", "hint"), [
+    ("node9", None, "--server: lab split has no node 'node9'", "nodes: node1, node2, node3, "
+     "node4"),
+    (None, "node4", "--client: node node4 has no RDMA device (rdma: none)",
+     "nodes with RDMA devices: node1, node2, node3"),
+    ("node2", "node2", "--server and --client must be different nodes", None),
+])
+def test_a_bad_first_pair_is_refused_naming_the_flag(split: Lab, server: str | None,
+                                                    client: str | None, message: str,
+                                                    hint: str | None) -> None:
+    with pytest.raises(UsageError) as caught:
+        select_pairs(split, server=server, client=client)
+    assert (caught.value.message, caught.value.hint) == (message, hint)
+
+
+def test_the_pytest_plugin_names_its_keywords(split: Lab) -> None:
+    with pytest.raises(UsageError, match=r"^server and client must be different nodes$"):
+        select_pairs(split, server="node1", client="node1", names=("server", "client"))
+
+
+def test_a_lab_with_one_rdma_node_has_no_first_pair(tmp_path: Path) -> None:
+    path = tmp_path / "one.yaml"
+    path.write_text("name: one\nnodes:\n  a: {}\n  b: {rdma: none}\n"
+                    "links:\n  - endpoints: [a:eth1, b:eth1]\n")
+    with pytest.raises(UsageError) as caught:
+        select_pairs(load_lab(path))
+    assert (caught.value.message, caught.value.hint) == (
+        "this example needs two nodes with RDMA devices",
+        "add nodes with rdma: rxe, or pick them with --server/--client")
+
+
+def test_pairs_that_match_nothing_are_refused() -> None:
+    with pytest.raises(UsageError, match=r"^--pairs adjacent: lab routed has no such pair$"):
+        select_pairs(shipped("routed"), "adjacent")
+
+
+@pytest.mark.parametrize(("pairs", "server", "client", "jobs", "message"), [
+    ("all", "node1", None, 1, "--server/--client choose the first pair only"),
+    ("node1:node2", None, "node2", 1, "--server/--client choose the first pair only"),
+    ("first", None, None, 0, "--jobs must be a whole number from 1 to 64 (got 0)"),
+    ("first", None, None, True, "--jobs must be a whole number from 1 to 64 (got True)"),
+])
+def test_a_selection_at_odds_with_itself_is_refused_without_a_lab(
+        pairs: str, server: str | None, client: str | None, jobs: int, message: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        check_selection(pairs, server, client, jobs)
+    assert caught.value.message == message
+
+
+def test_select_pairs_refuses_server_with_pairs_too(split: Lab) -> None:
+    with pytest.raises(UsageError, match="choose the first pair only"):
+        select_pairs(split, "all", server="node1")
 
 
 def test_pairs_with_server_is_refused_before_the_lab_opens() -> None:

@@ -194,6 +194,8 @@ def test_run_pair_refuses_a_bad_ready_port_before_anything_runs(
             recorded_lab.run_pair("a", "b", ready_port=port)  # type: ignore[arg-type]
     with pytest.raises(RdmaLabError, match="has no node 'node9'"):
         recorded_lab.run_pair("a", "b", server="node9")
+    with pytest.raises(RdmaLabError, match="server and client must be different nodes"):
+        recorded_lab.run_pair("a", "b", server="node2", client="node2")
 
 
 def test_address_is_the_rdma_interfaces_when_that_is_not_the_first(tmp_path: Path) -> None:

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from labctl.cli.shapes import StatusOutput
 from labctl.lab.labdir import LabDir
 from labctl.lab.state import LabState, NodeState, Phase
 from labctl.topology.load import load_lab
 from tests.unit.clirun import run_main
+from tests.unit.jsonshape import parsed
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = "ut-busy"
@@ -75,7 +75,7 @@ def _record(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
             lab: str = LAB) -> dict[str, Any]:
     code, out, _ = _status(monkeypatch, capsys, "--json", "--lab", lab)
     assert code == 1  # not up (yet, or any more)
-    StatusOutput.model_validate_json(out)
+    parsed("status", out)
     (record,) = json.loads(out)["labs"]
     assert isinstance(record, dict)
     return record

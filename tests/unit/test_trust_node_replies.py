@@ -23,7 +23,6 @@ import pytest
 
 from labctl import bounded
 from labctl.cli import inspect as inspect_cli
-from labctl.cli import shapes
 from labctl.lab import handle as handle_module
 from labctl.lab.handle import LabHandle
 from labctl.lab.labdir import LabDir
@@ -41,6 +40,7 @@ from labctl.runners.execute import run_example
 from labctl.topology.load import load_lab
 from labctl.topology.resolved import Lab, Node
 from tests.unit.clirun import run_main
+from tests.unit.jsonshape import parsed
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURED = Path(__file__).parent / "outputs" / "status"
@@ -201,7 +201,7 @@ def test_a_live_nodes_reply_is_accepted_as_it_was() -> None:
 
 
 def test_keys_beyond_the_documented_ones_are_dropped() -> None:
-    """status --json has one shape (cli/shapes.py forbids extra keys): a node cannot add
+    """status --json has one shape (its schema forbids extra keys): a node cannot add
     any."""
     reply = status_reply(_status(devices=[_device(extra="x" * 100)], planted={"a": 1}))
     assert set(reply) == {"devices", "interfaces"}
@@ -231,7 +231,7 @@ def test_status_shows_an_unreadable_reply_as_the_nodes_state(
     _replies(monkeypatch, tmp_path, reply, node="node1")
     code, out, err = run_main(monkeypatch, capsys, "status", "--lab", LAB, "--json")
     assert code == 1  # a node is not running as it should
-    (lab,) = shapes.StatusOutput.model_validate_json(out).labs  # valid JSON, its one shape
+    (lab,) = parsed("status", out).labs  # valid JSON, its one shape
     node1, node2 = lab.nodes
     assert node1.state == "unreadable"
     assert node1.reason.startswith("node1 sent an unreadable reply (")
@@ -263,7 +263,7 @@ def test_status_of_a_node_whose_reply_is_too_large(
     _replies(monkeypatch, tmp_path, reply, node="node1")
     code, out, err = run_main(monkeypatch, capsys, "status", "--lab", LAB, "--json")
     assert code == 1
-    node1 = shapes.StatusOutput.model_validate_json(out).labs[0].nodes[0]
+    node1 = parsed("status", out).labs[0].nodes[0]
     assert node1.state == "unreadable" and why in node1.reason
     _no_traceback(out, err)
 
@@ -275,7 +275,7 @@ def test_status_of_a_node_that_never_answers(
     _replies(monkeypatch, tmp_path, ("silent", "60"), node="node1")
     code, out, _ = run_main(monkeypatch, capsys, "status", "--lab", LAB, "--json")
     assert code == 0 or code == 1
-    node1 = shapes.StatusOutput.model_validate_json(out).labs[0].nodes[0]
+    node1 = parsed("status", out).labs[0].nodes[0]
     assert node1.reason == "cannot read status of node1: (timed out after 2.0 s)"
 
 
@@ -316,7 +316,7 @@ def _status_peak_rss(state: Path, kind: str, arg: str) -> tuple[int, str]:
 def test_a_300_mb_reply_costs_status_bounded_memory(lab_running: LabDir,
                                                     state_dir: Path) -> None:
     peak, out = _status_peak_rss(state_dir, "huge", "300")
-    node1 = shapes.StatusOutput.model_validate_json(out).labs[0].nodes[0]
+    node1 = parsed("status", out).labs[0].nodes[0]
     assert node1.state == "unreadable" and "more than" in node1.reason
     assert peak < RSS_LIMIT_KIB, f"status peaked at {peak} KiB"
 
@@ -331,7 +331,7 @@ def test_a_400_mb_console_log_is_not_read_whole(lab_running: LabDir, state_dir: 
     good = tmp_path / "good"
     good.write_text(GOOD_STATUS)
     peak, out = _status_peak_rss(state_dir, "file", str(good))
-    node1 = shapes.StatusOutput.model_validate_json(out).labs[0].nodes[0]
+    node1 = parsed("status", out).labs[0].nodes[0]
     assert node1.state == "running"  # its ready line is at the start: still seen
     assert peak < RSS_LIMIT_KIB, f"status peaked at {peak} KiB"
 
@@ -625,7 +625,7 @@ def test_labctl_run_reports_the_unreadable_reply(
     _replies(monkeypatch, tmp_path, reply, node="node2")
     code, out, err = run_main(monkeypatch, capsys, "run", "pingpong", "--lab", LAB, "--json")
     assert code == 1
-    record = shapes.RunRecord.model_validate_json(out)
+    record = parsed("run", out)
     assert record.status == "failed" and record.client == "node2"
     assert record.reason.startswith("node2 sent an unreadable reply (") and why in record.reason
     _no_traceback(out, err)

@@ -45,9 +45,9 @@ HOSTILE_MIRRORS = [
     "--setup-hook=sh -c id",
     "-v",
     "-",  # mmdebstrap: read sources.list from stdin
-    "deb http://deb.debian.org/debian trixie main",  # a sources.list line
-    "http://deb.debian.org/debian --customize-hook=id",
-    "http://deb.debian.org/debian\n--customize-hook=id",
+    "deb http://mirror.example.org/debian trixie main",  # a sources.list line
+    "http://mirror.example.org/debian --customize-hook=id",
+    "http://mirror.example.org/debian\n--customize-hook=id",
     "http://x/debian#comment",
     "http://x/debian?q=1",
     "http://x/\x00",
@@ -57,16 +57,16 @@ HOSTILE_MIRRORS = [
     "https://user@/debian",
     "file://host/srv/debian",  # a file URL has no host
     "file:relative",
-    "ftp://deb.debian.org/debian",
+    "ftp://mirror.example.org/debian",
     "gopher://x/",
     "/srv/debian",  # a path: mmdebstrap would read it as a sources.list file
-    "deb.debian.org/debian",
+    "mirror.example.org/debian",
     "",
     "http://" + "a" * 5000 + "/",
     'http://x/"quoted"',
     "http://x/a b",
 ]
-GOOD_MIRRORS = ["http://deb.debian.org/debian", "https://mirror.example.org:8443/debian/",
+GOOD_MIRRORS = ["http://mirror.example.org/debian", "https://mirror.example.org:8443/debian/",
                 "file:///srv/debian", "http://[::1]:3142/debian", "HTTP://X.ORG/d",
                 "http://user:pw@proxy.local/debian/"]
 
@@ -105,11 +105,11 @@ def test_mmdebstrap_gets_the_mirror_after_the_end_of_options(
     suite, target and mirror come after `--`, so none of them can be an option."""
     seen: list[list[str]] = []
     monkeypatch.setattr(builder, "_run_streamed", lambda argv, progress, log: seen.append(argv))
-    builder._mmdebstrap(RECIPES["trixie"], tmp_path / "root", "http://deb.debian.org/debian",
+    builder._mmdebstrap(RECIPES["trixie"], tmp_path / "root", "http://mirror.example.org/debian",
                         lambda _m: None, tmp_path / "log")
     argv = seen[0]
     end = argv.index("--")
-    assert argv[end + 1:] == ["trixie", str(tmp_path / "root"), "http://deb.debian.org/debian"]
+    assert argv[end + 1:] == ["trixie", str(tmp_path / "root"), "http://mirror.example.org/debian"]
     assert all(a.startswith("--") for a in argv[1:end])
 
 

@@ -1,6 +1,9 @@
 """The Vagrant path without a box: the Vagrantfile (with ruby and Debian's vagrant) and
 the vagrant provider (with fake `vagrant` and `ssh` executables that record their argv).
 
+The contract: the Vagrantfile derives nothing. It reads labctl's lab and Vagrant plan
+(`labctl validate --json --vagrant`, labctl.providers.vagrant_plan) and hands those values
+to Vagrant as they are; a fake `Vagrant.configure` records what Vagrant would get.
 What needs a hypervisor and a box (`vagrant up` itself) is not tested here.
 """
 
@@ -13,38 +16,35 @@ import shutil
 import stat
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from labctl.errors import LabctlError
+from labctl.errors import LabctlError, UsageError
 from labctl.images.recipes import node_packages
 from labctl.lab.labdir import LabDir
-from labctl.providers import provider_for
+from labctl.providers import provider_for, vagrant_plan
 from labctl.providers.node import node_env as qemu_node_env
-from labctl.providers.node import rdma_device_name as qemu_rdma_device_name
 from labctl.providers.vagrant import (
     VagrantProvider,
     parse_ssh_config,
     parse_status,
-    rdma_device_name,
 )
+from labctl.topology.catalog import find_topology
 from labctl.topology.load import load_lab
 from labctl.topology.resolved import Lab
 
 REPO = Path(__file__).resolve().parents[2]
-VAGRANTFILE = REPO / "Vagrantfile"
+VAGRANTFILE = REPO / "labctl" / "data" / "Vagrantfile"
+TOP_VAGRANTFILE = REPO / "Vagrantfile"
 SHIPPED = sorted((REPO / "topologies").glob("*.yaml"))
-TOPOLOGIES = SHIPPED + sorted((Path(__file__).parent / "topology" / "input").glob("*.yaml"))
-# Routers, routes, several devices per node: the Vagrantfile refuses them (test below),
-# labctl too for vagrant.
-ROUTED = [t for t in TOPOLOGIES if "router: true" in t.read_text()
+# Routers, routes, several devices per node: labctl has no Vagrant plan for them (below).
+ROUTED = [t for t in SHIPPED if "router: true" in t.read_text()
           or "rdma_interfaces" in t.read_text()]
-TOPOLOGIES = [t for t in TOPOLOGIES if t not in ROUTED]
-# hosts: spreads docker nodes over engines (docs/multi-host.md): no Vagrantfile key.
-TOPOLOGIES = [t for t in TOPOLOGIES if "\nhosts:" not in t.read_text()]
+PLANNED = [t for t in SHIPPED if t not in ROUTED]
+# labctl as a plain `vagrant up` runs it, from this checkout.
+LABCTL_COMMAND = f"{sys.executable} -m labctl"
 
 needs_ruby = pytest.mark.skipif(
     shutil.which("ruby") is None, reason="ruby not installed (it comes with Debian's vagrant)"
@@ -55,50 +55,280 @@ needs_vagrant = pytest.mark.skipif(
 )
 
 
-def _ruby(code: str, *args: str, env: dict[str, str] | None = None) -> str:
+def _plain_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of a plain `vagrant up`: no labctl settings, labctl importable."""
+    return {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": str(REPO), **extra}
+
+
+def _run_ruby(code: str, *args: str, env: dict[str, str], before: str = "",
+              vagrantfile: Path = VAGRANTFILE, cwd: Path = REPO
+              ) -> subprocess.CompletedProcess[str]:
+    """ruby in `cwd`: `before`, then the Vagrantfile loaded, then `code`."""
+    program = f"{before}\nload {json.dumps(str(vagrantfile))}\n{code}"
+    return subprocess.run(["ruby", "-rjson", "-e", program, *args], env=env,
+                          capture_output=True, text=True, timeout=120, check=False, cwd=cwd)
+
+
+def _ruby(code: str, *args: str, env: dict[str, str] | None = None,
+          vagrantfile: Path = VAGRANTFILE, cwd: Path = REPO) -> str:
     """Run `code` with the Vagrantfile loaded as a library (no Vagrant.configure)."""
-    result = subprocess.run(
-        ["ruby", "-rjson", "-e", f"load {json.dumps(str(VAGRANTFILE))}\n{code}", *args],
-        env={"PATH": os.environ["PATH"], "LABCTL_VAGRANTFILE_LIBRARY": "1", **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=REPO,
-    )
+    result = _run_ruby(code, *args, vagrantfile=vagrantfile, cwd=cwd, env={
+        "PATH": os.environ["PATH"], "LABCTL_VAGRANTFILE_LIBRARY": "1", **(env or {})})
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
-def _lab_dict(lab: Lab) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(lab.to_json())
-    return data
+def _plan_file(tmp_path: Path, lab: Lab, labdir: Path | None = None,
+               env: dict[str, str] | None = None) -> Path:
+    path = tmp_path / "vagrant-lab.json"
+    path.write_text(vagrant_plan.document(lab, labdir, env or {"HOME": str(tmp_path)}))
+    return path
+
+
+# --------------------------------------------------------------------------- what Vagrant gets
+
+# Vagrant's configuration DSL, recorded: every setter (path=, value), every call (path,
+# args, keywords). Getters give back what was set (`lv.driver == "qemu"`).
+FAKE_VAGRANT_DSL = """
+module Vagrant
+  LOG = []
+  class Rec
+    def initialize(path)
+      @path = path
+      @values = {}
+    end
+
+    def respond_to_missing?(*) = true
+
+    def []=(key, value)
+      LOG << ["#{@path}[#{key}]=", value]
+    end
+
+    def method_missing(name, *args, **kw, &block)
+      key = name.to_s
+      if key.end_with?("=")
+        @values[key.chomp("=")] = args[0]
+        return LOG << ["#{@path}.#{key}", args[0]]
+      end
+      return @values[key] ||= Rec.new("#{@path}.#{key}") if args.empty? && kw.empty? && !block
+      LOG << ["#{@path}.#{key}", args, kw]
+      case key
+      when "define" then block&.call(Rec.new(args[0]))
+      when "provider"  # node1:libvirt, node1:libvirt.override
+        at = "#{@path.split('.').first}:#{args[0]}"
+        block&.call(Rec.new(at), Rec.new("#{at}.override"))
+      end
+      nil
+    end
+  end
+  def self.configure(_version) = yield(Rec.new("config"))
+end
+"""
+
+
+def _configure(env: dict[str, str], vagrantfile: Path = VAGRANTFILE) -> list[Any]:
+    """What the Vagrantfile tells Vagrant, under `env` (no LABCTL_VAGRANTFILE_LIBRARY)."""
+    result = _run_ruby("puts JSON.generate(Vagrant::LOG)", before=FAKE_VAGRANT_DSL,
+                       env=env, vagrantfile=vagrantfile)
+    assert result.returncode == 0, result.stderr
+    log: list[Any] = json.loads(result.stdout)
+    return log
+
+
+def _setters(log: list[Any]) -> dict[str, Any]:
+    return {entry[0]: entry[1] for entry in log if len(entry) == 2}
+
+
+def _calls(log: list[Any], path: str) -> list[tuple[list[Any], dict[str, Any]]]:
+    return [(entry[1], entry[2]) for entry in log if len(entry) == 3 and entry[0] == path]
+
+
+@needs_ruby
+def test_vagrant_gets_the_values_labctl_resolved(tmp_path: Path) -> None:
+    """labctl's way (LABCTL_LAB_JSON, labctl's boxes, TCG): two-node's real addresses,
+    MACs, networks, boxes, memory and node settings reach Vagrant as labctl made them."""
+    lab = load_lab(REPO / "topologies" / "two-node.yaml")
+    labdir = tmp_path / "labs" / "two-node"
+    settings = {"HOME": str(tmp_path), "LABCTL_LIBVIRT_DRIVER": "qemu",
+                "LABCTL_BOXES": json.dumps({"node1": "labctl/trixie-a",
+                                            "node2": "labctl/trixie-b"})}
+    plan_file = _plan_file(tmp_path, lab, labdir, settings)
+    log = _configure({"PATH": os.environ["PATH"], "LABCTL_LAB_JSON": str(plan_file)})
+    set_ = _setters(log)
+    assert [args[0] for args, _ in _calls(log, "config.vm.define")] == ["node1", "node2"]
+    for node, mac, address, box in (("node1", "02:5f:eb:d7:01:01", "10.77.1.1/24", "a"),
+                                    ("node2", "02:5f:eb:d7:02:01", "10.77.1.2/24", "b")):
+        index = node[-1]
+        assert set_[f"{node}.vm.hostname="] == node
+        assert set_[f"{node}.vm.box="] == "bento/debian-13"  # trixie has a public box
+        assert set_[f"{node}:libvirt.override.vm.box="] == f"labctl/trixie-{box}"
+        assert set_[f"{node}:libvirt.override.vm.hostname="] is None  # the box's boot sets it
+        assert set_[f"{node}:virtualbox.override.vm.box="] == "bento/debian-13"
+        networks = _calls(log, f"{node}.vm.network")
+        assert networks == [(["private_network"], {
+            "auto_config": False, "mac": mac.replace(":", ""),
+            "virtualbox__intnet": "labctl-two-node-link1", "virtualbox__nic_type": "virtio",
+            "libvirt__network_name": "labctl-two-node-link1",
+            "libvirt__forward_mode": "veryisolated", "libvirt__dhcp_enabled": False,
+            "libvirt__mtu": 1500})]
+        assert set_[f"{node}:libvirt.memory="] == 512 and set_[f"{node}:libvirt.cpus="] == 1
+        assert set_[f"{node}:libvirt.driver="] == "qemu"
+        assert set_[f"{node}:libvirt.cpu_model="] == "qemu64"  # TCG
+        assert set_[f"{node}:libvirt.default_prefix="] == "labctl-two-node_"
+        assert set_[f"{node}:libvirt.management_network_name="] == "labctl-two-node-mgmt"
+        assert set_[f"{node}:libvirt.management_network_address="] == "192.168.205.0/24"
+        mgmt_mac = set_[f"{node}:libvirt.management_network_mac="]
+        assert re.fullmatch(rf"52:54:00(:[0-9a-f]{{2}}){{2}}:0{index}", mgmt_mac)
+        assert set_[f"{node}:libvirt.cmd_line="].endswith(
+            f"labctl.node={node} labctl.mgmt={mgmt_mac}")
+        assert _calls(log, f"{node}:libvirt.serial") == [
+            ([], {"type": "file", "source": {"path": str(labdir / f"console-{node}.log")}})]
+        assert set_[f"{node}:virtualbox.name="] == f"labctl-two-node-{node}"
+        assert set_[f"{node}:vmware_desktop.vmx[memsize]="] == "512"
+        provisions = _calls(log, f"{node}.vm.provision")
+        assert [args[0] for args, _ in provisions] == [
+            "labctl-packages", "labctl-code", "labctl-node"]  # rxe: no siw step
+        node_script = provisions[2][1]["inline"]
+        assert f"LABCTL_IFACES='eth1,{mac},{address},1500'" in node_script
+        assert f"LABCTL_NODE='{node}'" in node_script
+        assert "LABCTL_RDMA_DEV='rxe0'" in node_script
+        assert f"[Match]\nMACAddress={mac}\n" in node_script
+
+
+@needs_ruby
+@pytest.mark.parametrize("topology", PLANNED, ids=lambda p: p.name)
+def test_vagrant_gets_exactly_the_plan(topology: Path, tmp_path: Path) -> None:
+    """Every shipped topology: each value Vagrant gets is the plan's, none made up."""
+    lab = load_lab(topology)
+    plan = vagrant_plan.plan(lab, None, {"HOME": str(tmp_path)})
+    log = _configure({"PATH": os.environ["PATH"],
+                      "LABCTL_LAB_JSON": str(_plan_file(tmp_path, lab))})
+    set_ = _setters(log)
+    assert [args[0] for args, _ in _calls(log, "config.vm.define")] == [
+        n.name for n in lab.nodes]
+    for node, planned in zip(lab.nodes, plan["nodes"], strict=True):
+        assert set_[f"{node.name}.vm.box="] == planned["boxes"]["default"]
+        got = [(kw["mac"], kw["libvirt__network_name"], kw["libvirt__mtu"])
+               for _, kw in _calls(log, f"{node.name}.vm.network")]
+        assert got == [(i.mac.replace(":", ""),
+                        f"labctl-{lab.name}-{lab.segments[i.segment].name}", i.mtu)
+                       for i in node.interfaces]
+        steps = [args[0] for args, _ in _calls(log, f"{node.name}.vm.provision")]
+        assert ("labctl-siw" in steps) == (node.rdma == "siw")
+
+
+@needs_ruby
+@pytest.mark.parametrize("given", ["", "topologies/siw-pair.yaml", "three-node-switch"])
+def test_plain_vagrant_up_asks_labctl(given: str, tmp_path: Path) -> None:
+    """Without LABCTL_LAB_JSON the Vagrantfile runs `labctl validate --json --vagrant` on
+    LABCTL_TOPOLOGY (a path relative to the checkout, or a shipped name; two-node without)
+    and takes its JSON as it is."""
+    env = _plain_env(tmp_path, LABCTL_COMMAND=LABCTL_COMMAND, LABCTL_TOPOLOGY=given)
+    ruby = json.loads(_ruby("puts JSON.generate(LabctlVagrant.load_lab)", env=env))
+    # what the Vagrantfile gives labctl: a file beside it, one relative to the working
+    # directory (the checkout, here), or the name as it is
+    passed = {"": str(REPO / "labctl" / "data" / "topologies" / "two-node.yaml"),
+              "topologies/siw-pair.yaml": str(REPO / "topologies" / "siw-pair.yaml"),
+              "three-node-switch": "three-node-switch"}[given]
+    lab = load_lab(find_topology(passed))
+    assert ruby == json.loads(vagrant_plan.document(lab, None, env))
+    assert ruby["vagrant"]["nodes"][0]["networks"][0]["ipv4"] == "10.77.1.1/24"
+    assert ruby["vagrant"]["nodes"][0]["boxes"]["libvirt"] == "debian/trixie64"  # no labctl box
+
+
+@needs_ruby
+def test_lab_json_wins_over_the_topology(tmp_path: Path) -> None:
+    lab = load_lab(REPO / "topologies" / "three-node-switch.yaml")
+    out = _ruby("puts JSON.generate(LabctlVagrant.load_lab)", env={
+        "LABCTL_LAB_JSON": str(_plan_file(tmp_path, lab)),
+        "LABCTL_TOPOLOGY": str(REPO / "topologies" / "two-node.yaml")})
+    assert json.loads(out)["name"] == "three-node-switch"
+    assert [n["name"] for n in json.loads(out)["vagrant"]["nodes"]] == ["node1", "node2", "node3"]
+
+
+@needs_ruby
+def test_a_lab_json_without_a_plan_is_refused(tmp_path: Path) -> None:
+    """`labctl validate --json` alone (no --vagrant) has no plan: the Vagrantfile says how
+    to make one instead of working it out."""
+    (tmp_path / "lab.json").write_text(load_lab(REPO / "topologies" / "two-node.yaml").to_json())
+    result = _run_ruby("LabctlVagrant.load_lab", env={
+        "PATH": os.environ["PATH"], "LABCTL_VAGRANTFILE_LIBRARY": "1",
+        "LABCTL_LAB_JSON": str(tmp_path / "lab.json")})
+    assert result.returncode != 0
+    assert "gave no Vagrant plan" in result.stderr
+    assert "labctl validate --json --vagrant TOPOLOGY" in result.stderr
+
+
+@needs_ruby
+def test_plain_vagrant_up_without_labctl_says_what_to_install(tmp_path: Path) -> None:
+    """No LABCTL_COMMAND, no labctl on PATH, no virtualenv in the checkout."""
+    copy = tmp_path / "checkout" / "labctl" / "data" / "Vagrantfile"
+    copy.parent.mkdir(parents=True)
+    shutil.copy(VAGRANTFILE, copy)
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    result = subprocess.run(
+        [shutil.which("ruby") or "ruby", "-e", f"load {json.dumps(str(copy))}\n"
+         "LabctlVagrant.load_lab"],
+        env={"PATH": str(empty), "LABCTL_VAGRANTFILE_LIBRARY": "1"},
+        capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode != 0
+    assert "labctl not found" in result.stderr and "LABCTL_COMMAND" in result.stderr
+
+
+@needs_ruby
+def test_labctls_refusal_reaches_vagrant(tmp_path: Path) -> None:
+    """A lab the Vagrantfile cannot build: labctl's error (exit 2), word for word."""
+    routed = next(t for t in ROUTED if "router: true" in t.read_text())
+    env = _plain_env(tmp_path, LABCTL_COMMAND=LABCTL_COMMAND, LABCTL_TOPOLOGY=str(routed),
+                     LABCTL_VAGRANTFILE_LIBRARY="1")
+    result = _run_ruby("LabctlVagrant.load_lab", env=env)
+    assert result.returncode != 0
+    assert "(exit 2)" in result.stderr
+    assert "routers and routes are not supported by the Vagrantfile" in result.stderr
+    assert "hint: use provider qemu or docker" in result.stderr
+
+
+@needs_ruby
+def test_the_top_level_vagrantfile_is_the_packaged_one(tmp_path: Path) -> None:
+    """The checkout's Vagrantfile only loads labctl/data/Vagrantfile: topologies not in the
+    working directory are found beside that one (labctl/data/topologies, so also where git
+    made no `topologies` link)."""
+    assert len(TOP_VAGRANTFILE.read_text().splitlines()) < 10
+    out = _ruby("puts LabctlVagrant.topology({})\n"
+                "puts LabctlVagrant.topology({'LABCTL_TOPOLOGY' => 'topologies/siw-pair.yaml'})",
+                vagrantfile=TOP_VAGRANTFILE, cwd=tmp_path)
+    data = REPO / "labctl" / "data" / "topologies"
+    assert out.splitlines() == [str(data / "two-node.yaml"), str(data / "siw-pair.yaml")]
+    # what Vagrant gets through the pointer is what it gets from the packaged file
+    lab = load_lab(REPO / "topologies" / "siw-pair.yaml")
+    env = {"PATH": os.environ["PATH"], "LABCTL_LAB_JSON": str(_plan_file(tmp_path, lab))}
+    assert _configure(env, TOP_VAGRANTFILE) == _configure(env)
 
 
 # --------------------------------------------------------------------------- one package list
 
 
-@needs_ruby
-def test_vagrantfile_reads_the_image_builders_package_list() -> None:
-    ruby = json.loads(_ruby("puts JSON.generate(LabctlVagrant.node_packages)"))
-    assert ruby == list(node_packages())
-    assert ruby, "the package list is empty"
+def test_the_plan_carries_the_image_builders_package_list(tmp_path: Path) -> None:
+    lab = load_lab(REPO / "topologies" / "two-node.yaml")
+    packages = vagrant_plan.plan(lab, None, {"HOME": str(tmp_path)})["packages"]
+    assert packages == list(node_packages())
+    assert "rdma-core" in packages and "ibverbs-utils" in packages
 
 
 @needs_ruby
-def test_provisioning_installs_every_listed_package() -> None:
-    script = _ruby(
-        "lab = LabctlVagrant.load_lab\n"
-        "print LabctlVagrant.packages_script(lab['nodes'][0], LabctlVagrant.node_packages)",
-        env={"LABCTL_TOPOLOGY": str(REPO / "topologies" / "two-node.yaml")},
-    )
+def test_provisioning_installs_every_listed_package(tmp_path: Path) -> None:
+    lab = load_lab(REPO / "topologies" / "two-node.yaml")
+    log = _configure({"PATH": os.environ["PATH"],
+                      "LABCTL_LAB_JSON": str(_plan_file(tmp_path, lab))})
+    script = _calls(log, "node1.vm.provision")[0][1]["inline"]
     install = next(line for line in script.splitlines() if "apt-get install" in line)
     assert install.split()[-len(node_packages()) :] == list(node_packages())
 
 
 def test_vagrantfile_does_not_copy_the_package_list() -> None:
     text = VAGRANTFILE.read_text()
-    assert "node-packages.txt" in text
+    assert node_packages()
     for package in node_packages():
         assert not re.search(rf"(?<![\w.-]){re.escape(package)}(?![\w-])", text), (
             f"{package} is named in the Vagrantfile: the list lives in "
@@ -106,97 +336,29 @@ def test_vagrantfile_does_not_copy_the_package_list() -> None:
         )
 
 
-# --------------------------------------------------------------------------- same lab
-
-
-@pytest.fixture(scope="module")
-def ruby_labs() -> dict[str, dict[str, Any]]:
-    if shutil.which("ruby") is None:
-        pytest.skip("ruby not installed")
-    out = _ruby(
-        "puts JSON.generate(ARGV.to_h { |f| [f, LabctlVagrant.resolve_topology(f)] })",
-        *(str(t) for t in TOPOLOGIES),
-    )
-    labs: dict[str, dict[str, Any]] = json.loads(out)
-    return labs
-
-
-@pytest.mark.parametrize("topology", TOPOLOGIES, ids=lambda p: p.name)
-def test_ruby_resolution_equals_labctls(
-    topology: Path, ruby_labs: dict[str, dict[str, Any]]
-) -> None:
-    """Plain `vagrant up` (no labctl) gives the addresses, MACs, MTUs and node settings
-    labctl resolves for the same file."""
-    assert ruby_labs[str(topology)] == _lab_dict(load_lab(topology))
-
-
-@needs_ruby
-@pytest.mark.parametrize("topology", ROUTED, ids=lambda p: p.name)
-def test_vagrantfile_refuses_routers_and_routes(topology: Path) -> None:
-    with pytest.raises(AssertionError, match="are not supported by the Vagrantfile"):
-        _ruby("LabctlVagrant.resolve_topology(ARGV[0])", str(topology))
-
-
-@needs_ruby
-def test_lab_json_wins_over_the_topology(tmp_path: Path) -> None:
-    lab = load_lab(REPO / "topologies" / "three-node-switch.yaml")
-    lab_json = tmp_path / "lab.json"
-    lab_json.write_text(lab.to_json())
-    out = _ruby(
-        "puts JSON.generate(LabctlVagrant.load_lab)",
-        env={
-            "LABCTL_LAB_JSON": str(lab_json),
-            "LABCTL_TOPOLOGY": str(REPO / "topologies" / "two-node.yaml"),
-        },
-    )
-    assert json.loads(out) == _lab_dict(lab)
-
-
-@needs_ruby
-@pytest.mark.parametrize("topology", [t for t in SHIPPED if t not in ROUTED],
-                         ids=lambda p: p.name)
-def test_node_env_matches_the_qemu_nodes(topology: Path) -> None:
-    lab = load_lab(topology)
-    out = _ruby(
-        "lab = LabctlVagrant.load_lab\n"
-        "puts JSON.generate(lab['nodes'].to_h { |n| [n['name'], "
-        "[LabctlVagrant.node_env(lab, n), LabctlVagrant.rdma_device(n)]] })",
-        env={"LABCTL_TOPOLOGY": str(topology)},
-    )
-    ruby = json.loads(out)
-    for node in lab.nodes:
-        env, device = ruby[node.name]
-        expected = qemu_node_env(lab, node)
-        del expected["LABCTL_MGMT_MAC"]  # Vagrant's own management NIC
-        assert env == expected
-        assert device == rdma_device_name(node)
-        if node.rdma_interface is not None:
-            assert device == qemu_rdma_device_name(node)
-
-
 # --------------------------------------------------------------------------- scripts
 
 
 @pytest.fixture(scope="module")
-def scripts() -> dict[str, str]:
+def scripts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     if shutil.which("ruby") is None:
         pytest.skip("ruby not installed")
+    lab = load_lab(REPO / "tests/unit/topology/input/interface-order.yaml")
+    plan_file = _plan_file(tmp_path_factory.mktemp("plan"), lab)
     out = _ruby(
-        textwrap.dedent(
-            """
-            lab = LabctlVagrant.load_lab
-            rxe, siw = lab['nodes'][0], lab['nodes'][0].merge('rdma' => 'siw')
-            puts JSON.generate(
-              'packages-rxe' => LabctlVagrant.packages_script(rxe, LabctlVagrant.node_packages),
-              'packages-siw' => LabctlVagrant.packages_script(siw, LabctlVagrant.node_packages),
-              'siw' => LabctlVagrant.siw_script,
-              'code' => LabctlVagrant.code_script,
-              'node' => LabctlVagrant.node_script(lab, rxe),
-              'node-up' => LabctlVagrant.node_up_script,
-            )
-            """
-        ),
-        env={"LABCTL_TOPOLOGY": str(REPO / "tests/unit/topology/input/interface-order.yaml")},
+        """
+        lab = LabctlVagrant.load_lab; plan = lab['vagrant']
+        rxe, siw = plan['nodes'][0], plan['nodes'][0].merge('rdma' => 'siw')
+        puts JSON.generate(
+          'packages-rxe' => LabctlVagrant.packages_script(rxe, plan['packages']),
+          'packages-siw' => LabctlVagrant.packages_script(siw, plan['packages']),
+          'siw' => LabctlVagrant.siw_script,
+          'code' => LabctlVagrant.code_script(plan['node_code'], plan['node_code_dir']),
+          'node' => LabctlVagrant.node_script(rxe, plan['node_init']),
+          'node-up' => LabctlVagrant.node_up_script(plan['node_init']),
+        )
+        """,
+        env={"LABCTL_LAB_JSON": str(plan_file)},
     )
     result: dict[str, str] = json.loads(out)
     return result
@@ -213,19 +375,34 @@ def test_provisioning_scripts_parse(scripts: dict[str, str], name: str, shell: s
     assert result.returncode == 0, result.stderr
 
 
-def test_node_script_installs_a_boot_unit(scripts: dict[str, str]) -> None:
+def test_node_script_installs_a_boot_unit_with_labctls_node_env(scripts: dict[str, str]) -> None:
     node = scripts["node"]
     assert "/etc/systemd/system/labctl-node.service" in node
     assert "systemctl enable labctl-node.service" in node
     assert "WantedBy=multi-user.target" in node
-    assert "LABCTL_RDMA_DEV='rxe0'" in node
     assert "ExecStart=/usr/local/sbin/labctl-node-up start" in node
+    lab = load_lab(REPO / "tests/unit/topology/input/interface-order.yaml")
+    expected = qemu_node_env(lab, lab.nodes[0])
+    del expected["LABCTL_MGMT_MAC"]  # Vagrant's own management NIC
+    written = node.split("cat > /etc/labctl/node.env.new <<'LABCTL_EOF'\n")[1].split(
+        "LABCTL_EOF\n")[0]
+    assert written == "".join(f"{k}='{v}'\n" for k, v in sorted(expected.items()))
+    assert "LABCTL_RDMA_DEV='rxe0'" in written
 
 
-@needs_ruby
-def test_code_script_installs_the_node_side_code(tmp_path: Path) -> None:
+def test_node_up_script_is_labctls_node_init(scripts: dict[str, str]) -> None:
+    """labctl-node-up is labctl's one bring-up script, as kind vagrant."""
+    shared = (REPO / "labctl" / "nodeside" / "node-init.sh").read_text().splitlines(True)
+    while shared[0].startswith("#"):
+        shared.pop(0)
+    assert scripts["node-up"] == (
+        "#!/bin/sh\n# labctl-node-up start|stop (installed by the rdma-lab Vagrantfile from "
+        "labctl/nodeside/node-init.sh)\nLABCTL_NODE_KIND=vagrant\n" + "".join(shared))
+
+
+def test_code_script_installs_the_node_side_code(scripts: dict[str, str], tmp_path: Path) -> None:
     dest = tmp_path / "opt" / "labctl"
-    script = _ruby(f"print LabctlVagrant.code_script(LabctlVagrant.root, {json.dumps(str(dest))})")
+    script = scripts["code"].replace("/opt/labctl", str(dest))
     # On stdin: as one `sh -c` argument the script would outgrow MAX_ARG_STRLEN (128 KiB).
     result = subprocess.run(["sh"], input=script, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
@@ -250,6 +427,7 @@ def test_code_script_installs_the_node_side_code(tmp_path: Path) -> None:
         check=False,
     )
     assert check.returncode == 0, check.stderr
+
 
 
 def _netns_usable() -> bool:
@@ -331,6 +509,8 @@ def test_node_up_names_and_addresses_data_nics_by_mac(
 
 # --------------------------------------------------------------------------- vagrant validate
 
+# --------------------------------------------------------------------------- vagrant validate
+
 
 @pytest.fixture(scope="module")
 def vagrant_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
@@ -344,6 +524,7 @@ def vagrant_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "VAGRANT_HOME": str(home),  # no user plugins or boxes; system plugins still load
         "VAGRANT_DOTFILE_PATH": str(home / "dotfile"),  # nothing written into the repo
         "VAGRANT_CHECKPOINT_DISABLE": "1",  # no version check over the network
+        "PYTHONPATH": str(REPO),  # plain `vagrant up` runs labctl (LABCTL_COMMAND)
     }
 
 
@@ -372,20 +553,25 @@ def _validate(env: dict[str, str], args: list[str]) -> None:
 
 
 @needs_vagrant
-@pytest.mark.parametrize("topology", SHIPPED, ids=lambda p: p.name)
+@pytest.mark.parametrize("topology", PLANNED, ids=lambda p: p.name)
 def test_vagrant_validate_labctl_labs(
     topology: Path, vagrant_env: dict[str, str], validate_args: list[str], tmp_path: Path
 ) -> None:
-    """What `labctl up` hands to vagrant: the resolved lab as JSON."""
-    (tmp_path / "lab.json").write_text(load_lab(topology).to_json())
-    _validate({**vagrant_env, "LABCTL_LAB_JSON": str(tmp_path / "lab.json")}, validate_args)
+    """What `labctl up` hands to vagrant: the lab and its plan, with labctl's box."""
+    lab = load_lab(topology)
+    labdir = tmp_path / "lab"
+    env = {"HOME": str(tmp_path), "LABCTL_LIBVIRT_DRIVER": "qemu",
+           "LABCTL_BOXES": json.dumps({n.name: "labctl/trixie-k" for n in lab.nodes})}
+    plan_file = _plan_file(tmp_path, lab, labdir, env)
+    _validate({**vagrant_env, "LABCTL_LAB_JSON": str(plan_file)}, validate_args)
 
 
 @needs_vagrant
 def test_vagrant_validate_plain(vagrant_env: dict[str, str], validate_args: list[str]) -> None:
-    """Plain `vagrant up` (default topology, Ruby resolution) and a LABCTL_TOPOLOGY one."""
-    _validate(vagrant_env, validate_args)
-    siw = {**vagrant_env, "LABCTL_TOPOLOGY": "topologies/siw-pair.yaml"}  # relative to the repo
+    """Plain `vagrant up` (default topology) and a LABCTL_TOPOLOGY one: labctl asked."""
+    env = {**vagrant_env, "LABCTL_COMMAND": LABCTL_COMMAND}
+    _validate(env, validate_args)
+    siw = {**env, "LABCTL_TOPOLOGY": "topologies/siw-pair.yaml"}  # relative to the repo
     _validate(siw, validate_args)
 
 
@@ -393,10 +579,12 @@ def test_vagrant_validate_plain(vagrant_env: dict[str, str], validate_args: list
 def test_vagrant_validate_reports_a_bad_lab(vagrant_env: dict[str, str], tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nnodes: {a: {}}\nlinks:\n  - endpoints: [a:eth1, b:eth1]\n")
-    env = {**vagrant_env, "LABCTL_TOPOLOGY": str(bad)}
+    env = {**vagrant_env, "LABCTL_TOPOLOGY": str(bad), "LABCTL_COMMAND": LABCTL_COMMAND}
     result = _vagrant(env, "validate", "--ignore-provider")
     assert result.returncode != 0
-    assert 'node "b" is not defined' in result.stdout + result.stderr
+    said = result.stdout + result.stderr
+    assert "validate --json --vagrant" in said and "failed (exit 2)" in said
+    assert "node 'b' is not defined under nodes" in said
 
 
 # --------------------------------------------------------------------------- the provider
@@ -493,6 +681,15 @@ def test_check_host_without_vagrant(tmp_path: Path, fake: Fake) -> None:
     assert exc.value.hint and "apt-get install vagrant" in exc.value.hint
 
 
+def test_check_host_refuses_what_the_vagrantfile_cannot_build(tmp_path: Path, fake: Fake) -> None:
+    """`labctl up --provider vagrant` of a routed topology: refused before anything is made
+    (exit 2), not left to a Vagrantfile that would build the lab without its routes."""
+    with pytest.raises(UsageError, match="routers and routes are not supported") as exc:
+        _provider(tmp_path, fake, "routed.yaml").check_host()
+    assert exc.value.exit_code == 2
+    assert fake.calls() == []  # not even `vagrant plugin list`
+
+
 def test_exec_uses_plain_ssh_with_the_lab_config(tmp_path: Path, fake: Fake) -> None:
     provider = _provider(tmp_path, fake)
     argv = provider.exec_argv("node2", ["ibv_devinfo", "-d", "rxe0"])
@@ -561,52 +758,13 @@ def test_box_init_parses(shell: str, tmp_path: Path) -> None:
 
 
 @needs_ruby
-def test_vagrantfile_uses_labctls_box_with_an_isolated_management_network() -> None:
-    lab = {"name": "vag", "nodes": [{"name": "node1", "index": 1, "image": "trixie"}]}
-    code = (
-        "lab = JSON.parse(ARGV[0]); node = lab['nodes'][0]\n"
-        "puts JSON.generate([LabctlVagrant.box(node, 'libvirt'),"
-        " LabctlVagrant.box(node, 'virtualbox'),"
-        " LabctlVagrant.mgmt_network(lab), LabctlVagrant.mgmt_mac(lab, node),"
-        " LabctlVagrant.libvirt_driver])"
-    )
-    out = json.loads(_ruby(code, json.dumps(lab), env={"LABCTL_BOX": "labctl/trixie-k",
-                                                       "LABCTL_LIBVIRT_DRIVER": "qemu"}))
-    assert out[0] == "labctl/trixie-k"
-    assert out[1] == "bento/debian-13"  # the labctl box is a libvirt box only
-    assert out[2]["name"] == "labctl-vag-mgmt"
-    assert re.fullmatch(r"192\.168\.(1[3-9]\d|2[0-4]\d)\.0/24", out[2]["address"])
-    assert re.fullmatch(r"52:54:00(:[0-9a-f]{2}){2}:01", out[3])
-    assert out[4] == "qemu"
-
-
-@needs_ruby
-def test_vagrantfile_gives_each_node_its_box_and_its_host_folders() -> None:
-    """LABCTL_BOXES names a box per node (one per image: trixie-dev, `packages:` lists),
-    also for the default box of an image without a public one; `:ro` folders come from
-    labctl's read-only bind mounts in the lab directory."""
-    nodes = [{"name": "node1", "index": 1, "image": "trixie-dev",
-              "mounts": [{"source": "/src", "target": "/work", "readonly": False},
-                         {"source": "/data", "target": "/data", "readonly": True}]},
-             {"name": "node2", "index": 2, "image": "trixie"}]
-    code = (
-        "nodes = JSON.parse(ARGV[0])\n"
-        "puts JSON.generate([nodes.map { |n| LabctlVagrant.box(n, 'libvirt') },"
-        " LabctlVagrant.box(nodes[0], 'default'),"
-        " nodes.map { |n| LabctlVagrant.host_folders(n, '/labs/x') }])"
-    )
-    boxes = json.dumps({"node1": "labctl/trixie-dev-a", "node2": "labctl/trixie-b"})
-    out = json.loads(_ruby(code, json.dumps(nodes), env={"LABCTL_BOXES": boxes}))
-    assert out[0] == ["labctl/trixie-dev-a", "labctl/trixie-b"]
-    assert out[1] == "labctl/trixie-dev-a"
-    assert out[2] == [[["/src", "/work", "rw"], ["/labs/x/mounts/node1-1", "/data", "ro"]], []]
 
 
 @needs_ruby
 def test_vagrant_provision_skips_packages_on_labctls_image() -> None:
     """labctl's image has the packages (and no network to fetch any): the packages and siw
     steps stop at once there, and the node step runs the bring-up without systemd."""
-    code = ("node = {'name' => 'n', 'rdma' => 'siw', 'interfaces' => []}\n"
+    code = ("node = {'name' => 'n', 'rdma' => 'siw', 'networks' => []}\n"
             "puts LabctlVagrant.packages_script(node, ['rdma-core'])\n"
             "puts '----'\nputs LabctlVagrant.siw_script")
     packages, siw = _ruby(code).split("----\n")
