@@ -20,8 +20,8 @@ import signal
 ENV = "LABCTL_FAULT"
 MODES = ("raise", "int", "kill")
 STEPS = (
-    "image",  # node image built or found in the cache; nothing of the lab made yet
-    "state",  # state.json says "creating"; no key, netns or node yet
+    "image",  # node image built or found in the cache; nothing made but state.json (creating)
+    "state",  # state.json records the accelerator; no key, netns or node yet
     "netns",  # the lab's network namespace exists, no bridge yet
     "bridges",  # every bridge exists, no node yet
     "disk",  # per node: its disk overlay exists, its initrd not yet

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from labctl.capabilities import LinkDevice, offering
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
 from labctl.net.labnet import has_link, namespace_exists, netns_name, tap_name
@@ -43,24 +44,24 @@ def parse_endpoint(handle: LabHandle, endpoint: str) -> tuple[str, str]:
 
 def resolve(handle: LabHandle, node: str, ifname: str) -> CaptureTarget:
     """The lab-side end of NODE:IF: a qemu node's tap in the lab's namespace, or a container
-    node's veth in the lab's namespace in the engine's kernel. Refuses vagrant labs."""
-    provider = handle.lab.provider
-    if provider == "qemu":
+    node's veth in the lab's namespace in the engine's kernel. Refuses the labs whose
+    links are not labctl's (vagrant, multi-host docker)."""
+    device = handle.provider.capabilities.link_device
+    if device == "tap":
         return _on_this_host(handle, node, ifname, netns_name(handle.lab.name),
-                             tap_name(handle.lab.node(node).index, ifname))
-    if provider == "docker":
+                             tap_name(handle.lab.node(node).index, ifname), device)
+    if device == "veth":
         return _docker(handle, node, ifname)
-    raise UsageError(
-        f"capture is not supported for {provider} labs: their links are the hypervisor's own "
-        "networks (VirtualBox or libvirt), with no namespace of labctl's to capture in",
+    raise handle.provider.refuse_links(
+        "capture",
         hint=f"capture inside the node (`labctl exec --lab {handle.lab.name} {node} -- "
-             f"tcpdump -i {ifname} -c 100`), or use a qemu or docker lab",
+             f"tcpdump -i {ifname} -c 100`), or use a "
+             f"{' or '.join(offering('capture'))} lab",
     )
 
 
 def _on_this_host(handle: LabHandle, node: str, ifname: str, ns: str,
-                  device: str) -> CaptureTarget:
-    kind = "tap" if handle.lab.provider == "qemu" else "veth"
+                  device: str, kind: LinkDevice) -> CaptureTarget:
     # Look before opening: opening a missing namespace would create it.
     if not namespace_exists(ns):
         raise LabctlError(f"lab {handle.lab.name} has no network namespace {ns}",
@@ -91,7 +92,7 @@ def _docker(handle: LabHandle, node: str, ifname: str) -> CaptureTarget:
                           hint="is the lab up? see `labctl status`")
     engine = Engine.from_state(state.engine)
     if engine.kind != VM:
-        return _on_this_host(handle, node, ifname, ns, device)
+        return _on_this_host(handle, node, ifname, ns, device, "veth")
     if not DockerHostVM().running():
         raise LabctlError("the Docker host VM is not running, so neither is the lab",
                           hint=f"`labctl up` the lab again, or `labctl down --lab "

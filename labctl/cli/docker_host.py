@@ -161,7 +161,7 @@ def _labs_using_vm(name: str = "default") -> list[str]:
             state = LabDir(name).load_state()
         except CorruptStateError:
             continue  # its `down` works without it; it cannot tell whether it uses the VM
-        if state.provider == "docker" and state.engine and state.engine.kind == "vm":
+        if state.engine and state.engine.kind == "vm":  # only container labs record one
             users.append(name)
     return users
 

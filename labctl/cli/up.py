@@ -6,6 +6,7 @@ import json
 
 import typer
 
+from labctl.capabilities import PROVIDERS
 from labctl.cli.common import (
     AllowHostMountOption,
     MirrorOption,
@@ -22,7 +23,6 @@ from labctl.lab import lifecycle
 
 # Choices of the options (shown in --help, completed); checked below, with these messages.
 ACCELS = ("auto", "kvm", "tcg")
-PROVIDERS = ("qemu", "docker", "vagrant")
 ENGINES = ("vm", "local")
 
 

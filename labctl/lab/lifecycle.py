@@ -13,6 +13,13 @@ destroy  remove every trace of a lab, from lab.json and state.json when they can
          else from what is found without them (pidfiles, the netns named after the lab,
          container labels). Holds the lab's lock until the directory is gone and returns
          only once every process it stopped has exited.
+
+State: this module owns state.json's writes and phases. `up` writes it (phase creating)
+before the provider makes anything, and saves it after each step: the provider's create
+(phase still creating), its repair (phase repairing) and the wait for readiness (phase up,
+with the seconds it took). Within a step a provider records each node the moment it
+exists through the step's StateRecorder (labctl/lab/record.py), so that a crash half-way
+leaves `status` and `down` a pid or container to find.
 """
 
 from __future__ import annotations
@@ -23,18 +30,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labctl.capabilities import BY_PROVIDER, PROVIDERS
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.labdir import LabDir, check_lab_name
-from labctl.lab.state import CorruptStateError, NodeStatus, Phase
+from labctl.lab.record import StateRecorder
+from labctl.lab.state import CorruptStateError, LabState, NodeStatus, Phase
 from labctl.net import labnet
 from labctl.providers import provider_for
-from labctl.providers.base import Progress, Provider
+from labctl.providers.base import Progress, Provider, UnsupportedError
 from labctl.topology.compare import lab_changes
 from labctl.topology.problems import did_you_mean
 from labctl.topology.resolved import Lab
 
 ACCELS = ("auto", "kvm", "tcg")
-PROVIDERS = ("qemu", "docker", "vagrant")
 ENGINES = ("vm", "local")
 # A node in one of these is not running: a repair (or `labctl start`) starts it again.
 DOWN_STATES = (NodeStatus.STOPPED, NodeStatus.ABSENT)
@@ -121,6 +129,7 @@ def up(topology: Path, options: UpOptions | None = None,
     labdir = LabDir(lab.name)
     started = time.monotonic()
     provider = provider_for(lab, labdir)
+    _check_supported(lab, provider)
     removed: list[str] = []
     if options.recreate or not labdir.exists():
         # Before the lock makes the lab's directory (and before --recreate removes the lab
@@ -133,9 +142,15 @@ def up(topology: Path, options: UpOptions | None = None,
         if labdir.exists():
             return _up_again(topology, lab, labdir, options, progress, started)
         labdir.create(lab)
+        # Before anything exists: `status` and `down` know what to look for from here on.
+        state = LabState(provider=lab.provider, phase=Phase.CREATING,
+                         netns=labnet.netns_name(lab.name)
+                         if provider.capabilities.netns else "")
+        labdir.save_state(state)
         try:
-            provider.create(progress)
-            provider.wait_ready(options.timeout, progress)
+            provider.create(StateRecorder(labdir, state), progress)
+            labdir.save_state(state)
+            _wait_ready(provider, labdir, state, options.timeout, progress)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt | LabctlError):
                 raise
@@ -143,6 +158,17 @@ def up(topology: Path, options: UpOptions | None = None,
                 f"up failed: {exc!r}",
                 hint=f"`labctl down --lab {lab.name}` removes what was made") from exc
     return UpResult(lab, labdir, time.monotonic() - started, removed=removed)
+
+
+def _check_supported(lab: Lab, provider: Provider) -> None:
+    """Refuse (exit 2, nothing made) what the lab asks that its provider cannot do and
+    only its placement tells (the topology checks refused the rest)."""
+    mounted = [n.name for n in lab.nodes if n.mounts]
+    if mounted and not provider.capabilities.mounts:
+        raise UnsupportedError(
+            f"host folders (mounts) are not supported for {provider.capabilities.kind} labs "
+            f"(nodes {', '.join(mounted)})",
+            hint="drop mounts: and --mount; `labctl cp` copies files into a node")
 
 
 def _up_again(topology: Path, lab: Lab, labdir: LabDir, options: UpOptions,
@@ -181,8 +207,7 @@ def repair(labdir: LabDir, timeout: float, progress: Progress = _quiet) -> list[
     provider = provider_for(lab, labdir)
     dead = [n.name for n in provider.nodes() if n.state in DOWN_STATES]
     if dead:
-        provider.repair(dead, progress)
-        provider.wait_ready(timeout, progress)
+        _start(provider, labdir, dead, timeout, progress, wait_for=None)
     return dead
 
 
@@ -207,7 +232,7 @@ def start_node(labdir: LabDir, node: str, timeout: float,
             raise UsageError(f"node {node} of lab {lab.name} is not stopped (it is {state})",
                              hint=f"`labctl restart {node} --lab {lab.name}` stops it and "
                              "starts it again")
-        _start(provider, node, timeout, progress)
+        _start(provider, labdir, [node], timeout, progress, wait_for=[node])
 
 
 def restart_node(labdir: LabDir, node: str, timeout: float,
@@ -218,13 +243,29 @@ def restart_node(labdir: LabDir, node: str, timeout: float,
         if state not in DOWN_STATES:
             progress(f"{node}: stopping")
             provider.stop_node(node)
-        _start(provider, node, timeout, progress)
+        # only this node: another one the user stopped stays stopped, and is no failure
+        _start(provider, labdir, [node], timeout, progress, wait_for=[node])
 
 
-def _start(provider: Provider, node: str, timeout: float, progress: Progress) -> None:
-    provider.repair([node], progress)
-    # only this node: another one the user stopped stays stopped, and is no failure
-    provider.wait_ready(timeout, progress, nodes=[node])
+def _start(provider: Provider, labdir: LabDir, nodes: list[str], timeout: float,
+           progress: Progress, wait_for: list[str] | None) -> None:
+    """The repair step (phase repairing once the nodes are started again), then the wait
+    for `wait_for` (None: every node)."""
+    state = labdir.load_state()
+    provider.repair(StateRecorder(labdir, state), nodes, progress)
+    state.phase = Phase.REPAIRING
+    labdir.save_state(state)
+    _wait_ready(provider, labdir, state, timeout, progress, wait_for)
+
+
+def _wait_ready(provider: Provider, labdir: LabDir, state: LabState, timeout: float,
+                progress: Progress, nodes: list[str] | None = None) -> None:
+    """The readiness step: the nodes' ready facts, phase up and how long it took, saved."""
+    started = time.monotonic()
+    provider.wait_ready(state, timeout, progress, nodes)
+    state.phase = Phase.UP
+    state.ready_seconds = round(time.monotonic() - started, 1)
+    labdir.save_state(state)
 
 
 def _node_of(labdir: LabDir, node: str) -> tuple[Lab, Provider, NodeStatus]:
@@ -242,7 +283,8 @@ def _node_of(labdir: LabDir, node: str) -> tuple[Lab, Provider, NodeStatus]:
 
 def _lab_for_down(labdir: LabDir) -> tuple[Lab, list[str]]:
     """The lab to destroy, and the providers to ask: from lab.json, else from state.json's
-    provider, else every provider that can clean up from the lab's name alone."""
+    provider, else every provider that can clean up from the lab's name alone (and the
+    first of these stands in for the lab's provider)."""
     try:
         lab = labdir.load_lab()
         return lab, [lab.provider]
@@ -252,8 +294,9 @@ def _lab_for_down(labdir: LabDir) -> tuple[Lab, list[str]]:
         provider = labdir.load_state().provider
     except CorruptStateError:
         provider = ""
-    stub = Lab(labdir.name, provider or "qemu", "", (), ())
-    return stub, [provider] if provider else ["qemu", "docker"]
+    by_name = [name for name, caps in BY_PROVIDER.items() if caps.found_by_name]
+    stub = Lab(labdir.name, provider or by_name[0], "", (), ())
+    return stub, [provider] if provider else by_name
 
 
 def destroy(name: str) -> list[str]:

@@ -18,10 +18,10 @@ from typing import Any, Literal, TypeVar, cast
 from typing_extensions import TypedDict
 
 from labctl import bounded
+from labctl.capabilities import LinkDevice
 from labctl.errors import LabctlError
 from labctl.lab.handle import LabHandle
 from labctl.net import labnet
-from labctl.providers.base import UnsupportedError
 from labctl.providers.docker import veth_name
 from labctl.topology.resolved import Lab, Node
 
@@ -35,21 +35,15 @@ _NODE_COMMAND = ["sh", "-c", "ip -j link show; echo; tc -j qdisc show"]
 
 def check_provider(handle: LabHandle) -> None:
     """Refuse (exit 2) the labs whose links `link set` cannot change either."""
-    lab = handle.lab
-    if lab.provider == "vagrant":
-        raise UnsupportedError(
-            "link show: the vagrant provider's links are libvirt networks labctl does not "
-            "change (no `link set` either)",
-            hint="`labctl exec NODE -- ip link show` and `tc qdisc show` in the node")
-    if lab.provider == "docker" and getattr(handle.provider, "multi_host", False):
-        raise UnsupportedError(
-            "link show is not supported in multi-host labs (an overlay network has no "
-            "per-node cable)", hint="`labctl exec NODE -- ip link show` in the node")
+    if not handle.provider.capabilities.link_set:
+        raise handle.provider.refuse_links(
+            "link show", hint="`labctl exec NODE -- ip link show` and `tc qdisc show` in "
+            "the node")
 
 
-def host_interface(lab: Lab, node: Node, ifname: str) -> str:
-    """The host-side name of a node's data interface on the lab's bridge."""
-    if lab.provider == "qemu":
+def host_interface(device: LinkDevice, node: Node, ifname: str) -> str:
+    """The host-side name of a node's data interface on the lab's bridge: its tap or veth."""
+    if device == "tap":
         return labnet.tap_name(node.index, ifname)
     return veth_name(node, ifname)
 
@@ -193,9 +187,10 @@ def _read_nodes(handle: LabHandle, nodes: list[str]) -> dict[str, Any]:
         return dict(zip(nodes, pool.map(one, nodes), strict=True))
 
 
-def _end(lab: Lab, endpoint: str, reply: Any, hosts: dict[str, EndState] | None) -> LinkEnd:
+def _end(lab: Lab, device: LinkDevice, endpoint: str, reply: Any,
+         hosts: dict[str, EndState] | None) -> LinkEnd:
     node_name, _, ifname = endpoint.partition(":")
-    host_if = host_interface(lab, lab.node(node_name), ifname)
+    host_if = host_interface(device, lab.node(node_name), ifname)
     record: LinkEnd = {
         "node": node_name, "interface": ifname, "node_state": "?", "operstate": "",
         "qdisc": "", "netem": None, "reason": "",
@@ -214,15 +209,16 @@ def collect_links(handle: LabHandle) -> LinkShowOutput:
     """The lab's links with each end's state and netem."""
     check_provider(handle)
     lab = handle.lab
+    device = handle.provider.capabilities.link_device
     replies = _read_nodes(handle, [n.name for n in lab.nodes])
-    names = [host_interface(lab, lab.node(e.partition(":")[0]), e.partition(":")[2])
+    names = [host_interface(device, lab.node(e.partition(":")[0]), e.partition(":")[2])
              for s in lab.segments for e in s.endpoints]
     hosts = host_states(labnet.netns_name(lab.name), names)
     return {
         "lab": lab.name,
         "provider": cast(Literal["qemu", "docker"], lab.provider),  # check_provider's
         "links": [{"segment": s.name, "kind": s.kind, "subnet": s.subnet, "mtu": s.mtu,
-                   "ends": [_end(lab, e, replies[e.partition(":")[0]], hosts)
+                   "ends": [_end(lab, device, e, replies[e.partition(":")[0]], hosts)
                             for e in s.endpoints]}
                   for s in lab.segments],
     }

@@ -14,6 +14,12 @@ def provider_for(lab: Lab, labdir: LabDir) -> Provider:
 
         return QemuProvider(lab, labdir)
     if lab.provider == "docker":
+        from labctl.providers.swarm import is_multi_host
+
+        if is_multi_host(lab):
+            from labctl.providers.docker_swarm import SwarmProvider
+
+            return SwarmProvider(lab, labdir)
         from labctl.providers.docker import DockerProvider
 
         return DockerProvider(lab, labdir)

@@ -5,11 +5,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from labctl.capabilities import Capabilities
 from labctl.errors import UsageError
 from labctl.lab.labdir import LabDir
-from labctl.lab.state import NodeState, NodeStatus
+from labctl.lab.record import StateRecorder
+from labctl.lab.state import LabState, NodeState, NodeStatus
 from labctl.topology.resolved import Lab
 
 Progress = Callable[[str], None]
@@ -81,7 +83,12 @@ def record_ready(node: NodeState, log: str) -> None:
 
 
 class Provider(ABC):
+    """One kind of node. The lifecycle (labctl/lab/lifecycle.py) calls these in its steps
+    and owns state.json: a provider records what it makes through the step's recorder and
+    fills the state it is given, never saving it or setting its phase itself."""
+
     name: str
+    capabilities: ClassVar[Capabilities]
 
     def __init__(self, lab: Lab, labdir: LabDir) -> None:
         self.lab = lab
@@ -92,34 +99,43 @@ class Provider(ABC):
         """Raise LabctlError (with what to do) when this host cannot run the lab."""
 
     @abstractmethod
-    def create(self, progress: Progress) -> None:
-        """Make the lab's network and start its nodes (recording all of it in state)."""
+    def create(self, record: StateRecorder, progress: Progress) -> None:
+        """Make the lab's network and start its nodes, recording each node (and the facts
+        `down` needs to find it) through `record` the moment it exists."""
 
     @abstractmethod
-    def wait_ready(self, timeout: float, progress: Progress,
+    def wait_ready(self, state: LabState, timeout: float, progress: Progress,
                    nodes: list[str] | None = None) -> None:
-        """Return when every node (or each of `nodes`) reports ready; raise with the
-        console tail otherwise."""
+        """Return when every node (or each of `nodes`) reports ready, with what it reported
+        filled in `state`'s nodes; raise with the console tail otherwise."""
 
     @abstractmethod
     def nodes(self) -> list[NodeRuntime]:
         """The nodes as the provider sees them (process alive, why not)."""
 
+    def refuse_links(self, what: str, hint: str) -> UnsupportedError:
+        """`what` (link set, link show, capture) refused: labctl holds no cable here."""
+        caps = self.capabilities
+        return UnsupportedError(f"{what} is not supported for {caps.kind} labs: their links "
+                                f"are {caps.links}", hint=hint)
+
     def set_link_state(self, node: str, ifname: str, up: bool) -> None:
         """Carrier of a node's data interface on or off, as a cable pulled or plugged."""
-        raise UnsupportedError(f"the {self.name} provider cannot change a link's state",
-                               hint="qemu and docker labs can; for this lab, `labctl exec "
-                               f"{node} -- ip link set {ifname} down` changes the node's side")
+        raise self.refuse_links("link set", hint=f"for this lab, `labctl exec {node} -- ip "
+                                f"link set {ifname} down` changes the node's side")
 
-    def repair(self, nodes: list[str], progress: Progress) -> None:
-        """Start again the given nodes that stopped (their disks and addresses kept)."""
-        raise UnsupportedError(f"the {self.name} provider cannot restart nodes in place",
+    def repair(self, record: StateRecorder, nodes: list[str], progress: Progress) -> None:
+        """Start again the given nodes that stopped (their disks and addresses kept),
+        recording each through `record` as it starts."""
+        raise UnsupportedError(f"the {self.capabilities.kind} provider cannot restart nodes "
+                               "in place",
                                hint=f"`labctl down --lab {self.lab.name}`, then `labctl up`")
 
-    @abstractmethod
     def stop_node(self, node: str) -> None:
         """End the running `node` as a crash would (no shutdown in it); return once it is
         down. Its disk, addresses and recorded state stay, for `repair` to start it."""
+        raise UnsupportedError(f"a node of a {self.capabilities.kind} lab cannot be stopped "
+                               "alone", hint=f"`labctl down --lab {self.lab.name}` stops the lab")
 
     @abstractmethod
     def destroy(self) -> list[str]:

@@ -32,12 +32,14 @@ import subprocess
 import tarfile
 import tempfile
 import time
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import labctl.providers.hostbinds as hostbinds
 import labctl.providers.swarm as swarm
+from labctl.capabilities import DOCKER
 from labctl.data import data_path
 from labctl.dockerhost.engine import Engine, local_base_url, resolve_engine
 from labctl.dockerhost.sdk import sdk
@@ -46,7 +48,8 @@ from labctl.errors import LabctlError
 from labctl.images.builder import Image, build_image
 from labctl.images.recipes import image_label, node_recipe
 from labctl.lab.labdir import LabDir
-from labctl.lab.state import CorruptStateError, LabState, NodeState, NodeStatus, Phase
+from labctl.lab.record import StateRecorder
+from labctl.lab.state import CorruptStateError, LabState, NodeState, NodeStatus
 from labctl.net import labnet
 from labctl.providers.base import (
     FAIL,
@@ -225,7 +228,7 @@ def ensure_node_image(client: Any, image: Image, progress: Progress) -> str:
     return tag
 
 
-def _container_facts(client: Any, tag: str) -> str:
+def container_facts(client: Any, tag: str) -> str:
     """"MAJOR:MINOR of rdma_cm, then the RDMA modules loaded", read in a throwaway
     container: sysfs shows the engine's kernel, so this works on any host, remote too."""
     script = ("cat /sys/class/misc/rdma_cm/dev 2>/dev/null; "
@@ -241,7 +244,11 @@ def _failure(node: str, reason: str, logs: str) -> LabctlError:
                        hint="fix the cause, then `labctl down` removes what was made")
 
 
-class DockerProvider(Provider):
+class ContainerProvider(Provider):
+    """What the docker providers share: images, containers found by label, boot logs,
+    readiness, exec. DockerProvider runs a lab in one engine (the Docker host VM or a
+    local one); SwarmProvider (docker_swarm.py) spreads it over several hosts."""
+
     name = "docker"
 
     def __init__(self, lab: Lab, labdir: LabDir) -> None:
@@ -271,27 +278,17 @@ class DockerProvider(Provider):
                     hint="restart it when no lab uses it: `labctl docker-host down`, then "
                     "`labctl up` again")
             check_qemu_host()
-        elif not self.multi_host and self._single_engine_option() == "local":
-            # Before anything of the lab is made: refused later, in create(), the lab's
-            # directory stayed behind half-made (status said "phase creating").
-            Engine("local", local_base_url()).client(timeout=10).close()
+        else:
+            self._check_engine()
+
+    def _check_engine(self) -> None:
+        """With an engine other than the Docker host VM: that it answers, if it can tell."""
 
     @staticmethod
     def _prefixed(progress: Progress, prefix: str) -> Progress:
         return lambda message: progress(prefix + message)
 
-    def _engine(self, state: LabState | None = None) -> Engine:
-        state = state or self.labdir.load_state()
-        if state.engine is not None:
-            return Engine.from_state(state.engine)
-        raise LabctlError(f"lab {self.lab.name} has no engine recorded",
-                          hint=f"`labctl down --lab {self.lab.name}`")
-
     # --- create --------------------------------------------------------------------------
-    @property
-    def multi_host(self) -> bool:
-        return swarm.is_multi_host(self.lab)
-
     def _images(self, client: Any, progress: Progress, prefix: str = "") -> dict[str, str]:
         images: dict[str, str] = {}
         for node in self.lab.nodes:
@@ -305,148 +302,16 @@ class DockerProvider(Provider):
                                              self._prefixed(progress, prefix))
         return images
 
-    def create(self, progress: Progress) -> None:
-        if self.multi_host:
-            self._create_multi(progress)
-            return
-        state = LabState(provider=self.name, phase=Phase.CREATING,
-                         netns=labnet.netns_name(self.lab.name))
-        self.labdir.save_state(state)
-        engine = resolve_engine(self._single_engine_option(), progress)
-        state.engine = engine.to_state()
-        self.labdir.save_state(state)
-        client = engine.client(timeout=900)
-        try:
-            images = self._images(client, progress)
-            facts = engine.helper("facts")
-            if any(n.rdma == "rxe" for n in self.lab.nodes) and not facts.get("rdma_rxe"):
-                raise LabctlError(f"rdma_rxe is not loaded in {engine.where}",
-                                  hint="modprobe rdma_rxe there; `labctl doctor` checks it")
-            if any(n.rdma == "siw" for n in self.lab.nodes) and not facts.get("siw"):
-                raise LabctlError(f"siw is not loaded in {engine.where}",
-                                  hint="modprobe siw there (Debian kernels lack it; the "
-                                  "Docker host VM's image builds it)")
-            vm_engine = engine.kind == "vm"
-            if vm_engine and any(n.mounts for n in self.lab.nodes):
-                self._share_with_vm(progress)
-            plan = plan_lab(self.lab, images, str(facts.get("rdma_cm", "")), vm_engine)
-            pids: dict[str, int] = {}
-            for cplan in plan.containers:
-                node = self.lab.node(cplan.node)
-                kwargs = cplan.create
-                progress(f"{node.name}: creating container {kwargs['name']}")
-                try:
-                    container = client.containers.create(**kwargs)
-                except sdk().errors.APIError as exc:
-                    raise LabctlError(f"cannot create container {kwargs['name']}: {exc}",
-                                      hint="`labctl down` first if a lab of this name "
-                                      "was left behind") from None
-                self._record_and_load(state, node.name, kwargs, container)
-                container.start()
-                container.reload()
-                pids[node.name] = int(container.attrs["State"]["Pid"])
-            progress(f"links: netns {plan.netns} in {engine.where}")
-            veths = [{**v, "pid": pids[v["node"]]} for v in plan.veths]
-            engine.helper("plumb", json.dumps({"netns": plan.netns, "bridges": plan.bridges,
-                                               "veths": veths}))
-            state.veths = [v["host"] for v in veths]
-            self.labdir.save_state(state)
-        finally:
-            client.close()
-
-    def _single_engine_option(self) -> str:
-        """--engine, unless the lab's `hosts:` put every node on one host."""
-        ref = swarm.single_host_engine(self.lab)
-        if ref is None:
-            return self.engine_option
-        if ref in ("local", "vm:default"):
-            return ref.removeprefix("vm:").replace("default", "vm")
-        raise UnsupportedError(
-            f"all nodes of this lab are on one host ({ref}): links on one host need "
-            "labctl's plumbing beside the engine, which it has for the default Docker host "
-            "VM (vm:default) and a local engine only",
-            hint="place the nodes on two or more hosts (a swarm lab), or drop hosts:")
-
-    def _create_multi(self, progress: Progress) -> None:
-        """Nodes on several hosts: one swarm, an overlay network per segment (swarm.py)."""
-        if any(n.mounts for n in self.lab.nodes):
-            raise UnsupportedError("host folders (mounts) are not supported in multi-host "
-                                   "labs: each host would need the folder",
-                                   hint="use `labctl cp`")
-        state = LabState(provider=self.name, phase=Phase.CREATING)
-        self.labdir.save_state(state)
-        hosts, clients, manager = swarm.form(self.lab, self.labdir, progress)
-        try:
-            images: dict[str, dict[str, str]] = {}
-            facts: dict[str, str] = {}
-            for host in sorted(set(hosts.placement.values())):
-                images[host] = self._images(clients[host], progress, f"{host}: ")
-                facts[host] = _container_facts(clients[host], next(iter(images[host].values())))
-                needs = {n.rdma for n in self.lab.nodes if hosts.placement[n.name] == host}
-                for module in sorted(needs - {"none"}):
-                    if module not in facts[host].split():
-                        raise LabctlError(f"{'rdma_rxe' if module == 'rxe' else module} is not "
-                                          f"loaded on host {host} ({hosts.hosts[host].engine})",
-                                          hint="modprobe it there; `labctl doctor` checks "
-                                          "every host")
-            ids = swarm.create_networks(self.lab, clients[manager], progress)
-            for host, host_images in images.items():
-                rdma_cm = facts[host].split()[0] if ":" in facts[host] else ""
-                plan = plan_lab(self.lab, host_images, rdma_cm)
-                for cplan in plan.containers:
-                    if hosts.placement[cplan.node] != host:
-                        continue
-                    c = clients[host]
-                    kwargs = dict(cplan.create)
-                    kwargs.pop("network_mode")
-                    net_kwargs, more = swarm.container_networking(self.lab, cplan.node, ids, c)
-                    kwargs["labels"] = {**kwargs["labels"], f"{LABEL}.host": host}
-                    for attempt in range(1, swarm.START_ATTEMPTS + 1):
-                        progress(f"{cplan.node}: creating container {kwargs['name']} on "
-                                 f"{host}")
-                        try:
-                            container = c.containers.create(**kwargs, **net_kwargs)
-                            for net_id, address, mac in more:
-                                c.api.connect_container_to_network(
-                                    container.id, net_id, ipv4_address=address,
-                                    mac_address=mac)
-                        except sdk().errors.APIError as exc:
-                            raise LabctlError(f"cannot create container {kwargs['name']} "
-                                              f"on {host}: {exc.explanation}",
-                                              hint="`labctl down` removes what was made"
-                                              ) from None
-                        self._record_and_load(state, cplan.node, kwargs, container)
-                        try:
-                            container.start()
-                            break
-                        except sdk().errors.APIError as exc:
-                            if (not swarm.attachment_failed(exc)
-                                    or attempt == swarm.START_ATTEMPTS):
-                                raise LabctlError(
-                                    f"cannot start container {kwargs['name']} on {host}: "
-                                    f"{exc.explanation}",
-                                    hint="`labctl doctor` checks the swarm ports; `labctl "
-                                    "down` removes what was made") from None
-                            progress(f"{cplan.node}: overlay attachment failed on {host} "
-                                     f"({exc.explanation}); creating the container again")
-                            container.remove(force=True)
-            self.labdir.save_state(state)
-        finally:
-            for c in clients.values():
-                c.close()
-
-    def _host_clients(self) -> dict[str, Any]:
-        """host -> client, for a multi-host lab (hosts that do not answer are missing)."""
-        from labctl.dockerhost.hosts import HostsRecord, hosts_file
-
-        record = HostsRecord.load(hosts_file(self.labdir))
-        clients = {}
-        for name, host in (record.hosts if record else {}).items():
-            try:
-                clients[name] = swarm.client(host, timeout=30)
-            except LabctlError:
-                continue
-        return clients
+    @staticmethod
+    def _record_and_load(record: StateRecorder, node: str, kwargs: dict[str, Any],
+                         container: Any) -> None:
+        """A created container in the lab's state (saved before it starts, so `down` finds
+        it), then the node-side payload put in and its start time stamped."""
+        info = NodeState(container=kwargs["name"], id=container.id,
+                         rdma_dev=kwargs["labels"][f"{LABEL}.rdma-dev"])
+        record.node(node, info)
+        container.put_archive("/", node_payload(kwargs["environment"]))
+        info.started = time.time()
 
     # --- readiness -----------------------------------------------------------------------
     def _containers(self, client: Any) -> dict[str, Any]:
@@ -478,10 +343,9 @@ class DockerProvider(Provider):
                 close()
         return b"".join(chunks).decode(errors="replace")
 
-    def _open_clients(self, state: LabState) -> list[Any]:
-        if self.multi_host:
-            return list(self._host_clients().values())
-        return [self._engine(state).client()]
+    @abstractmethod
+    def _clients(self, state: LabState) -> list[Any]:
+        """Clients of every engine the lab's containers run in (the caller closes them)."""
 
     def _containers_of(self, clients: list[Any]) -> dict[str, Any]:
         found: dict[str, Any] = {}
@@ -489,10 +353,9 @@ class DockerProvider(Provider):
             found.update(self._containers(client))
         return found
 
-    def wait_ready(self, timeout: float, progress: Progress,
+    def wait_ready(self, state: LabState, timeout: float, progress: Progress,
                    nodes: list[str] | None = None) -> None:
-        state = self.labdir.load_state()
-        clients = self._open_clients(state)
+        clients = self._clients(state)
         deadline = time.monotonic() + timeout
         started = time.monotonic()
         try:
@@ -529,17 +392,117 @@ class DockerProvider(Provider):
         finally:
             for client in clients:
                 client.close()
-        state.phase = Phase.UP
-        state.ready_seconds = round(time.monotonic() - started, 1)
-        self.labdir.save_state(state)
+
+    # --- status, exec, destroy -----------------------------------------------------------
+    def _runtime(self, node: str, container: Any, state: LabState,
+                 details: dict[str, str]) -> NodeRuntime:
+        """An existing container's node: stopped, or what its boot log says."""
+        if container.status != "running":
+            return NodeRuntime(node, NodeStatus.STOPPED, f"container {container.status}",
+                               details)
+        return runtime_from_boot_log(node, self._logs(container, state.nodes.get(node)),
+                                     details)
+
+    @abstractmethod
+    def _base_url(self, node: str) -> str:
+        """The URL of the engine `node`'s container runs in."""
+
+    def exec_argv(self, node: str, command: list[str], *, tty: bool = False) -> list[str]:
+        argv = ["docker", "-H", self._base_url(node), "exec", "-i"]
+        if tty:
+            argv.append("-t")
+        return [*argv, container_name(self.lab.name, node), *(command or ["bash", "-l"])]
+
+    def destroy(self) -> list[str]:
+        """Remove the lab's containers and what the engines hold of it, then the bind
+        mounts of its host folders under the Docker host VM's share."""
+        removed = self._destroy_engine_side()
+        return removed + hostbinds.unbind_all(share_dir() / self.lab.name)
+
+    @abstractmethod
+    def _destroy_engine_side(self) -> list[str]:
+        """Remove the lab's containers (by label) and its networks in the engines."""
+
+
+class DockerProvider(ContainerProvider):
+    """A lab in one engine: the Docker host VM or a local engine, links plumbed beside it."""
+
+    capabilities = DOCKER
+
+    def _check_engine(self) -> None:
+        if self._single_engine_option() == "local":
+            # Before anything of the lab is made: refused later, in create(), the lab's
+            # directory stayed behind half-made (status said "phase creating").
+            Engine("local", local_base_url()).client(timeout=10).close()
+
+    def _engine(self, state: LabState | None = None) -> Engine:
+        state = state or self.labdir.load_state()
+        if state.engine is not None:
+            return Engine.from_state(state.engine)
+        raise LabctlError(f"lab {self.lab.name} has no engine recorded",
+                          hint=f"`labctl down --lab {self.lab.name}`")
+
+    # --- create --------------------------------------------------------------------------
+    def create(self, record: StateRecorder, progress: Progress) -> None:
+        engine = resolve_engine(self._single_engine_option(), progress)
+        record.facts(engine=engine.to_state())  # before a container: `down` asks it
+        client = engine.client(timeout=900)
+        try:
+            images = self._images(client, progress)
+            facts = engine.helper("facts")
+            if any(n.rdma == "rxe" for n in self.lab.nodes) and not facts.get("rdma_rxe"):
+                raise LabctlError(f"rdma_rxe is not loaded in {engine.where}",
+                                  hint="modprobe rdma_rxe there; `labctl doctor` checks it")
+            if any(n.rdma == "siw" for n in self.lab.nodes) and not facts.get("siw"):
+                raise LabctlError(f"siw is not loaded in {engine.where}",
+                                  hint="modprobe siw there (Debian kernels lack it; the "
+                                  "Docker host VM's image builds it)")
+            vm_engine = engine.kind == "vm"
+            if vm_engine and any(n.mounts for n in self.lab.nodes):
+                self._share_with_vm(progress)
+            plan = plan_lab(self.lab, images, str(facts.get("rdma_cm", "")), vm_engine)
+            pids: dict[str, int] = {}
+            for cplan in plan.containers:
+                node = self.lab.node(cplan.node)
+                kwargs = cplan.create
+                progress(f"{node.name}: creating container {kwargs['name']}")
+                try:
+                    container = client.containers.create(**kwargs)
+                except sdk().errors.APIError as exc:
+                    raise LabctlError(f"cannot create container {kwargs['name']}: {exc}",
+                                      hint="`labctl down` first if a lab of this name "
+                                      "was left behind") from None
+                self._record_and_load(record, node.name, kwargs, container)
+                container.start()
+                container.reload()
+                pids[node.name] = int(container.attrs["State"]["Pid"])
+            progress(f"links: netns {plan.netns} in {engine.where}")
+            veths = [{**v, "pid": pids[v["node"]]} for v in plan.veths]
+            engine.helper("plumb", json.dumps({"netns": plan.netns, "bridges": plan.bridges,
+                                               "veths": veths}))
+            record.facts(veths=[v["host"] for v in veths])
+        finally:
+            client.close()
+
+    def _single_engine_option(self) -> str:
+        """--engine, unless the lab's `hosts:` put every node on one host."""
+        ref = swarm.single_host_engine(self.lab)
+        if ref is None:
+            return self.engine_option
+        if ref in ("local", "vm:default"):
+            return ref.removeprefix("vm:").replace("default", "vm")
+        raise UnsupportedError(
+            f"all nodes of this lab are on one host ({ref}): links on one host need "
+            "labctl's plumbing beside the engine, which it has for the default Docker host "
+            "VM (vm:default) and a local engine only",
+            hint="place the nodes on two or more hosts (a swarm lab), or drop hosts:")
+
+    def _clients(self, state: LabState) -> list[Any]:
+        return [self._engine(state).client()]
 
     def set_link_state(self, node: str, ifname: str, up: bool) -> None:
         """The veth's bridge end down: the node's interface loses its carrier (its rxe
         port goes DOWN), as qemu's set_link does for VM nodes."""
-        if self.multi_host:
-            raise UnsupportedError("link set is not supported in multi-host labs (an overlay "
-                                   "network has no per-node cable)",
-                                   hint="`labctl exec NODE -- ip link set eth1 down` instead")
         state = self.labdir.load_state()
         veth = veth_name(self.lab.node(node), ifname)
         self._engine(state).helper("link", labnet.netns_name(self.lab.name),
@@ -548,9 +511,6 @@ class DockerProvider(Provider):
     def stop_node(self, node: str) -> None:
         """The node's container is killed (no shutdown in it): its netns and veths go, its
         peers see what a crash shows them. The container stays, for `repair` to start."""
-        if self.multi_host:
-            raise UnsupportedError("a node of a multi-host lab cannot be stopped alone",
-                                   hint=f"`labctl down --lab {self.lab.name}` stops the lab")
         client = self._engine(self.labdir.load_state()).client()
         try:
             container = self._containers(client).get(node)
@@ -567,15 +527,10 @@ class DockerProvider(Provider):
         finally:
             client.close()
 
-    def repair(self, nodes: list[str], progress: Progress) -> None:
+    def repair(self, record: StateRecorder, nodes: list[str], progress: Progress) -> None:
         """Start stopped containers again; a restarted container has a new netns, so its
         veths are made again (its rxe is made by its init, as at the first start)."""
-        if self.multi_host:
-            raise UnsupportedError("repair is not supported in multi-host labs",
-                                   hint=f"`labctl down --lab {self.lab.name}`, then `labctl "
-                                   "up` again")
-        state = self.labdir.load_state()
-        engine = self._engine(state)
+        engine = self._engine(record.state)
         client = engine.client()
         try:
             containers = self._containers(client)
@@ -588,18 +543,18 @@ class DockerProvider(Provider):
             veths = []
             for name in nodes:
                 progress(f"{name}: starting container {containers[name].name} again")
-                info = state.nodes.setdefault(name, NodeState(container=containers[name].name))
+                info = record.state.nodes.get(name) or NodeState(
+                    container=containers[name].name)
                 info.clear_ready_facts()
                 info.started = time.time()
                 containers[name].start()
+                record.node(name, info)
                 containers[name].reload()
                 pid = int(containers[name].attrs["State"]["Pid"])
                 node = self.lab.node(name)
                 veths += [{"host": veth_name(node, i.name), "bridge":
                            labnet.bridge_name(i.segment), "node": name, "name": i.name,
                            "mac": i.mac, "mtu": i.mtu, "pid": pid} for i in node.interfaces]
-            state.phase = Phase.REPAIRING
-            self.labdir.save_state(state)
             # the netns named from the lab, never state.json's (data, not authority)
             engine.helper("replug", json.dumps({"netns": labnet.netns_name(self.lab.name),
                                                 "veths": veths}))
@@ -609,8 +564,6 @@ class DockerProvider(Provider):
     # --- status, exec, destroy -----------------------------------------------------------
     def nodes(self) -> list[NodeRuntime]:
         state = self.labdir.load_state()
-        if self.multi_host:
-            return self._nodes_multi(state)
         try:
             engine = self._engine(state)
             client = engine.client(timeout=30)
@@ -632,67 +585,8 @@ class DockerProvider(Provider):
         finally:
             client.close()
 
-    def _record_and_load(self, state: LabState, node: str, kwargs: dict[str, Any],
-                         container: Any) -> None:
-        """A created container in the lab's state (saved before it starts, so `down` finds
-        it), then the node-side payload put in and its start time stamped."""
-        state.nodes[node] = NodeState(container=kwargs["name"], id=container.id,
-                                      rdma_dev=kwargs["labels"][f"{LABEL}.rdma-dev"])
-        self.labdir.save_state(state)
-        container.put_archive("/", node_payload(kwargs["environment"]))
-        state.nodes[node].started = time.time()
-
-    def _runtime(self, node: str, container: Any, state: LabState,
-                 details: dict[str, str]) -> NodeRuntime:
-        """An existing container's node: stopped, or what its boot log says."""
-        if container.status != "running":
-            return NodeRuntime(node, NodeStatus.STOPPED, f"container {container.status}",
-                               details)
-        return runtime_from_boot_log(node, self._logs(container, state.nodes.get(node)),
-                                     details)
-
-    def _nodes_multi(self, state: LabState) -> list[NodeRuntime]:
-        from labctl.dockerhost.hosts import HostsRecord, hosts_file
-
-        record = HostsRecord.load(hosts_file(self.labdir))
-        placement = record.placement if record else {}
-        clients = self._host_clients()
-        try:
-            containers = self._containers_of(list(clients.values()))
-            result = []
-            for node in self.lab.nodes:
-                host = placement.get(node.name, "?")
-                details = {"container": container_name(self.lab.name, node.name),
-                           "host": host}
-                container = containers.get(node.name)
-                if container is None:
-                    why = (f"host {host} does not answer" if host not in clients
-                           else "never started" if node.name not in state.nodes
-                           else "its container is gone")
-                    result.append(NodeRuntime(node.name, NodeStatus.ABSENT, why, details))
-                    continue
-                result.append(self._runtime(node.name, container, state, details))
-            return result
-        finally:
-            for client in clients.values():
-                client.close()
-
     def _base_url(self, node: str) -> str:
-        if not self.multi_host:
-            return self._engine().base_url
-        from labctl.dockerhost.hosts import HostsRecord, hosts_file
-
-        record = HostsRecord.load(hosts_file(self.labdir))
-        if record is None or node not in record.placement:
-            raise LabctlError(f"lab {self.lab.name} has no record of node {node}'s host",
-                              hint=f"`labctl down --lab {self.lab.name}`")
-        return record.hosts[record.placement[node]].base_url
-
-    def exec_argv(self, node: str, command: list[str], *, tty: bool = False) -> list[str]:
-        argv = ["docker", "-H", self._base_url(node), "exec", "-i"]
-        if tty:
-            argv.append("-t")
-        return [*argv, container_name(self.lab.name, node), *(command or ["bash", "-l"])]
+        return self._engine().base_url
 
     def _share_with_vm(self, progress: Progress) -> None:
         """Each host folder bind-mounted under the VM's share (read-only for `:ro`)."""
@@ -708,16 +602,8 @@ class DockerProvider(Provider):
                 hostbinds.bind(mount.source, vm_share_point(self.lab.name, node.name, i),
                                mount.readonly, f"node {node.name} (Docker host VM)")
 
-    def destroy(self) -> list[str]:
-        """Remove the lab's containers, its netns in the engine's kernel, then the bind
-        mounts of its host folders under the Docker host VM's share."""
-        removed = self._destroy_engine_side()
-        return removed + hostbinds.unbind_all(share_dir() / self.lab.name)
-
     def _destroy_engine_side(self) -> list[str]:
         """Remove the lab's containers (by label) and its netns in the engine's kernel."""
-        if self.multi_host:
-            return swarm.destroy(self.lab.name, self.labdir)
         try:
             engine: Engine | None = self._engine()
         except CorruptStateError:

@@ -13,13 +13,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labctl.capabilities import QEMU
 from labctl.errors import LabctlError
 from labctl.faults import fault_point
 from labctl.images.builder import Image, build_image, cached_image
 from labctl.images.recipes import image_label, node_recipe
 from labctl.lab import ssh
 from labctl.lab.labdir import LabDir
-from labctl.lab.state import CorruptStateError, LabState, NodeState, NodeStatus, Phase, TapState
+from labctl.lab.record import StateRecorder
+from labctl.lab.state import CorruptStateError, LabState, NodeState, NodeStatus, TapState
 from labctl.net import labnet
 from labctl.providers.accel import choose_accel
 from labctl.providers.base import (
@@ -99,6 +101,7 @@ def _prefixed(progress: Progress, prefix: str) -> Progress:
 
 class QemuProvider(Provider):
     name = "qemu"
+    capabilities = QEMU
 
     def __init__(self, lab: Lab, labdir: LabDir) -> None:
         super().__init__(lab, labdir)
@@ -113,7 +116,7 @@ class QemuProvider(Provider):
         check_qemu_host()
 
     # --- create --------------------------------------------------------------------------
-    def create(self, progress: Progress) -> None:
+    def create(self, record: StateRecorder, progress: Progress) -> None:
         images = {}
         for node in self.lab.nodes:
             name = image_label(node.image, node.packages)
@@ -124,9 +127,7 @@ class QemuProvider(Provider):
         fault_point("image")
         first = images[image_label(self.lab.nodes[0].image, self.lab.nodes[0].packages)]
         accel = choose_accel(self.accel_request, first.kernel)
-        state = LabState(provider=self.name, accel=accel, phase=Phase.CREATING,
-                         netns=labnet.netns_name(self.lab.name))
-        self.labdir.save_state(state)  # before anything exists: `down` knows what to look for
+        record.facts(accel=accel)
         fault_point("state")
         public_key = ssh.make_key(self.labdir.ssh_key)
         ports = {n.name: free_port() for n in self.lab.nodes}
@@ -153,7 +154,7 @@ class QemuProvider(Provider):
             fault_point("disk", node.name)
             machine.make_initrd(image.initrd, machine_payload(
                 plan.env, public_key, machine.host_key.read_bytes()))
-            state.nodes[node.name] = NodeState(
+            info = NodeState(
                 ssh_port=ports[node.name],
                 rdma_dev=rdma_device_name(node) if node.rdma_interface else "",
                 # what a repair needs to start the node again exactly as before
@@ -161,16 +162,15 @@ class QemuProvider(Provider):
                 taps=[TapState(t.name, t.bridge, t.mtu) for t in plan.taps],
             )
             progress(f"{node.name}: starting qemu ({accel})")
-            self._launch(node.name, state)
+            self._launch(node.name, info, record)
 
-    def _launch(self, node: str, state: LabState) -> None:
+    def _launch(self, node: str, info: NodeState, record: StateRecorder) -> None:
         """Start (or restart) a node's qemu with fresh taps; record its pid at once."""
-        info = state.nodes[node]
         info.pid = self.machine(node).launch(info.argv, info.taps,
                                              labnet.netns_name(self.lab.name), node)
         info.started = time.time()
         info.clear_ready_facts()
-        self.labdir.save_state(state)
+        record.node(node, info)
         fault_point("launched", node)
 
     def set_link_state(self, node: str, ifname: str, up: bool) -> None:
@@ -189,9 +189,9 @@ class QemuProvider(Provider):
         ssh.close_masters(self.labdir.ssh_config, [node])  # else ssh waits for its timeout
         machine.stop(info.pid)
 
-    def repair(self, nodes: list[str], progress: Progress) -> None:
+    def repair(self, record: StateRecorder, nodes: list[str], progress: Progress) -> None:
         """Start again the nodes whose qemu is gone, on their existing disks."""
-        state = self.labdir.load_state()
+        state = record.state
         for node in nodes:
             progress(f"{node}: restarting qemu")
             machine = self.machine(node)
@@ -206,9 +206,7 @@ class QemuProvider(Provider):
             plan = self._replan(node, state.accel, info.ssh_port)
             info.argv = plan.argv
             info.taps = [TapState(t.name, t.bridge, t.mtu) for t in plan.taps]
-            self._launch(node, state)
-        state.phase = Phase.REPAIRING
-        self.labdir.save_state(state)
+            self._launch(node, info, record)
 
     def _replan(self, name: str, accel: str, port: int) -> NodePlan:
         """`name`'s plan as `create` made it, from the lab and the cached image."""
@@ -226,17 +224,12 @@ class QemuProvider(Provider):
                          "kvm" if accel == "kvm" else "tcg", port)
 
     # --- readiness -----------------------------------------------------------------------
-    def wait_ready(self, timeout: float, progress: Progress,
+    def wait_ready(self, state: LabState, timeout: float, progress: Progress,
                    nodes: list[str] | None = None) -> None:
-        state = self.labdir.load_state()
-        started = time.monotonic()
         machines = {name: self.machine(name) for name in state.nodes
                     if nodes is None or name in nodes}
         self._refresh_ssh_config()
         wait_machines_ready(machines, state, self.labdir.ssh_config, timeout, progress)
-        state.phase = Phase.UP
-        state.ready_seconds = round(time.monotonic() - started, 1)
-        self.labdir.save_state(state)
         # Through the node's master; never as a master of its own (ControlMaster=no): a
         # start that outlived `down`'s closing of the masters must not persist as one.
         start_detached({

@@ -37,12 +37,14 @@ import labctl.providers.vagrant_mounts as vagrant_mounts
 import labctl.providers.vagrant_plan as vagrant_plan
 import labctl.providers.vagrant_settings as vagrant_settings
 from labctl import bounded
+from labctl.capabilities import VAGRANT
 from labctl.errors import LabctlError
 from labctl.images.recipes import RECIPES
 from labctl.lab import ssh
 from labctl.lab.labdir import LabDir
+from labctl.lab.record import StateRecorder
 from labctl.lab.replies import status_reply
-from labctl.lab.state import LabState, NodeState, NodeStatus, Phase, atomic_write
+from labctl.lab.state import LabState, NodeState, NodeStatus, atomic_write
 from labctl.providers.base import NodeRuntime, Progress, Provider, UnsupportedError
 from labctl.providers.machine import tail
 from labctl.providers.node import NODE_CODE  # where the Vagrantfile installs it too
@@ -128,6 +130,7 @@ def _tail(text: str, lines: int = 25) -> str:
 
 class VagrantProvider(Provider):
     name = "vagrant"
+    capabilities = VAGRANT
 
     def __init__(self, lab: Lab, labdir: LabDir) -> None:
         super().__init__(lab, labdir)
@@ -285,14 +288,12 @@ class VagrantProvider(Provider):
         )
 
     # --- create --------------------------------------------------------------------------
-    def create(self, progress: Progress) -> None:
+    def create(self, record: StateRecorder, progress: Progress) -> None:
         if not self.vagrant_provider:
             self.vagrant_provider = self.choose_provider()
-        state = LabState(
-            provider=self.name, vagrant_provider=self.vagrant_provider, phase=Phase.CREATING,
-            nodes={n.name: NodeState(rdma_dev=rdma_device_name(n)) for n in self.lab.nodes},
-        )
-        self.labdir.save_state(state)  # before anything exists: `down` knows what to look for
+        record.facts(vagrant_provider=self.vagrant_provider)
+        for n in self.lab.nodes:
+            record.node(n.name, NodeState(rdma_dev=rdma_device_name(n)))
         if self.vagrant_provider == "libvirt":
             self.prepare_libvirt(progress)
         self.write_plan()
@@ -310,19 +311,16 @@ class VagrantProvider(Provider):
                               hint=f"`labctl status --lab {self.lab.name}`; the hypervisor's "
                               "own view: virsh list --all / VBoxManage list vms")
 
-    def repair(self, nodes: list[str], progress: Progress) -> None:
+    def repair(self, record: StateRecorder, nodes: list[str], progress: Progress) -> None:
         """`vagrant up NODE...` boots stopped machines (the unit makes the device again)."""
         if not self.vagrant_provider:
-            self.vagrant_provider = self.labdir.load_state().vagrant_provider
+            self.vagrant_provider = record.state.vagrant_provider
         for name in nodes:
             (self.labdir.path / f"cm-{name}").unlink(missing_ok=True)
         if self.labctl_boxes():  # a host reboot took the read-only bind mounts away
             vagrant_mounts.bind_readonly(self.lab, self.labdir.path)
         self.write_plan()  # the node-side code of the labctl that runs now
         self._vagrant_up(nodes, progress)
-        state = self.labdir.load_state()
-        state.phase = Phase.REPAIRING
-        self.labdir.save_state(state)
         self.write_ssh_config()
 
     def prepare_libvirt(self, progress: Progress) -> None:
@@ -426,9 +424,8 @@ class VagrantProvider(Provider):
             check += f" && grep -q ACTIVE /sys/class/infiniband/{device}/ports/1/state"
         return ["sh", "-c", check]
 
-    def wait_ready(self, timeout: float, progress: Progress,
+    def wait_ready(self, state: LabState, timeout: float, progress: Progress,
                    nodes: list[str] | None = None) -> None:
-        state = self.labdir.load_state()
         if not self.labdir.ssh_config.exists():
             self.write_ssh_config()
         deadline = time.monotonic() + timeout
@@ -459,9 +456,6 @@ class VagrantProvider(Provider):
             info.port_state = str(found.get("port_state", ""))
             info.active_mtu = str(found.get("active_mtu", ""))
             info.gid_index = found.get("gid_index")
-        state.phase = Phase.UP
-        state.ready_seconds = round(time.monotonic() - started, 1)
-        self.labdir.save_state(state)
 
     def device_facts(self, node: Node) -> dict[str, Any]:
         """Port state, active MTU and RoCE v2 GID index of the node's device, as the qemu

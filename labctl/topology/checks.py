@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labctl.capabilities import for_provider, offering
 from labctl.images.recipes import RECIPES
 from labctl.topology.errors import DEFAULT_HINT
 from labctl.topology.host import QEMU_PC_SLOTS, HostFacts
@@ -176,7 +177,7 @@ def _check_link_count(c: Checked) -> None:
 def _check_qemu_slots(c: Checked) -> None:
     """A qemu node's lab NICs and mounts each take a PCI slot of the `pc` machine: more
     than it has and qemu refuses to start, after `up` has made the lab."""
-    if c.topo.provider != "qemu":
+    if not for_provider(c.topo.provider).pci_slots:
         return
     for name in c.specs:
         nics, mounts = len(c.node_ifaces.get(name, [])), len(c.mounts.get(name, []))
@@ -194,7 +195,7 @@ def _check_host_resources(c: Checked) -> None:
     for docker: a container's memory is a ceiling, and its engine may be another host;
     vCPUs beyond the host's in total are the usual case (time-shared), so only a node's
     own count is compared."""
-    if c.host is None or c.topo.provider == "docker":
+    if c.host is None or not for_provider(c.topo.provider).own_memory:
         return
     d = c.topo.defaults
     total = 0
@@ -221,7 +222,7 @@ def _check_images(c: Checked) -> None:
     (`up` would otherwise fail after making the lab directory). Vagrant maps image names
     to boxes (labctl.providers.vagrant_plan, or LABCTL_VAGRANT_BOX), so it is not checked
     here."""
-    if c.topo.provider == "vagrant":
+    if not for_provider(c.topo.provider).labctl_images:
         return
     known = sorted(RECIPES)
     hint = f"known images: {', '.join(known)} (see `labctl image list`)"
@@ -360,8 +361,9 @@ def _check_rdma_interfaces(c: Checked) -> None:
             c.problem(loc, f"node {name} has rdma: none, so no RDMA interfaces",
                       "remove rdma_interfaces, or give the node rdma: rxe or siw")
             continue
-        if c.topo.provider != "qemu":
-            c.problem(loc, f"several RDMA devices per node need provider qemu (this lab "
+        if not for_provider(c.topo.provider).several_rdma_devices:
+            c.problem(loc, "several RDMA devices per node need provider "
+                      f"{' or '.join(offering('several_rdma_devices'))} (this lab "
                       f"is {c.topo.provider})", "remove rdma_interfaces")
             continue
         have = sorted((ifname for ifname, _, _ in c.node_ifaces[name]), key=_ifnum)
@@ -451,12 +453,13 @@ def _check_routes(c: Checked) -> None:
     has_routing = any(spec.router or spec.routes for spec in c.specs.values())
     if not has_routing:
         return
-    if c.topo.provider == "vagrant":
+    caps = for_provider(c.topo.provider)
+    if not caps.routing:
         name = next(n for n, spec in c.specs.items() if spec.router or spec.routes)
         key = "router" if c.specs[name].router else "routes"
         c.problem(("nodes", name, key), "routers and routes are not supported with provider "
-                  "vagrant (its nodes are set up by the Vagrantfile)",
-                  "use provider qemu or docker for a routed lab")
+                  f"{c.topo.provider} (its nodes are set up by {caps.node_setup})",
+                  f"use provider {' or '.join(offering('routing'))} for a routed lab")
         return
     if c.bad_endpoint or c.problems or any(net is None for net in c.subnets):
         return  # addresses are not known: the earlier problem comes first
@@ -532,9 +535,10 @@ def _check_hosts(c: Checked) -> None:
     """`hosts:` is a docker provider key; every node's `host:` names one of them; no two
     hosts share an engine (one engine cannot be two swarm nodes)."""
     hosts = c.topo.hosts
-    if hosts and c.topo.provider != "docker":
-        c.problem(("hosts",), f"hosts need provider: docker (this lab's provider is "
-                  f"{c.topo.provider})", "remove hosts:, or set provider: docker")
+    if hosts and not for_provider(c.topo.provider).hosts:
+        placing = " or ".join(offering("hosts"))
+        c.problem(("hosts",), f"hosts need provider: {placing} (this lab's provider is "
+                  f"{c.topo.provider})", f"remove hosts:, or set provider: {placing}")
         return
     seen: dict[str, str] = {}
     for name, engine in hosts.items():

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic_core import PydanticCustomError
 
+from labctl import capabilities
 from labctl.errors import short_repr
 from labctl.topology.resolved import Provider, Rdma
 from labctl.topology.workbench import (
@@ -37,7 +38,7 @@ ENGINE_RE = (r"^(local|vm:[a-z][a-z0-9]{0,7}|ssh://[A-Za-z0-9._-]+@?[A-Za-z0-9._
              r"|unix:///[A-Za-z0-9._/-]+|[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$")
 
 RDMA_TYPES = ("rxe", "siw", "none")
-PROVIDERS = ("qemu", "docker", "vagrant")
+PROVIDERS = capabilities.PROVIDERS  # the names below, as the capability table lists them
 
 DEFAULT_POOL = "10.77.0.0/16"
 DEFAULT_PREFIX = 24

@@ -23,7 +23,8 @@ from labctl.topology.load import load_lab
 REPO = Path(__file__).resolve().parents[2]
 CAPTURES = Path(__file__).parent / "captures"
 # Per process: two developers' unit runs at once must not see each other's namespace.
-OFFLINE_LAB = f"capture-offline-{os.getpid()}"
+# A lab name has at most 20 characters: "capture-offline-" left 4 digits for the pid.
+OFFLINE_LAB = f"capoff-{os.getpid()}"
 
 
 def labctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -12,6 +12,9 @@ from labctl.capture.iwarp import MPA_REQ_KEY, IwarpDecoder
 from labctl.capture.roce import aeth_syndrome, opcode_name, parse_bth
 from labctl.capture.target import check_filter, resolve
 from labctl.errors import UsageError
+from labctl.lab.labdir import LabDir
+from labctl.providers import provider_for
+from labctl.topology.resolved import Lab
 
 
 def bth(opcode: int, dqpn: int, psn: int, ackreq: bool = False) -> bytes:
@@ -100,9 +103,17 @@ def test_bad_bpf_filter_is_bad_input() -> None:
         check_filter("udp prt 4791")
 
 
-def test_vagrant_labs_are_refused_with_a_hint() -> None:
-    """Docker labs are captured (their veths); vagrant labs have no namespace of ours."""
-    handle = SimpleNamespace(lab=SimpleNamespace(provider="vagrant", name="d"))
-    with pytest.raises(UsageError, match="not supported for vagrant labs") as info:
+@pytest.mark.parametrize(("provider", "placement", "kind"), [
+    ("vagrant", {}, "vagrant"),
+    ("docker", {"node1": "a", "node2": "b"}, "multi-host docker"),
+])
+def test_labs_without_labctls_links_are_refused_with_a_hint(
+        provider: str, placement: dict[str, str], kind: str) -> None:
+    """Docker labs are captured (their veths); vagrant and multi-host labs have no
+    namespace of ours: their provider's capabilities say so."""
+    lab = Lab("d", provider, "", (), (), provider_options={"placement": placement})
+    handle = SimpleNamespace(lab=lab, provider=provider_for(lab, LabDir("d")))
+    with pytest.raises(UsageError, match=f"capture is not supported for {kind} labs") as info:
         resolve(handle, "node1", "eth1")  # type: ignore[arg-type]
     assert info.value.exit_code == 2 and "tcpdump" in (info.value.hint or "")
+    assert "use a qemu or docker lab" in (info.value.hint or "")

@@ -19,8 +19,10 @@ import pytest
 
 import labctl.lab.handle as handle_module
 import labctl.lab.lifecycle as lifecycle
+from labctl.capabilities import QEMU
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.labdir import LabDir
+from labctl.lab.record import StateRecorder
 from labctl.lab.state import LabState, NodeState, NodeStatus, Phase
 from labctl.providers.base import NodeRuntime, Progress, Provider
 from labctl.providers.qemu import QemuProvider
@@ -108,24 +110,22 @@ class RecordingProvider(Provider):
     repair change the entries as the real ones change the processes."""
 
     name = "qemu"
+    capabilities = QEMU
     states: ClassVar[dict[str, NodeStatus]] = {}  # replaced per test by the fixture
     calls: ClassVar[list[str]] = []
 
     def check_host(self) -> None:
         self.calls.append("check_host")
 
-    def create(self, progress: Progress) -> None:
+    def create(self, record: StateRecorder, progress: Progress) -> None:
         self.calls.append("create")
-        self.labdir.save_state(LabState(provider="qemu", phase=Phase.CREATING))
         for node in self.lab.nodes:
             self.states[node.name] = NodeStatus.RUNNING
+            record.node(node.name, NodeState())
 
-    def wait_ready(self, timeout: float, progress: Progress,
+    def wait_ready(self, state: LabState, timeout: float, progress: Progress,
                    nodes: list[str] | None = None) -> None:
         self.calls.append(f"wait_ready {nodes}")
-        state = self.labdir.load_state()
-        state.phase = Phase.UP
-        self.labdir.save_state(state)
 
     def nodes(self) -> list[NodeRuntime]:
         return [NodeRuntime(n.name, self.states.get(n.name, NodeStatus.ABSENT))
@@ -135,7 +135,7 @@ class RecordingProvider(Provider):
         self.calls.append(f"stop {node}")
         self.states[node] = NodeStatus.STOPPED
 
-    def repair(self, nodes: list[str], progress: Progress) -> None:
+    def repair(self, record: StateRecorder, nodes: list[str], progress: Progress) -> None:
         self.calls.append(f"repair {nodes}")
         self.states.update(dict.fromkeys(nodes, NodeStatus.RUNNING))
 
@@ -415,13 +415,16 @@ def test_qemu_stop_never_signals_a_process_that_is_not_the_machines(
 def test_provider_stop_is_refused_where_a_provider_cannot(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
-    from labctl.providers.docker import DockerProvider
+    from labctl.providers import provider_for
+    from labctl.providers.docker_swarm import SwarmProvider
 
     monkeypatch.setenv("LABCTL_STATE_DIR", str(tmp_path / "labs"))
-    lab = dataclasses.replace(_lab(tmp_path), provider="docker")
-    monkeypatch.setattr(DockerProvider, "multi_host", property(lambda _self: True))
-    with pytest.raises(UsageError, match="multi-host lab cannot be stopped alone"):
-        DockerProvider(lab, LabDir(lab.name)).stop_node("node1")
+    lab = dataclasses.replace(_lab(tmp_path), provider="docker", provider_options={
+        "placement": {"node1": "a", "node2": "b"}})
+    provider = provider_for(lab, LabDir(lab.name))
+    assert isinstance(provider, SwarmProvider)
+    with pytest.raises(UsageError, match="multi-host docker lab cannot be stopped alone"):
+        provider.stop_node("node1")
 
 
 @pytest.mark.parametrize(("code", "stderr"), [(0, ""), (1, "The provider was unable to stop")])
@@ -498,7 +501,6 @@ def test_docker_stop_kills_the_container_and_closes_the_client(
         def client(self) -> Client:
             return Client()
 
-    monkeypatch.setattr(DockerProvider, "multi_host", property(lambda _self: False))
     monkeypatch.setattr(DockerProvider, "_engine", lambda _self, _state=None: Engine())
     monkeypatch.setattr(DockerProvider, "_containers",
                         lambda _self, _client: {"node1": _Container(calls, fails)})

@@ -223,8 +223,10 @@ def test_a_docker_lab_shows_the_node_side(
 
 
 @pytest.mark.parametrize(("topology", "provider", "message"), [
-    ("two-node.yaml", "vagrant", "the vagrant provider's links are libvirt networks"),
-    ("multi-host.yaml", "docker", "not supported in multi-host labs"),
+    ("two-node.yaml", "vagrant", "link show is not supported for vagrant labs: their links "
+     "are the hypervisor's own networks"),
+    ("multi-host.yaml", "docker", "link show is not supported for multi-host docker labs: "
+     "their links are the swarm's overlay networks"),
 ])
 def test_labs_whose_links_labctl_does_not_change_are_refused(
         topology: str, provider: str, message: str, state_root: Path,

@@ -27,6 +27,7 @@ import pytest
 from labctl.images.builder import Image
 from labctl.lab import lifecycle
 from labctl.lab.labdir import LabDir
+from labctl.lab.record import StateRecorder
 from labctl.lab.state import LabState, NodeState, Phase, TapState
 from labctl.net import labnet
 from labctl.providers import hostbinds
@@ -489,7 +490,8 @@ def test_repair_replans_the_argv_and_taps(state_root: Path, tmp_path: Path,
                                netns="host-ns-victim", nodes={"node1": NodeState(
                                    ssh_port=40001, argv=["touch", PWNED],
                                    taps=[TapState("eth0", "docker0", 1500)])}))
-    QemuProvider(lab, labdir).repair(["node1"], lambda _m: None)
+    QemuProvider(lab, labdir).repair(StateRecorder(labdir, labdir.load_state()), ["node1"],
+                                     lambda _m: None)
     [(argv, taps, netns)] = launched
     plan = plan_lab(lab, {n.name: labdir.node_dir(n.name) for n in lab.nodes},
                     {"trixie": image}, "tcg", {"node1": 40001, "node2": 40002}).nodes[0]
@@ -507,7 +509,8 @@ def test_repair_without_the_cached_image_says_what_to_do(
     labdir, lab = _lab()
     monkeypatch.setattr(qemu, "cached_image", lambda recipe, mirror=None: None)
     with pytest.raises(lifecycle.LabctlError, match="no longer cached") as caught:
-        QemuProvider(lab, labdir).repair(["node1"], lambda _m: None)
+        QemuProvider(lab, labdir).repair(StateRecorder(labdir, labdir.load_state()),
+                                         ["node1"], lambda _m: None)
     assert caught.value.hint and "labctl down" in caught.value.hint
 
 

@@ -1,0 +1,86 @@
+"""What each kind of provider can do, as data: the one place that knows it.
+
+The topology checks, the lifecycle, `link`, `capture` and the CLI ask these records, never
+a provider's name. Pure data with no labctl imports, so the topology layer (which must not
+import providers) may read it. The provider classes expose their record as `capabilities`
+(labctl/providers); a new provider adds its record here and nothing else branches on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+LinkDevice = Literal["tap", "veth", ""]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    kind: str  # what messages call it
+    # The lab-side end of a node's data interface that labctl makes: a tap in the lab's
+    # netns on this host (qemu), a veth in the lab's netns in the engine's kernel (docker),
+    # "" when the links are someone else's networks (libvirt, a swarm's overlays).
+    link_device: LinkDevice
+    links: str  # what the lab's links are, for refusals of link set, link show, capture
+    netns: bool  # `up` makes a network namespace named after the lab (state.json records it)
+    repair: bool  # nodes that stopped start again in place (up again, `labctl start`)
+    node_stop: bool  # one node stops alone (`labctl stop`/`restart`)
+    mounts: bool  # host folders in the nodes
+    several_rdma_devices: bool  # rdma_interfaces: a device per data interface
+    pci_slots: bool  # NICs and mounts share the slots of qemu's `pc` machine
+    own_memory: bool  # a node's memory is its own (a VM): the host must have it
+    labctl_images: bool  # nodes boot labctl's image recipes, so image names are checked
+    routing: bool  # routers and routes (labctl sets the nodes' forwarding and routes)
+    node_setup: str  # what sets the nodes up (the refusal of routing says it)
+    hosts: bool  # `hosts:` places the nodes on several engines
+    found_by_name: bool  # `down` finds what it made from the lab's name alone (no lab.json)
+
+    @property
+    def link_set(self) -> bool:
+        """`link set`/`link show` work: labctl holds each node's cable."""
+        return bool(self.link_device)
+
+    @property
+    def capture(self) -> bool:
+        """`capture` reads a node's link from the lab's side (its tap or veth)."""
+        return bool(self.link_device)
+
+
+QEMU = Capabilities(
+    kind="qemu", link_device="tap", links="taps on the lab's bridges", netns=True,
+    repair=True, node_stop=True, mounts=True, several_rdma_devices=True, pci_slots=True,
+    own_memory=True, labctl_images=True, routing=True, node_setup="labctl's node init",
+    hosts=False, found_by_name=True)
+DOCKER = Capabilities(
+    kind="docker", link_device="veth", links="veths on the lab's bridges", netns=True,
+    repair=True, node_stop=True, mounts=True, several_rdma_devices=False, pci_slots=False,
+    own_memory=False, labctl_images=True, routing=True, node_setup="labctl's node init",
+    hosts=True, found_by_name=True)
+# A docker lab whose nodes sit on two or more hosts (docs/multi-host.md).
+SWARM = Capabilities(
+    kind="multi-host docker", link_device="",
+    links="the swarm's overlay networks (an overlay network has no per-node cable)",
+    netns=False, repair=False, node_stop=False, mounts=False, several_rdma_devices=False,
+    pci_slots=False, own_memory=False, labctl_images=True, routing=True,
+    node_setup="labctl's node init", hosts=True, found_by_name=True)
+VAGRANT = Capabilities(
+    kind="vagrant", link_device="",
+    links="the hypervisor's own networks (VirtualBox or libvirt)", netns=False,
+    repair=True, node_stop=True, mounts=True, several_rdma_devices=False, pci_slots=False,
+    own_memory=True, labctl_images=False, routing=False, node_setup="the Vagrantfile",
+    hosts=False, found_by_name=False)
+
+# The topology's `provider:` values, each with what a lab of it can do (a docker lab on
+# several hosts is SWARM: only its placement tells, see for_lab).
+BY_PROVIDER: dict[str, Capabilities] = {"qemu": QEMU, "docker": DOCKER, "vagrant": VAGRANT}
+PROVIDERS = tuple(BY_PROVIDER)
+
+
+def for_provider(provider: str) -> Capabilities:
+    """What a lab of `provider` can do, as far as its topology tells (KeyError if unknown)."""
+    return BY_PROVIDER[provider]
+
+
+def offering(flag: str) -> list[str]:
+    """The providers whose record has `flag` set, e.g. offering("hosts") == ["docker"]."""
+    return [name for name, caps in BY_PROVIDER.items() if getattr(caps, flag)]
