@@ -5,7 +5,8 @@ fixture, brought up and torn down through the lifecycle service), chosen here by
 overriding the plugin's `rdma_lab_spec`: the two-node topology under LABCTL_TEST_LAB's
 name, made afresh, and after the teardown checked that nothing of it is left (processes,
 netns, ssh masters, lab directory) and that a second teardown has nothing to do. The
-fixtures the tests use (`lab_up`, `lab_handle`, `lab_topology`) are views of it. In CI
+fixtures the tests use (`lab_up`, `lab_handle`, `lab_topology`) are views of it. A test
+module that needs a lab of its own makes it with modulelab.module_lab. In CI
 (the CI variable set, as root) a skipped integration test fails: the suite must not pass
 by not running.
 """
@@ -26,7 +27,6 @@ import yaml
 from labctl.lab import lifecycle
 from labctl.lab.handle import LabHandle
 from labctl.pytest_plugin import LabSpec, RdmaLab
-from labctl.pytest_plugin.session import start_lab, stop_lab
 from tests.integration.leftovers import lab_leftovers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,20 +111,6 @@ def nothing_left(name: str, removed: list[str]) -> None:
     assert removed, f"destroy of {name} found nothing to remove"
     assert lab_leftovers(name) == {"netns": [], "qemu": [], "ssh": [], "labdir": []}
     assert lifecycle.destroy(name) == []
-
-
-def live_lab(topology: Path, name: str, **options: object) -> Iterator[lifecycle.UpResult]:
-    """A lab of a test module's own, through the plugin's machinery like the session's:
-    up afresh (what an interrupted earlier run left is removed first), yield, then
-    destroy and check that nothing of it is left."""
-    spec = LabSpec(topology, name, fresh=True,
-                   options=lifecycle.UpOptions(**options))  # type: ignore[arg-type]
-    lab = start_lab(spec)
-    assert lab.up_result is not None  # fresh: made by this call
-    try:
-        yield lab.up_result
-    finally:
-        nothing_left(name, stop_lab(lab))
 
 
 @pytest.fixture(scope="session")

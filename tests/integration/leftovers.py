@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 from pathlib import Path
 
@@ -43,3 +44,37 @@ def lab_leftovers(name: str) -> dict[str, list[str]]:
 
 def host_interfaces() -> set[str]:
     return {p.name for p in Path("/sys/class/net").iterdir()}
+
+
+def docker_leftovers(name: str, vms: tuple[str, ...] = ("default",)) -> dict[str, list[str]]:
+    """Everything of docker lab `name` still in the engines of the Docker host VMs `vms`:
+    containers, networks labctl made, swarm membership, and in each VM's kernel the lab's
+    netns, rxe links and veths left in the root namespace (a lab's veths live in its netns
+    and containers: one in the root namespace is a leak)."""
+    from labctl.dockerhost.engine import helper_source, last_line
+    from labctl.dockerhost.sdk import sdk
+    from labctl.dockerhost.vm import DockerHostVM
+
+    found: dict[str, list[str]] = {}
+    for vm in vms:
+        where = "" if vm == "default" else f" in {vm}"
+        host = DockerHostVM(vm)
+        client = sdk().DockerClient(base_url=host.base_url, timeout=60)
+        try:
+            found[f"containers{where}"] = [c.name for c in client.containers.list(
+                all=True, filters={"label": f"labctl.lab={name}"})]
+            # the lab's own, and the swarm's that leaving it removes
+            found[f"networks{where}"] = sorted(
+                n.name for n in client.networks.list() if n.name in {"docker_gwbridge", "ingress"}
+                or (n.attrs.get("Labels") or {}).get("labctl.lab") == name)
+            swarm = client.info()["Swarm"]["LocalNodeState"]
+            found[f"swarm{where}"] = [] if swarm == "inactive" else [swarm]
+        finally:
+            client.close()
+        shown = host.run(["python3", "-", "show", f"labctl-{name}"], input=helper_source(),
+                         timeout=120)
+        kernel = json.loads(last_line(shown.stdout))
+        found[f"engine netns{where}"] = [n for n in kernel["netns"] if n == f"labctl-{name}"]
+        found[f"rxe links{where}"] = [d for d in kernel["rdma_links"] if f"_{name}_" in d]
+        found[f"root veths{where}"] = kernel["root_veths"]
+    return found

@@ -24,7 +24,7 @@ def test_up_reports_every_node_ready(lab_up: UpResult) -> None:
     state = lab_up.labdir.load_state()
     assert state.phase == Phase.UP
     assert [n.port_state for n in state.nodes.values()] == ["ACTIVE", "ACTIVE"]
-    # everything the session's teardown must remove (conftest.live_lab checks it did)
+    # everything the session's teardown must remove (conftest.nothing_left checks it did)
     made = lab_leftovers(LAB_NAME)
     assert made["netns"] and len(made["qemu"]) == 2 and made["labdir"]
     # a master per node (beside them: up's detached helper starts, which may still run,
@@ -111,6 +111,7 @@ def test_testinfra_sees_rxe_device(lab_handle: LabHandle, node: str) -> None:
 
 def test_management_port_listens_on_loopback_only(lab_handle: LabHandle) -> None:
     state = lab_handle.labdir.load_state()
+    assert sorted(state.nodes) == ["node1", "node2"]
     sockets = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True).stdout
     for info in state.nodes.values():
         port = f":{info.ssh_port}"
@@ -136,6 +137,7 @@ def test_qemu_holds_no_pages_of_its_kernel_and_initrd_once_ready(
         lab_handle: LabHandle) -> None:
     # machine.release_boot_files: the 56 + 5.5 MiB qemu keeps mapped for a reset
     state = lab_handle.labdir.load_state()
+    assert sorted(state.nodes) == ["node1", "node2"]
     for name, info in state.nodes.items():
         for boot_file in ("kernel", "initrd"):
             copy = lab_handle.labdir.node_dir(name) / "boot" / boot_file

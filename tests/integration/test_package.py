@@ -2,7 +2,8 @@
 from an empty directory; one live two-node lab from the shipped topology.
 
 The lab is named after LABCTL_TEST_LAB with "-pkg" (the session's lab is LABCTL_TEST_LAB
-itself), and is removed at the end whatever happens. Installing the wheel fetches its
+itself); it is the module's own (modulelab, with the wheel's labctl), removed at the end
+whatever happens, and checked to leave nothing. Installing the wheel fetches its
 dependencies through pip from the configured package index (pip's cache makes it quick).
 """
 
@@ -14,14 +15,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import labctl
-from tests.integration.leftovers import lab_leftovers
+from tests.integration.modulelab import ModuleLab, module_lab
 
 pytestmark = pytest.mark.integration
 
@@ -115,27 +115,29 @@ def test_the_wheel_builds_the_same_node_image_as_the_checkout(installed: Install
 
 
 @pytest.fixture(scope="module")
-def lab(installed: Installed) -> Iterator[str]:
-    """The shipped two-node topology under this test's lab name, up from the wheel."""
+def topology(installed: Installed) -> Path:
+    """The shipped two-node topology, as the wheel has it, under this module's lab name."""
     shipped = _must(installed.run("python", "-c", "from labctl.topology.catalog import "
                                   "find_topology; print(find_topology('two-node'))")).strip()
     text = Path(shipped).read_text()
     assert "name: two-node" in text
-    (installed.work / "pkg-lab.yaml").write_text(text.replace("name: two-node", f"name: {LAB}"))
-    installed.labctl("down", "--lab", LAB)  # left by an interrupted earlier run
-    try:
-        started = time.monotonic()
-        out = _must(installed.labctl("up", "pkg-lab.yaml"))
-        print(f"lab {LAB} up in {time.monotonic() - started:.1f} s")
-        assert f"lab {LAB} is up" in out
-        yield LAB
-    finally:
-        down = installed.labctl("down", "--lab", LAB)
-        assert down.returncode == 0, down.stderr
-        assert lab_leftovers(LAB) == {"netns": [], "qemu": [], "ssh": [], "labdir": []}
+    path = installed.work / "pkg-lab.yaml"
+    path.write_text(text.replace("name: two-node", f"name: {LAB}"))
+    return path
 
 
-def test_live_pingpong_from_the_wheel(installed: Installed, lab: str) -> None:
+# Up and down by the wheel's labctl.
+pkg_lab = module_lab(LAB, labctl_from="installed")
+
+
+@pytest.fixture(scope="module")
+def lab(pkg_lab: ModuleLab) -> str:
+    return pkg_lab.name
+
+
+def test_live_pingpong_from_the_wheel(installed: Installed, pkg_lab: ModuleLab) -> None:
+    assert f"lab {LAB} is up" in pkg_lab.up.stdout
+    lab = pkg_lab.name
     out = _must(installed.labctl("run", "pingpong", "--lab", lab, "--json", timeout=300))
     records = json.loads(out)
     record = records[0] if isinstance(records, list) else records

@@ -5,27 +5,28 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from labctl.lab import lifecycle
-from tests.integration.conftest import labctl, live_lab, make_topology
+from tests.integration.conftest import labctl, make_topology
+from tests.integration.modulelab import ModuleLab, module_lab
 
 pytestmark = pytest.mark.integration
 PAIRS_LAB = os.environ.get("LABCTL_TEST_PAIRS_LAB", "itest-pairs")
 
 
 @pytest.fixture(scope="module")
-def switch_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    topology = make_topology(tmp_path_factory.mktemp("pairs"), "three-node-switch.yaml",
-                             PAIRS_LAB)
-    up: Iterator[lifecycle.UpResult] = live_lab(topology, PAIRS_LAB)
-    next(up)
-    try:
-        yield PAIRS_LAB
-    finally:
-        next(up, None)  # down, and the check that nothing is left
+def topology(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_topology(tmp_path_factory.mktemp("pairs"), "three-node-switch.yaml", PAIRS_LAB)
+
+
+pairs_lab = module_lab(PAIRS_LAB)
+
+
+@pytest.fixture(scope="module")
+def switch_lab(pairs_lab: ModuleLab) -> str:
+    return pairs_lab.name
 
 
 def test_pingpong_between_every_pair(switch_lab: str) -> None:

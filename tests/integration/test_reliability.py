@@ -359,17 +359,27 @@ def _repair(handle: LabHandle, topology: Path, dead: str) -> None:
     _passed(_pingpong("--iters", "50"))
 
 
+def _whole_again(topology: Path) -> None:
+    """After a test that killed a node, whatever it got to: `up` restarts what is not
+    running, so the tests after it find the shared lab whole."""
+    if labctl("status", "--lab", LAB_NAME, "--json", timeout=120).returncode != 0:
+        labctl("up", str(topology), timeout=600, check=True)
+
+
 def test_node_killed_while_idle(lab_handle: LabHandle, lab_topology: Path) -> None:
     pid = _pids(lab_handle)["node2"]
-    os.kill(pid, signal.SIGKILL)
-    result = labctl("status", "--lab", LAB_NAME, "--json", timeout=120)
-    assert result.returncode == 1
-    (status,) = json.loads(result.stdout)["labs"]
-    nodes = {n["name"]: n for n in status["nodes"]}
-    assert nodes["node2"]["state"] == "stopped"
-    assert f"qemu process {pid} is gone" in nodes["node2"]["reason"]
-    assert nodes["node1"]["state"] == "running"
-    _repair(lab_handle, lab_topology, "node2")
+    try:
+        os.kill(pid, signal.SIGKILL)
+        result = labctl("status", "--lab", LAB_NAME, "--json", timeout=120)
+        assert result.returncode == 1
+        (status,) = json.loads(result.stdout)["labs"]
+        nodes = {n["name"]: n for n in status["nodes"]}
+        assert nodes["node2"]["state"] == "stopped"
+        assert f"qemu process {pid} is gone" in nodes["node2"]["reason"]
+        assert nodes["node1"]["state"] == "running"
+        _repair(lab_handle, lab_topology, "node2")
+    finally:
+        _whole_again(lab_topology)
 
 
 def test_node_killed_during_a_pingpong(lab_handle: LabHandle, lab_topology: Path) -> None:
@@ -378,19 +388,22 @@ def test_node_killed_during_a_pingpong(lab_handle: LabHandle, lab_topology: Path
                             "--iters", "10000000", "--timeout", "60", "--json"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
-        _wait_traffic(lab_handle, "node1", runs=(run,))
-        pid = _pids(lab_handle)["node2"]  # the client's node
-        os.kill(pid, signal.SIGKILL)
-        killed = time.monotonic()
-        out, _ = run.communicate(timeout=120)
+        try:
+            _wait_traffic(lab_handle, "node1", runs=(run,))
+            pid = _pids(lab_handle)["node2"]  # the client's node
+            os.kill(pid, signal.SIGKILL)
+            killed = time.monotonic()
+            out, _ = run.communicate(timeout=120)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+            _kill_in_node(lab_handle, "node1", "ibv_rc_pingpong")
+        record = json.loads(out)
+        assert run.returncode == 1 and record["status"] == "failed"
+        assert f"node node2 is stopped (qemu process {pid} is gone" in record["reason"], record
+        assert time.monotonic() - killed < 20  # at once, well within the run's 60 s
+        assert time.monotonic() - started < 60
+        _repair(lab_handle, lab_topology, "node2")
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-        _kill_in_node(lab_handle, "node1", "ibv_rc_pingpong")
-    record = json.loads(out)
-    assert run.returncode == 1 and record["status"] == "failed"
-    assert f"node node2 is stopped (qemu process {pid} is gone" in record["reason"], record
-    assert time.monotonic() - killed < 20  # at once, well within the run's 60 s
-    assert time.monotonic() - started < 60
-    _repair(lab_handle, lab_topology, "node2")
+        _whole_again(lab_topology)

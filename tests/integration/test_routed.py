@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from labctl.lab import lifecycle
 from labctl.lab.handle import LabHandle
-from labctl.lab.labdir import LabDir
-from tests.integration.conftest import labctl, live_lab, make_topology
+from tests.integration.conftest import labctl, make_topology
+from tests.integration.modulelab import ModuleLab, module_lab
 from tests.unit.test_learning_path import run_commands
 
 pytestmark = pytest.mark.integration
@@ -24,14 +23,16 @@ PAGE_LINES = [w for w in run_commands() if w[-2:] == ["--lab", "routed"]]
 
 
 @pytest.fixture(scope="module")
-def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHandle]:
-    topology = make_topology(tmp_path_factory.mktemp("routed"), "routed.yaml", ROUTED_LAB)
-    up: Iterator[lifecycle.UpResult] = live_lab(topology, ROUTED_LAB)
-    next(up)
-    try:
-        yield LabHandle(LabDir(ROUTED_LAB))
-    finally:
-        next(up, None)  # down, and the check that nothing is left
+def topology(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_topology(tmp_path_factory.mktemp("routed"), "routed.yaml", ROUTED_LAB)
+
+
+routed_lab = module_lab(ROUTED_LAB)
+
+
+@pytest.fixture(scope="module")
+def routed(routed_lab: ModuleLab) -> LabHandle:
+    return routed_lab.handle
 
 
 def test_router_forwards_and_nodes_route_through_it(routed: LabHandle) -> None:

@@ -1,37 +1,36 @@
-"""A live soft-iWARP pair: up, status, RDMA CM programs, refusals, inspector, down."""
+"""A live soft-iWARP pair: up, status, RDMA CM programs, refusals, inspector; the lab is
+the module's own (modulelab: down at the module's end, nothing left)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from labctl.lab.handle import LabHandle
-from labctl.lab.labdir import LabDir
-from tests.integration.conftest import REPO, labctl
+from tests.integration.conftest import labctl, make_topology
 from tests.integration.hotplug import check_hot_plug
-from tests.integration.leftovers import lab_leftovers
+from tests.integration.modulelab import ModuleLab, module_lab
 
 pytestmark = pytest.mark.integration
 SIW_LAB = os.environ.get("LABCTL_TEST_SIW_LAB", "itest-siw")
 
 
 @pytest.fixture(scope="module")
-def siw_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHandle]:
-    data = yaml.safe_load((REPO / "topologies/siw-pair.yaml").read_text())
-    data["name"] = SIW_LAB
-    path = tmp_path_factory.mktemp("siw") / "siw-pair.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    labctl("down", "--lab", SIW_LAB)
-    labctl("up", str(path), check=True)
-    yield LabHandle(LabDir(SIW_LAB))
-    labctl("down", "--lab", SIW_LAB)
+def topology(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_topology(tmp_path_factory.mktemp("siw"), "siw-pair.yaml", SIW_LAB)
+
+
+siw = module_lab(SIW_LAB)
+
+
+@pytest.fixture(scope="module")
+def siw_lab(siw: ModuleLab) -> LabHandle:
+    return siw.handle
 
 
 def test_status_shows_iwarp_devices(siw_lab: LabHandle) -> None:
@@ -181,12 +180,6 @@ def test_rping_capture_decodes_iwarp(siw_lab: LabHandle, tmp_path: Path) -> None
     assert not [f for f in frames if "not decoded" in f.note]
 
 
-# Last in the file: it takes the module's lab down (a test after it would find no lab).
 def test_devices_made_and_removed_under_a_running_helper(siw_lab: LabHandle) -> None:
     check_hot_plug(siw_lab, siw_lab.lab.nodes[0].name, "siw")
-
-
-def test_siw_lab_down_leaves_nothing(siw_lab: LabHandle) -> None:
-    labctl("down", "--lab", SIW_LAB, check=True)
-    assert lab_leftovers(SIW_LAB) == {"netns": [], "qemu": [], "ssh": [], "labdir": []}
 

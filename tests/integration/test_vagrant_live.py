@@ -3,9 +3,10 @@
 One two-node lab (topologies/two-node.yaml with `provider: vagrant`, under a lab name of
 its own) booted from labctl's own box (`labctl image box`), with libvirtd started by
 `labctl up` when none runs: status, RC pingpong, rping (RDMA CM), inspector fidelity (C
-ibv_devinfo vs the Python one in a node), then `labctl down` with no libvirt domain,
-volume, network, dnsmasq, libvirtd or virtlogd of the lab left (a libvirtd that ran
-before is left running).
+ibv_devinfo vs the Python one in a node); the lab is the module's own (modulelab), and
+after its `labctl down` no libvirt domain, volume, network, dnsmasq, libvirtd or virtlogd
+of the lab is left (a libvirtd that ran before is left running). Lab name:
+LABCTL_VAGRANT_TEST_LAB.
 
 It runs where vagrant, vagrant-libvirt and libvirt are installed (scripts/setup.sh
 installs them; in CI a skip is a failure) and adds about 2.5 to 3.5 minutes under TCG;
@@ -18,18 +19,15 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from labctl.lab import lifecycle
 from labctl.lab.handle import LabHandle
-from labctl.lab.labdir import LabDir
 from labctl.providers import libvirtd
 from tests.integration.conftest import host_folders, labctl, make_topology, passed_run
-from tests.integration.leftovers import lab_leftovers
+from tests.integration.modulelab import ModuleLab, module_lab
 
 
 def _missing_tools() -> list[str]:
@@ -66,10 +64,10 @@ def _pids(name: str) -> list[int]:
     return sorted(int(p) for p in out.split() if libvirtd.is_running(int(p)))
 
 
-def _lab_dnsmasq() -> list[str]:
+def _lab_dnsmasq(name: str) -> dict[str, list[str]]:
     out = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines()
-            if line.startswith("/usr/sbin/dnsmasq") and f"labctl-{LAB}-" in line]
+    return {"dnsmasq": [line for line in out.splitlines()
+                        if line.startswith("/usr/sbin/dnsmasq") and f"labctl-{name}-" in line]}
 
 
 @pytest.fixture(scope="module")
@@ -80,51 +78,49 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def vagrant_lab(tmp_path_factory: pytest.TempPathFactory,
-                folders: dict[str, Path]) -> Iterator[dict[str, float]]:
+def topology(tmp_path_factory: pytest.TempPathFactory, folders: dict[str, Path]) -> Path:
     # node1 boots the dev image (a box of its own), node2 the node image; both mount a
     # read-write and a read-only host folder.
-    topology = make_topology(
+    return make_topology(
         tmp_path_factory.mktemp("vagrant"), "two-node.yaml", LAB, provider="vagrant",
         defaults={"mounts": [f"{folders['rw']}:/mnt/rw", f"{folders['ro']}:/mnt/ro:ro"]},
         nodes={"node1": {"image": "trixie-dev"}, "node2": {}})
-    before = {"libvirtd": _pids("libvirtd"), "virtlogd": _pids("virtlogd")}
-    lifecycle.destroy(LAB)  # left by an interrupted earlier run
-    timings: dict[str, float] = {}
-    begin = time.monotonic()
-    os.environ["LABCTL_VAGRANT_PROVIDER"] = "libvirt"
-    try:
-        lifecycle.up(topology, lifecycle.UpOptions(timeout=600))
-        timings["up"] = time.monotonic() - begin
-        print(f"\nvagrant lab {LAB}: up in {timings['up']:.0f} s")
-        yield timings
-    finally:
-        begin = time.monotonic()
-        removed = lifecycle.destroy(LAB)
-        print(f"\nvagrant lab {LAB}: down in {time.monotonic() - begin:.0f} s: {removed}")
-        os.environ.pop("LABCTL_VAGRANT_PROVIDER", None)
-        assert lab_leftovers(LAB) == {"netns": [], "qemu": [], "ssh": [], "labdir": []}
-        assert _lab_dnsmasq() == []
-        if before["libvirtd"]:  # it ran before: left running, without this lab's objects
-            assert _pids("libvirtd") == before["libvirtd"]
-            assert not [d for d in libvirtd.domains() if d.startswith(f"labctl-{LAB}_")]
-            assert not [n for n in libvirtd.networks() if n.startswith(f"labctl-{LAB}-")]
-            assert not [v for v in libvirtd.volumes() if v.startswith(f"labctl-{LAB}_")]
-        else:  # labctl started it: everything it made is gone with it
-            assert _pids("libvirtd") == [] and _pids("virtlogd") == before["virtlogd"]
-            assert not Path("/etc/libvirt/qemu", f"labctl-{LAB}_node1.xml").exists()
-            assert not list(Path("/etc/libvirt/qemu/networks").glob(f"labctl-{LAB}-*.xml"))
-            assert not list(Path("/var/lib/libvirt/images").glob("labctl-*"))
-            assert libvirtd.load_record() is None
-        # the read-only bind mounts are gone, the host folders and their files are not
-        mountinfo = Path("/proc/self/mountinfo").read_text()
-        assert f"/{LAB}/mounts/" not in mountinfo
-        assert (folders["ro"] / "from-host.txt").read_text() == "host ro\n"
 
 
 @pytest.fixture(scope="module")
-def handle(vagrant_lab: dict[str, float]) -> LabHandle:
-    return LabHandle(LabDir(LAB))
+def libvirt_host(folders: dict[str, Path]) -> Iterator[None]:
+    """libvirt as it was before the lab, and after it (this runs after the lab's down):
+    a libvirtd that ran before still runs, without the lab's objects; one labctl started
+    is gone with everything it made; the lab's bind mounts are gone, the host folders
+    not."""
+    before = {"libvirtd": _pids("libvirtd"), "virtlogd": _pids("virtlogd")}
+    os.environ["LABCTL_VAGRANT_PROVIDER"] = "libvirt"  # for `labctl up` and `down`
+    yield
+    os.environ.pop("LABCTL_VAGRANT_PROVIDER", None)
+    if before["libvirtd"]:  # it ran before: left running, without this lab's objects
+        assert _pids("libvirtd") == before["libvirtd"]
+        assert not [d for d in libvirtd.domains() if d.startswith(f"labctl-{LAB}_")]
+        assert not [n for n in libvirtd.networks() if n.startswith(f"labctl-{LAB}-")]
+        assert not [v for v in libvirtd.volumes() if v.startswith(f"labctl-{LAB}_")]
+    else:  # labctl started it: everything it made is gone with it
+        assert _pids("libvirtd") == [] and _pids("virtlogd") == before["virtlogd"]
+        assert not Path("/etc/libvirt/qemu", f"labctl-{LAB}_node1.xml").exists()
+        assert not list(Path("/etc/libvirt/qemu/networks").glob(f"labctl-{LAB}-*.xml"))
+        assert not list(Path("/var/lib/libvirt/images").glob("labctl-*"))
+        assert libvirtd.load_record() is None
+    # the read-only bind mounts are gone, the host folders and their files are not
+    mountinfo = Path("/proc/self/mountinfo").read_text()
+    assert f"/{LAB}/mounts/" not in mountinfo
+    assert (folders["ro"] / "from-host.txt").read_text() == "host ro\n"
+
+
+vagrant_lab = module_lab(LAB, up_args=lambda topology: ["--timeout", "600"],
+                         requires=("libvirt_host",), leftovers=_lab_dnsmasq)
+
+
+@pytest.fixture(scope="module")
+def handle(vagrant_lab: ModuleLab) -> LabHandle:
+    return vagrant_lab.handle
 
 
 def test_status_shows_two_running_libvirt_nodes(handle: LabHandle) -> None:

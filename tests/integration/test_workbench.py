@@ -9,14 +9,13 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.integration.conftest import LAB_NAME, labctl
-from tests.integration.leftovers import lab_leftovers
+from tests.integration.modulelab import ModuleLab, module_lab
 
 pytestmark = pytest.mark.integration
 WB_LAB = os.environ.get("LABCTL_TEST_WB_LAB", f"{LAB_NAME}-wb"[:20])
@@ -28,9 +27,9 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def wb_lab(workdir: Path) -> Iterator[Path]:
-    """The lab; yields the host folder every node has read-write at /work (node1 also has
-    it read-only at /data, from its topology entry; `up --mount` adds /extra, read-only)."""
+def topology(workdir: Path) -> Path:
+    """Two dev-image nodes, the host folder ./shared read-write at /work in both (node1
+    also has it read-only at /data); ./extra is for `up --mount`."""
     (workdir / "shared").mkdir()
     (workdir / "extra").mkdir()
     (workdir / "extra" / "note.txt").write_text("extra\n")
@@ -42,13 +41,18 @@ def wb_lab(workdir: Path) -> Iterator[Path]:
     }
     path = workdir / "wb.yaml"
     path.write_text(yaml.safe_dump(topology, sort_keys=False))
-    labctl("down", "--lab", WB_LAB)
-    labctl("up", str(path), "--mount", f"{workdir / 'extra'}:/extra:ro", check=True)
-    try:
-        yield workdir / "shared"
-    finally:
-        labctl("down", "--lab", WB_LAB)
-        assert lab_leftovers(WB_LAB) == {"netns": [], "qemu": [], "ssh": [], "labdir": []}
+    return path
+
+
+# `up --mount` adds ./extra at /extra, read-only, to every node.
+workbench = module_lab(WB_LAB, up_args=lambda topology: [
+    "--mount", f"{topology.parent / 'extra'}:/extra:ro"])
+
+
+@pytest.fixture(scope="module")
+def wb_lab(workbench: ModuleLab) -> Path:
+    """The host folder every node has read-write at /work."""
+    return workbench.topology.parent / "shared"
 
 
 def _exec(node: str, script: str) -> tuple[int, str, str]:

@@ -43,6 +43,7 @@ def test_topology_selects_the_docker_provider(lab: Lab) -> None:
 
 
 def test_containers_get_only_what_rdma_needs(plan: DockerLabPlan) -> None:
+    assert len(plan.containers) == 2
     for cplan in plan.containers:
         kwargs = cplan.create
         assert kwargs["image"] == TAG

@@ -177,13 +177,13 @@ def test_command_help_reads_as_sentences(monkeypatch: pytest.MonkeyPatch,
     _, out, _ = run_main(monkeypatch, capsys, *path, "-h")
     prose = out.split("╭", 1)[0].splitlines()
     usage = next(i for i, line in enumerate(prose) if line.lstrip().startswith("Usage:"))
-    paragraph: list[str] = []
-    for line in [*prose[usage + 2:], ""]:  # the docstring, after Usage and a blank line
+    paragraphs: list[list[str]] = [[]]
+    for line in prose[usage + 2:]:  # the docstring, after Usage and a blank line
         if line.strip():
-            paragraph.append(line[1:].rstrip())
-            continue
-        assert not _early_breaks(paragraph, WIDTH - 2)
-        paragraph = []
+            paragraphs[-1].append(line[1:].rstrip())
+        else:
+            paragraphs.append([])
+    assert [p for p in paragraphs if _early_breaks(p, WIDTH - 2)] == []
 
 
 def _short_flags() -> dict[str, set[str]]:

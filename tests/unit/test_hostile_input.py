@@ -121,10 +121,11 @@ def test_mckey_receiver_script_quotes_the_group_and_device(value: str, stub_node
 
 def test_every_ready_probe_is_built_from_checked_values() -> None:
     ctx = _ctx(check_options({"port": 4000, "group": "239.2.2.2"}))
-    for spec in EXAMPLES.values():
-        if spec.ready_probe is not None:
-            probe = spec.ready_probe(ctx)
-            assert "4000" in probe or "239.2.2.2" in probe or "cm_id" in probe
+    probes = {name: spec.ready_probe(ctx) for name, spec in EXAMPLES.items()
+              if spec.ready_probe is not None}
+    assert probes
+    assert {name: probe for name, probe in probes.items()
+            if not ("4000" in probe or "239.2.2.2" in probe or "cm_id" in probe)} == {}
 
 
 # --- option values ------------------------------------------------------------------------
@@ -292,7 +293,9 @@ def test_hostile_files_exit_2_fast(command: list[str], cli: Cli, tmp_path: Path)
             "dir": "is a directory", "missing": "cannot read the topology file"}
     files = tmp_path / "files"
     files.mkdir()
-    for kind, path in _hostile_files(files).items():
+    hostile = _hostile_files(files)
+    assert hostile.keys() == says.keys()
+    for kind, path in hostile.items():
         started = time.monotonic()  # wall time: a FIFO or device read would block, not spin
         _refused(cli, [*command, str(path)], says[kind])
         assert time.monotonic() - started < 20, kind
@@ -413,10 +416,12 @@ def test_free_subnets_match_the_quadratic_version(taken: list[Any], prefix: int)
 @given(st.lists(_nets, min_size=1, max_size=15))
 def test_first_overlap_matches_the_quadratic_version(nets: list[Any]) -> None:
     seen = Subnets()
+    fast, slow = [], []
     for i, net in enumerate(nets):
-        slow = next((k for k in range(i) if nets[k].overlaps(net)), None)
-        assert seen.first_overlap(net) == slow
+        slow.append(next((k for k in range(i) if nets[k].overlaps(net)), None))
+        fast.append(seen.first_overlap(net))
         seen.add(net, i)
+    assert fast == slow
 
 
 @pytest.mark.parametrize(("text", "says"), [

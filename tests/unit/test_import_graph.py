@@ -83,13 +83,15 @@ def test_the_checker_sees_function_level_imports_and_cycles() -> None:
 
 
 def test_no_provider_imports_another_providers_private_names() -> None:
-    for path in (PACKAGE / "providers").glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-                    "labctl.providers."):
-                private = [a.name for a in node.names if a.name.startswith("_")]
-                assert not private, f"{path.name} imports {private} from {node.module}"
-    for path in (PACKAGE / "dockerhost").glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("labctl."):
-                assert not [a.name for a in node.names if a.name.startswith("_")], path.name
+    private = []
+    for folder, imported_from in (("providers", "labctl.providers."),
+                                  ("dockerhost", "labctl.")):
+        paths = list((PACKAGE / folder).glob("*.py"))
+        assert paths, folder
+        for path in paths:
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                        imported_from):
+                    private += [f"{folder}/{path.name} imports {a.name} from {node.module}"
+                                for a in node.names if a.name.startswith("_")]
+    assert private == []

@@ -42,6 +42,7 @@ def test_plan_matches_golden(topology: str, accel: str) -> None:
 
 def test_plan_keeps_management_on_loopback_with_restrict() -> None:
     plan = json.loads(_plan_json("three-node-switch.yaml", "tcg"))
+    assert len(plan["nodes"]) == 3
     for node in plan["nodes"]:
         argv = node["argv"]
         user_netdevs = [a for a in argv if a.startswith("user,")]

@@ -37,8 +37,12 @@ def test_parse_spec() -> None:
 
 def test_no_fault_without_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(faults.ENV, raising=False)
+    signals: list[tuple[int, int]] = []  # a fault's kill or Ctrl-C, recorded, not sent
+    monkeypatch.setattr(faults.os, "kill", lambda pid, sig: signals.append((pid, sig)))
+    assert faults.STEPS
     for step in faults.STEPS:
-        faults.fault_point(step, "node1")  # nothing happens
+        assert faults.fault_point(step, "node1") is None  # returns: no InjectedFault
+    assert signals == []
 
 
 def test_only_the_named_step_and_node_fail(monkeypatch: pytest.MonkeyPatch) -> None:

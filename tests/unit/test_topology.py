@@ -367,6 +367,7 @@ def test_cli_validate_good_files(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(HostFacts, "this", classmethod(lambda cls: cls(1 << 20, 64)))
     runner = CliRunner()
+    assert SHIPPED and INPUTS
     for path in SHIPPED + INPUTS:
         result = runner.invoke(_app(), ["validate", str(path)])
         assert result.exit_code == 0, result.output

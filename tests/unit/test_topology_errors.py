@@ -499,10 +499,12 @@ RANDOM_TEXTS = int(__import__("os").environ.get("TOPO_RANDOM", "300"))
 def test_random_documents_never_crash(doc: dict[str, Any]) -> None:
     text = yaml.safe_dump(doc, sort_keys=False)
     try:
-        _load(text)
+        lab = _load(text)
     except TopologyError as err:
         assert err.line is not None
         assert err.field or err.message.startswith("t.yaml:")
+    else:
+        assert isinstance(lab, Lab)
 
 
 @settings(max_examples=RANDOM_TEXTS, deadline=None)
@@ -547,7 +549,9 @@ def test_random_documents_never_crash(doc: dict[str, Any]) -> None:
 )
 def test_random_text_never_crashes(text: str) -> None:
     try:
-        _load(text)
+        lab = _load(text)
     except TopologyError as err:
         assert err.line is None or err.line >= 1
         assert err.message.startswith("t.yaml")
+    else:
+        assert isinstance(lab, Lab)

@@ -252,7 +252,9 @@ def _nics(count: int, provider: str = "qemu", mounts: int = 0) -> str:
 
 @pytest.mark.parametrize(("nics", "mounts"), [(QEMU_PC_SLOTS, 0), (20, 6), (0, 16)])
 def test_a_qemu_node_may_fill_its_pci_slots(nics: int, mounts: int) -> None:
-    parse_topology(_nics(nics, mounts=mounts))
+    topology = parse_topology(_nics(nics, mounts=mounts))
+    assert len(topology.links) == nics
+    assert len(topology.nodes["a"].mounts or []) == mounts
 
 
 @pytest.mark.parametrize(("nics", "mounts"), [(QEMU_PC_SLOTS + 1, 0), (34, 0), (11, 16),
@@ -267,7 +269,8 @@ def test_a_qemu_node_beyond_its_pci_slots_is_refused(nics: int, mounts: int) -> 
 
 @pytest.mark.parametrize("provider", ["docker", "vagrant"])
 def test_pci_slots_are_a_qemu_fact(provider: str) -> None:
-    parse_topology(_nics(40, provider))
+    topology = parse_topology(_nics(40, provider))
+    assert (topology.provider, len(topology.links)) == (provider, 40)
 
 
 def test_too_many_links() -> None:

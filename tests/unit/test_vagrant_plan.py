@@ -151,6 +151,7 @@ def test_two_node_plan_has_labctls_values(tmp_path: Path) -> None:
 def test_node_env_is_the_qemu_nodes(topology: str, tmp_path: Path) -> None:
     lab = load_lab(TOPOLOGIES / f"{topology}.yaml")
     plan = vagrant_plan.plan(lab, None, _home(tmp_path))
+    assert lab.nodes and len(plan["nodes"]) == len(lab.nodes)
     for node, planned in zip(lab.nodes, plan["nodes"], strict=True):
         expected = qemu_node_env(lab, node)
         del expected["LABCTL_MGMT_MAC"]  # Vagrant makes its own management NIC

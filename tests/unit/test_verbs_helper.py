@@ -291,11 +291,15 @@ def test_helper_refuses_to_serve_when_told_direct(
 
 def test_warm_up_never_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without devices or pyverbs the helper still starts: the children report the error."""
-    def broken(*_a: object, **_k: object) -> Snapshot:
+    calls: list[dict[str, object]] = []
+
+    def broken(*_a: object, **k: object) -> Snapshot:
+        calls.append(k)
         raise ImportError("No module named 'pyverbs'")
 
     monkeypatch.setattr(devinfo, "capture", broken)
-    helper.warm_up()
+    helper.warm_up()  # returns: the capture's error is the children's to report
+    assert calls == [{"verbose": True}]
 
 
 def test_lean_entry_point_is_the_module() -> None:
