@@ -31,8 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from labctl.lab.labdir import LabDir  # noqa: E402
-from labctl.providers.machine import qemu_pids_in  # noqa: E402
+from labctl.store.labdir import LabDir  # noqa: E402
+from labctl.vm.machine import qemu_pids_in  # noqa: E402
 
 
 def labctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -39,7 +39,7 @@ if str(REPO) not in sys.path:
 from labctl.lab import lifecycle  # noqa: E402
 from labctl.net import labnet  # noqa: E402
 from labctl.paths import state_root  # noqa: E402
-from labctl.providers.machine import qemu_pids_in  # noqa: E402
+from labctl.vm.machine import qemu_pids_in  # noqa: E402
 
 SYSCTL_DIRS = ("ipv4/conf/all", "ipv4/conf/default", "ipv6/conf/all", "ipv6/conf/default",
                "bridge")

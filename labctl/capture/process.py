@@ -16,11 +16,11 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
-from labctl.capture.record import CaptureRecord, TtlFlow
 from labctl.capture.target import VM, CaptureTarget
 from labctl.capture.worker import COUNT, READY
 from labctl.dockerhost import vmcapture
 from labctl.errors import LabctlError
+from labctl.wire.record import CaptureRecord, TtlFlow
 
 # Importing scapy takes seconds on a loaded machine; an ssh and python3 in the Docker host VM
 # (one vCPU under TCG) took over 30 s while a busy container shared that vCPU.
@@ -177,8 +177,8 @@ def _print_stream(stream: IO[bytes]) -> None:
     from scapy.error import Scapy_Exception
     from scapy.utils import PcapReader
 
-    from labctl.capture.decode import Decoder
-    from labctl.capture.summary import line
+    from labctl.wire.decode import Decoder
+    from labctl.wire.summary import line
 
     decoder = Decoder()
     try:
@@ -214,7 +214,7 @@ def capturing(target: CaptureTarget, path: Path) -> Iterator[RunCapture]:
     One tap is enough for a run between two nodes on a point-to-point link or a switch:
     the server's tap carries both directions of its traffic.
     """
-    from labctl.capture.summary import opcode_counts, ttl_flows
+    from labctl.wire.summary import opcode_counts, ttl_flows
 
     path.parent.mkdir(parents=True, exist_ok=True)
     result = RunCapture(path, target.node, target.ifname)

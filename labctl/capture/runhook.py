@@ -68,7 +68,7 @@ def capturing_run(handle: LabHandle, server: str, label: str, enabled: bool,
     with capturing(target, run_pcap_path(handle, label, directory)) as cap:
         yield cap
     if peer is not None:
-        from labctl.capture.summary import measured_hops  # scapy: only when capturing
+        from labctl.wire.summary import measured_hops  # scapy: only when capturing
 
         cap.hops = measured_hops(cap.ttl, iface.address, peer.address)
 

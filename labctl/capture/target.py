@@ -26,22 +26,6 @@ class CaptureTarget:
         return text + " in the Docker host VM" if self.engine == VM else text
 
 
-def parse_endpoint(handle: LabHandle, endpoint: str) -> tuple[str, str]:
-    """NODE:IF -> (node, ifname), checked against the lab's topology (exit 2 if wrong)."""
-    node, sep, ifname = endpoint.partition(":")
-    nodes = {n.name: n for n in handle.lab.nodes}
-    if not sep or not node or not ifname:
-        raise UsageError(f"bad endpoint {endpoint!r}", hint="write NODE:IF, e.g. node1:eth1")
-    if node not in nodes:
-        raise UsageError(f"lab {handle.lab.name} has no node {node!r}",
-                         hint=f"nodes: {', '.join(nodes)}")
-    names = sorted(i.name for i in nodes[node].interfaces)
-    if ifname not in names:
-        raise UsageError(f"node {node} has no data interface {ifname!r}",
-                         hint=f"its data interfaces: {', '.join(names) or 'none'}")
-    return node, ifname
-
-
 def resolve(handle: LabHandle, node: str, ifname: str) -> CaptureTarget:
     """The lab-side end of NODE:IF: a qemu node's tap in the lab's namespace, or a container
     node's veth in the lab's namespace in the engine's kernel. Refuses the labs whose

@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     from scapy.all import PcapWriter, sniff
     from scapy.data import DLT_EN10MB
 
-    from labctl.capture.decode import Decoder
-    from labctl.capture.summary import line
+    from labctl.wire.decode import Decoder
+    from labctl.wire.summary import line
 
     seen = [0]
     writer = PcapWriter(args.write, linktype=DLT_EN10MB, sync=True) if args.write else None

@@ -49,8 +49,8 @@ def _terminate_as_interrupt() -> Iterator[None]:
 def _record(endpoint: str, write: Path | None, count: int, duration: float | None,
             bpf: str | None, lab: str | None) -> None:
     from labctl.capture.process import Capture
-    from labctl.capture.target import check_filter, parse_endpoint, resolve
-    from labctl.lab.handle import open_lab
+    from labctl.capture.target import check_filter, resolve
+    from labctl.lab.handle import open_lab, parse_endpoint
 
     check_filter(bpf)
     # Fail here, before the child starts, if the file cannot be written (and make nothing);
@@ -89,10 +89,10 @@ def _decode(path: Path, first: int | None, ladder: Path | None, as_json: bool) -
     reason: one document would hold every frame; the counts are the reader's to make."""
     from collections import Counter
 
-    from labctl.capture.summary import count, decode_file, iter_frames, line
+    from labctl.wire.summary import count, decode_file, iter_frames, line
 
     if ladder is not None:
-        from labctl.capture.ladder import draw
+        from labctl.wire.ladder import draw
 
         frames = decode_file(path, first)
         draw(frames, ladder)

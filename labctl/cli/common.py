@@ -16,7 +16,7 @@ from rich.console import Console
 
 from labctl.cli import complete
 from labctl.errors import UsageError, short_repr
-from labctl.providers.base import Progress
+from labctl.progress import Progress
 from labctl.runners.spec import check_options, check_seconds
 
 console = Console(highlight=False, width=None if Console().is_terminal else 120)
@@ -33,7 +33,7 @@ def _check_lab(value: str | None) -> str | None:
     any text that is not a lab name (a path, "x\\n")."""
     if value is None:
         return None
-    from labctl.lab.labdir import check_lab_name  # pydantic-free, but keep startup lean
+    from labctl.store.labdir import check_lab_name  # pydantic-free, but keep startup lean
 
     return check_lab_name(value)
 
@@ -57,7 +57,7 @@ AllowHostMountOption = typer.Option(
 
 def _check_mirror(value: str | None) -> str | None:
     """--mirror becomes an argument of mmdebstrap (root, hooks as options): a URL only."""
-    from labctl.images.recipes import check_mirror
+    from labctl.data.recipes import check_mirror
 
     return check_mirror(value)
 

@@ -29,14 +29,14 @@ def _never_raises(func: Completer) -> Completer:
 
 @_never_raises
 def lab_names(incomplete: str) -> list[str]:
-    from labctl.lab.labdir import running_labs
+    from labctl.store.labdir import running_labs
 
     return [name for name in running_labs() if name.startswith(incomplete)]
 
 
 def _chosen_lab(ctx: typer.Context | None) -> Any:
     """The lab the command line chose with --lab, else the only lab that is up."""
-    from labctl.lab.labdir import LabDir, running_labs
+    from labctl.store.labdir import LabDir, running_labs
 
     name = ctx.params.get("lab") if ctx is not None else None
     if not name:

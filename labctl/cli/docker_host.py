@@ -138,7 +138,7 @@ def exec_command(
 ) -> None:
     """Run COMMAND in the Docker host VM as root (a shell when none is given)."""
     from labctl.dockerhost.vm import VM_NODE, DockerHostVM
-    from labctl.lab import ssh
+    from labctl.node import ssh
 
     vm = DockerHostVM(name)
     if not vm.running():
@@ -150,8 +150,8 @@ def exec_command(
 
 def _labs_using_vm(name: str = "default") -> list[str]:
     from labctl.dockerhost.hosts import labs_on_vm
-    from labctl.lab.labdir import LabDir, running_labs
-    from labctl.lab.state import CorruptStateError
+    from labctl.store.labdir import LabDir, running_labs
+    from labctl.store.state import CorruptStateError
 
     if name != "default":
         return labs_on_vm(name)

@@ -279,8 +279,8 @@ def check_host_packages(image_cached: bool) -> list[Check]:
 
 
 def node_image_cached() -> bool:
+    from labctl.data.recipes import recipe
     from labctl.images.builder import cached_image
-    from labctl.images.recipes import recipe
 
     return cached_image(recipe("trixie")) is not None
 
@@ -289,9 +289,9 @@ def check_kvm() -> Check:
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return Check("KVM", WARN, "/dev/kvm is not usable: nodes run under TCG (slower)",
                      "enable virtualization (or nested virtualization) for this host")
+    from labctl.data.recipes import recipe
     from labctl.images.builder import cached_image
-    from labctl.images.recipes import recipe
-    from labctl.providers.accel import kvm_works
+    from labctl.vm.accel import kvm_works
 
     image = cached_image(recipe("trixie"))
     if image is None:

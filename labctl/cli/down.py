@@ -13,9 +13,9 @@ from labctl.cli import complete
 from labctl.cli.common import LabOption, console
 from labctl.cli.shapes import DownOutput
 from labctl.errors import UsageError
-from labctl.lab.labdir import lab_dir_names, running_labs
 from labctl.lab.lifecycle import destroy
 from labctl.net import labnet
+from labctl.store.labdir import lab_dir_names, running_labs
 from labctl.topology.catalog import find_topology
 from labctl.topology.model import LAB_NAME_RE
 

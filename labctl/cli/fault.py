@@ -13,9 +13,8 @@ from rich.text import Text
 
 from labctl.cli import complete
 from labctl.cli.common import HELP_SETTINGS, LabOption, NodeArgument, console, int_range
-from labctl.cli.link import parse_endpoint
 from labctl.errors import UsageError
-from labctl.lab.handle import open_lab
+from labctl.lab.handle import open_lab, parse_endpoint
 from labctl.rdmafault.spec import COUNT_MAX
 
 if TYPE_CHECKING:  # the fault code loads only when a fault command runs

@@ -16,7 +16,7 @@ import typer
 from labctl.cli import complete
 from labctl.cli.common import console, lab_option
 from labctl.errors import UsageError, short_repr
-from labctl.lab.state import atomic_write
+from labctl.store.state import atomic_write
 
 if TYPE_CHECKING:
     from labctl.topology.graph import Graph
@@ -80,8 +80,8 @@ def graph_of_topology(topology: str) -> Graph:
 
 def graph_of_lab(name: str | None) -> Graph:
     """A lab that is up, from its files: the recorded device and port state of each node."""
-    from labctl.lab.labdir import find_labdir
-    from labctl.lab.state import CorruptStateError
+    from labctl.store.labdir import find_labdir
+    from labctl.store.state import CorruptStateError
     from labctl.topology.graph import Recorded, build_graph
 
     labdir = find_labdir(name)

@@ -12,8 +12,8 @@ from rich.table import Table
 
 from labctl.cli.common import HELP_SETTINGS, MirrorOption, console, err_console, progress_reporter
 from labctl.cli.shapes import ImageRecord
+from labctl.data.recipes import RECIPES, recipe
 from labctl.images.builder import CorruptImage, Image, build_image, image_dir
-from labctl.images.recipes import RECIPES, recipe
 from labctl.paths import cache_root
 
 image_app = typer.Typer(help="Build and list node images.", no_args_is_help=True,

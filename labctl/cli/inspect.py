@@ -150,7 +150,7 @@ def _merge_json(results: dict[str, subprocess.CompletedProcess[str]],
 
 
 def _json_reply(text: str, kinds: tuple[type, ...]) -> object:
-    from labctl.lab.replies import json_kind
+    from labctl.node.replies import json_kind
 
     if not text.strip():
         raise bounded.BoundedError("an empty reply")

@@ -16,7 +16,7 @@ from labctl.cli import complete
 from labctl.cli.common import HELP_SETTINGS, LabOption, console
 from labctl.cli.shapes import LinkSetOutput
 from labctl.errors import LabctlError, UsageError, short_repr
-from labctl.lab.handle import LabHandle, open_lab
+from labctl.lab.handle import open_lab, parse_endpoint
 
 if TYPE_CHECKING:
     from labctl.lab.links import LinkShowOutput
@@ -28,22 +28,6 @@ link_app = typer.Typer(help="Change the state of a node's data link.", no_args_i
 _PERCENT = re.compile(r"(\d{1,3}(?:\.\d{1,6})?)%?")
 _DURATION = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)(us|ms|s)?")
 _MAX_DELAY_US = 60_000_000  # a minute: more is a typo, and tc's own limit is near
-
-
-def parse_endpoint(handle: LabHandle, endpoint: str) -> tuple[str, str]:
-    node, sep, ifname = endpoint.partition(":")
-    if not sep:
-        raise UsageError(f"bad endpoint {short_repr(endpoint)}",
-                         hint="write NODE:IF, e.g. node1:eth1")
-    names = {i.name for i in handle.lab.node(node).interfaces} if node in {
-        n.name for n in handle.lab.nodes} else None
-    if names is None:
-        raise UsageError(f"lab {handle.lab.name} has no node {short_repr(node)}",
-                         hint=f"nodes: {', '.join(n.name for n in handle.lab.nodes)}")
-    if ifname not in names:
-        raise UsageError(f"node {node} has no data interface {short_repr(ifname)}",
-                         hint=f"its data interfaces: {', '.join(sorted(names)) or 'none'}")
-    return node, ifname
 
 
 def netem_args(loss: str | None, delay: str | None) -> list[str]:

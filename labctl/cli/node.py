@@ -11,7 +11,7 @@ import typer
 
 from labctl.cli.common import LabOption, NodeArgument, console, progress_reporter, seconds
 from labctl.lab import lifecycle
-from labctl.lab.labdir import find_labdir
+from labctl.store.labdir import find_labdir
 
 TimeoutOption = typer.Option(300, help="Seconds to wait for the node to be ready.",
                              metavar="SECONDS", callback=seconds("timeout"))

@@ -29,7 +29,6 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 from typing_extensions import TypedDict
 
-from labctl.capture.decode import Frame
 from labctl.cli.doctor import DoctorOutput
 from labctl.cli.shapes import (
     DockerHostStatus,
@@ -51,6 +50,7 @@ from labctl.runners.execute import RunResult
 from labctl.topology.graph import Graph
 from labctl.topology.resolved import Lab, Node
 from labctl.verbs import records
+from labctl.wire.decode import Frame
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "json"

@@ -14,8 +14,8 @@ from typing import Literal, NotRequired
 
 from typing_extensions import TypedDict
 
-from labctl.lab.replies import DeviceStatus, LiveInterface
-from labctl.lab.state import NodeStatus
+from labctl.node.replies import DeviceStatus, LiveInterface
+from labctl.store.state import NodeStatus
 from labctl.topology.resolved import Provider, Rdma
 
 
@@ -28,7 +28,7 @@ class TopologyInterface(TypedDict):
 
 class RecordedDevice(TypedDict):
     """An RDMA device as the node's ready line reported it at boot (`up --json`: no live
-    query; labctl.lab.state.NodeState keeps it)."""
+    query; labctl.store.state.NodeState keeps it)."""
 
     name: str
     port_state: str  # "?" when the ready line did not say

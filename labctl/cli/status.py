@@ -14,9 +14,9 @@ from labctl.cli.common import console, err_console, lab_option
 from labctl.cli.shapes import LabBusy, LabStatusRecord, NodeRecord, StatusOutput
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
-from labctl.lab.labdir import LabDir, LockHolder, running_labs
-from labctl.lab.replies import UnreadableReply
-from labctl.lab.state import CorruptStateError, LabState, NodeStatus, Phase
+from labctl.node.replies import UnreadableReply
+from labctl.store.labdir import LabDir, LockHolder, running_labs
+from labctl.store.state import CorruptStateError, LabState, NodeStatus, Phase
 from labctl.topology.resolved import Provider
 
 

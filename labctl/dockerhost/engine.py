@@ -26,8 +26,8 @@ from labctl import bounded
 from labctl.dockerhost.sdk import sdk
 from labctl.dockerhost.vm import DockerHostVM
 from labctl.errors import LabctlError, UsageError
-from labctl.lab.state import EngineState
-from labctl.providers.base import Progress
+from labctl.progress import Progress
+from labctl.store.state import EngineState
 
 ENGINES = ("vm", "local")
 

@@ -18,7 +18,7 @@ import ipaddress
 from pathlib import Path
 
 from labctl.errors import LabctlError
-from labctl.lab.labdir import blocking_lock
+from labctl.locks import blocking_lock
 from labctl.net import labnet
 from labctl.paths import docker_hosts_root
 

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from labctl import bounded
-from labctl.lab.labdir import LabDir, running_labs
-from labctl.lab.state import ENGINE_URL_RE, atomic_write
+from labctl.store.labdir import LabDir, running_labs
+from labctl.store.state import ENGINE_URL_RE, atomic_write
 from labctl.topology.model import HOST_NAME_RE, NODE_NAME_RE
 
 HOSTS_FILE = "hosts.json"

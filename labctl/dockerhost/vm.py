@@ -2,7 +2,7 @@
 
 It exists for hosts whose kernel cannot give containers their own working rxe (or that
 have no Docker engine). It is started on demand, reused across labs and stopped only by
-`labctl docker-host down`. It is one QemuMachine (labctl/providers/machine.py), as a
+`labctl docker-host down`. It is one QemuMachine (labctl/vm/machine.py), as a
 qemu lab's node is: only its directory (/var/lib/labctl/docker-host, beside the labs, not
 among them), its image (recipe `docker-host`) and a second disk differ. Its lock file
 (docker-host.lock beside that directory) outlives the directory, so an `up` waiting for a
@@ -32,18 +32,21 @@ from pathlib import Path
 from typing import Any
 
 from labctl import bounded
+from labctl.data.recipes import recipe
 from labctl.dockerhost import hostnet
 from labctl.dockerhost.sdk import sdk
 from labctl.errors import LabctlError, UsageError
 from labctl.images.builder import Image, build_image
-from labctl.images.recipes import recipe
-from labctl.lab import ssh
-from labctl.lab.labdir import LabDir, blocking_lock
-from labctl.lab.state import CorruptStateError, LabState, NodeState, Phase, TapState, VmInfo
+from labctl.locks import blocking_lock
+from labctl.node import ssh
+from labctl.node.env import node_env
 from labctl.paths import cache_root, docker_hosts_root
-from labctl.providers.accel import choose_accel
-from labctl.providers.base import Progress
-from labctl.providers.machine import (
+from labctl.progress import Progress
+from labctl.store.labdir import LabDir
+from labctl.store.state import CorruptStateError, LabState, NodeState, Phase, TapState, VmInfo
+from labctl.topology.resolved import Interface, Lab, Mount, Node
+from labctl.vm.accel import choose_accel
+from labctl.vm.machine import (
     QemuMachine,
     free_port,
     machine_payload,
@@ -52,8 +55,6 @@ from labctl.providers.machine import (
     node_machine,
     wait_machines_ready,
 )
-from labctl.providers.node import node_env
-from labctl.topology.resolved import Interface, Lab, Mount, Node
 
 IMAGE = "docker-host"
 # Not a valid lab name (underscore): cannot collide with a user's lab, netns or qemu.

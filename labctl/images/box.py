@@ -30,12 +30,13 @@ from importlib import resources
 from pathlib import Path
 
 from labctl import bounded
+from labctl.data.recipes import node_recipe
 from labctl.errors import LabctlError, short_repr
-from labctl.images.builder import Image, Progress, build_image
+from labctl.images.builder import Image, build_image
 from labctl.images.cpio import CpioWriter
-from labctl.images.recipes import node_recipe
-from labctl.lab.labdir import blocking_lock
+from labctl.locks import blocking_lock
 from labctl.paths import cache_root
+from labctl.progress import Progress
 
 BOX_VERSION = "1"
 BOOT_ROOT = Path("/var/lib/libvirt/boot")

@@ -22,17 +22,17 @@ import struct
 import subprocess
 import time
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from labctl import bounded
+from labctl.data.recipes import RECIPES, Recipe, check_mirror
 from labctl.errors import LabctlError
 from labctl.images.cpio import CpioWriter
-from labctl.images.recipes import RECIPES, Recipe, check_mirror
 from labctl.paths import cache_root
+from labctl.progress import Progress
 
 BUILDER_VERSION = "4"  # 4: boot modules stored without their signatures
 # Modules stage 1 needs to mount the root disk (their dependencies are resolved by modprobe).
@@ -44,8 +44,6 @@ NODE_MODULES = ("virtio_net", "virtio_rng", "ib_uverbs", "rdma_ucm", "rdma_rxe",
 # labctl-devinfo and labctl-devices in a node: a compiled client of the inspector's helper.
 CLIENT_SOURCE = "verbs-client.c"
 HOST_TOOLS = {"mmdebstrap": "mmdebstrap", "mkfs.ext4": "e2fsprogs"}
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from labctl import bounded
-from labctl.errors import LabctlError, UsageError
-from labctl.lab.labdir import LabDir, find_labdir
-from labctl.lab.replies import UnreadableReply, status_reply
-from labctl.lab.state import NodeState
+from labctl.errors import LabctlError, UsageError, short_repr
+from labctl.node.replies import UnreadableReply, status_reply
 from labctl.providers import provider_for
 from labctl.providers.base import Provider
+from labctl.store.labdir import LabDir, find_labdir
+from labctl.store.state import NodeState
 from labctl.topology.resolved import Lab
 
 NODE_PYTHONPATH = "/opt/labctl"
@@ -129,3 +129,21 @@ def _last_line(result: subprocess.CompletedProcess[str]) -> str:
 
 def open_lab(name: str | None) -> LabHandle:
     return LabHandle(find_labdir(name))
+
+
+def parse_endpoint(handle: LabHandle, endpoint: str) -> tuple[str, str]:
+    """NODE:IF -> (node, ifname), checked against the lab's topology (exit 2 if wrong): the
+    one reading of a link end for `link`, `capture`, `fault` and the pytest plugin."""
+    node, sep, ifname = endpoint.partition(":")
+    if not sep or not node or not ifname:
+        raise UsageError(f"bad endpoint {short_repr(endpoint)}",
+                         hint="write NODE:IF, e.g. node1:eth1")
+    nodes = {n.name: n for n in handle.lab.nodes}
+    if node not in nodes:
+        raise UsageError(f"lab {handle.lab.name} has no node {short_repr(node)}",
+                         hint=f"nodes: {', '.join(nodes)}")
+    names = sorted(i.name for i in nodes[node].interfaces)
+    if ifname not in names:
+        raise UsageError(f"node {node} has no data interface {short_repr(ifname)}",
+                         hint=f"its data interfaces: {', '.join(names) or 'none'}")
+    return node, ifname

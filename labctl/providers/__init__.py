@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from labctl.errors import UsageError
-from labctl.lab.labdir import LabDir
 from labctl.providers.base import Provider
+from labctl.store.labdir import LabDir
 from labctl.topology.resolved import Lab
 
 

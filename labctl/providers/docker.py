@@ -41,30 +41,29 @@ import labctl.providers.hostbinds as hostbinds
 import labctl.providers.swarm as swarm
 from labctl.capabilities import DOCKER
 from labctl.data import data_path
+from labctl.data.recipes import image_label, node_recipe
 from labctl.dockerhost.engine import Engine, local_base_url, resolve_engine
 from labctl.dockerhost.sdk import sdk
 from labctl.dockerhost.vm import VM_SHARE, DockerHostVM, share_dir
 from labctl.errors import LabctlError
 from labctl.images.builder import Image, build_image
-from labctl.images.recipes import image_label, node_recipe
-from labctl.lab.labdir import LabDir
-from labctl.lab.record import StateRecorder
-from labctl.lab.state import CorruptStateError, LabState, NodeState, NodeStatus
 from labctl.net import labnet
-from labctl.providers.base import (
+from labctl.node.env import env_file, node_code_files, node_env
+from labctl.node.ready import (
     FAIL,
     STAGE,
     NodeRuntime,
-    Progress,
-    Provider,
-    UnsupportedError,
     ready_line,
     record_ready,
     runtime_from_boot_log,
 )
-from labctl.providers.machine import check_qemu_host
-from labctl.providers.node import env_file, node_code_files, node_env
+from labctl.progress import Progress
+from labctl.providers.base import Provider, UnsupportedError
+from labctl.store.labdir import LabDir
+from labctl.store.record import StateRecorder
+from labctl.store.state import CorruptStateError, LabState, NodeState, NodeStatus
 from labctl.topology.resolved import Lab, Node
+from labctl.vm.machine import check_qemu_host
 
 IMAGE_REPOSITORY = "labctl-node"
 LABEL = "labctl"

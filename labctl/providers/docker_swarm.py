@@ -16,9 +16,8 @@ from labctl.capabilities import SWARM
 from labctl.dockerhost.hosts import HostsRecord, hosts_file
 from labctl.dockerhost.sdk import sdk
 from labctl.errors import LabctlError
-from labctl.lab.record import StateRecorder
-from labctl.lab.state import LabState, NodeStatus
-from labctl.providers.base import NodeRuntime, Progress
+from labctl.node.ready import NodeRuntime
+from labctl.progress import Progress
 from labctl.providers.docker import (
     LABEL,
     ContainerPlan,
@@ -27,6 +26,8 @@ from labctl.providers.docker import (
     container_name,
     plan_lab,
 )
+from labctl.store.record import StateRecorder
+from labctl.store.state import LabState, NodeStatus
 
 
 class SwarmProvider(ContainerProvider):

@@ -14,23 +14,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labctl.capabilities import QEMU
+from labctl.data.recipes import image_label, node_recipe
 from labctl.errors import LabctlError
 from labctl.faults import fault_point
 from labctl.images.builder import Image, build_image, cached_image
-from labctl.images.recipes import image_label, node_recipe
-from labctl.lab import ssh
-from labctl.lab.labdir import LabDir
-from labctl.lab.record import StateRecorder
-from labctl.lab.state import CorruptStateError, LabState, NodeState, NodeStatus, TapState
 from labctl.net import labnet
-from labctl.providers.accel import choose_accel
-from labctl.providers.base import (
-    NodeRuntime,
-    Progress,
-    Provider,
-    runtime_from_boot_log,
-)
-from labctl.providers.machine import (
+from labctl.node import ssh
+from labctl.node.env import node_env, rdma_device_name
+from labctl.node.ready import NodeRuntime, runtime_from_boot_log
+from labctl.progress import Progress
+from labctl.providers.base import Provider
+from labctl.store.labdir import LabDir
+from labctl.store.record import StateRecorder
+from labctl.store.state import CorruptStateError, LabState, NodeState, NodeStatus, TapState
+from labctl.topology.resolved import Lab, Node
+from labctl.vm.accel import choose_accel
+from labctl.vm.machine import (
     START_HELPER,
     QemuMachine,
     check_qemu_host,
@@ -43,8 +42,6 @@ from labctl.providers.machine import (
     tail,
     wait_machines_ready,
 )
-from labctl.providers.node import node_env, rdma_device_name
-from labctl.topology.resolved import Lab, Node
 
 
 @dataclass

@@ -37,8 +37,9 @@ from labctl.dockerhost.hosts import HostRecord, HostsRecord, hosts_file
 from labctl.dockerhost.sdk import sdk
 from labctl.dockerhost.vm import DockerHostVM
 from labctl.errors import LabctlError
-from labctl.lab.labdir import LabDir, running_labs
-from labctl.providers.base import Progress, UnsupportedError
+from labctl.progress import Progress
+from labctl.providers.base import UnsupportedError
+from labctl.store.labdir import LabDir, running_labs
 from labctl.topology.resolved import Lab, Segment
 
 LABEL = "labctl"

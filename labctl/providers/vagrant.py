@@ -38,19 +38,21 @@ import labctl.providers.vagrant_plan as vagrant_plan
 import labctl.providers.vagrant_settings as vagrant_settings
 from labctl import bounded
 from labctl.capabilities import VAGRANT
+from labctl.data.recipes import RECIPES
 from labctl.errors import LabctlError
-from labctl.images.recipes import RECIPES
-from labctl.lab import ssh
-from labctl.lab.labdir import LabDir
-from labctl.lab.record import StateRecorder
-from labctl.lab.replies import status_reply
-from labctl.lab.state import LabState, NodeState, NodeStatus, atomic_write
-from labctl.providers.base import NodeRuntime, Progress, Provider, UnsupportedError
-from labctl.providers.machine import tail
-from labctl.providers.node import NODE_CODE  # where the Vagrantfile installs it too
+from labctl.node import ssh
+from labctl.node.env import NODE_CODE  # where the Vagrantfile installs it too
+from labctl.node.ready import NodeRuntime
+from labctl.node.replies import status_reply
+from labctl.progress import Progress
+from labctl.providers.base import Provider, UnsupportedError
 from labctl.providers.vagrant_plan import PLUGINS
 from labctl.providers.vagrant_settings import VagrantSettings
+from labctl.store.labdir import LabDir
+from labctl.store.record import StateRecorder
+from labctl.store.state import LabState, NodeState, NodeStatus, atomic_write
 from labctl.topology.resolved import Lab, Node
+from labctl.vm.machine import tail
 
 UNIT = "labctl-node.service"
 STATUS_TIMEOUT = 120
@@ -335,7 +337,7 @@ class VagrantProvider(Provider):
             progress("no labctl box for these nodes: the Vagrantfile's public box")
         else:
             from labctl.images.box import build_box
-            from labctl.providers.accel import kvm_works
+            from labctl.vm.accel import kvm_works
 
             # One box per distinct image (trixie-dev, each `packages:` list): per node.
             boxes = {}

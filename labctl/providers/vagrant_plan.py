@@ -24,9 +24,9 @@ from typing import Literal
 
 from typing_extensions import TypedDict  # pydantic reads only this TypedDict on 3.11
 
+from labctl.data.recipes import node_packages
 from labctl.errors import UsageError
-from labctl.images.recipes import node_packages
-from labctl.providers.node import NODE_CODE, node_code_files, node_env
+from labctl.node.env import NODE_CODE, node_code_files, node_env
 from labctl.topology.resolved import Lab, Node
 
 # Vagrant providers the Vagrantfile configures, and the plugin each needs (None: built in).

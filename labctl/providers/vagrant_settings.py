@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labctl import bounded
-from labctl.lab.state import atomic_write
+from labctl.store.state import atomic_write
 
 DRIVERS = ("kvm", "qemu")
 MAX_BOX_NAME = 200

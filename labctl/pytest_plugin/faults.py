@@ -50,7 +50,7 @@ def injected_fault(handle: LabHandle, endpoint: str, action: str,
     """The fault `labctl fault add ENDPOINT ACTION` with `match` as its options (opcodes,
     qp, psn, tcp, tcp_port, nth, every, count, skip, probability, delay), taken off at the
     end. Bad input raises labctl's UsageError before anything is put on."""
-    from labctl.cli.link import parse_endpoint
+    from labctl.lab.handle import parse_endpoint
 
     unknown = set(match) - set(_NO_MATCH)
     if unknown:

@@ -20,11 +20,11 @@ from typing_extensions import TypedDict  # pydantic reads only this TypedDict on
 from labctl import bounded
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
-from labctl.lab.labdir import find_labdir
-from labctl.lab.state import NodeStatus, atomic_write
 from labctl.providers.base import UnsupportedError
 from labctl.rdmafault import tcplan
 from labctl.rdmafault.spec import FaultMatch, FaultSpec
+from labctl.store.labdir import find_labdir
+from labctl.store.state import NodeStatus, atomic_write
 
 FAULTS_FILE = "faults.json"
 NODE_SECONDS = 60.0
@@ -99,10 +99,11 @@ def _save(handle: LabHandle, faults: list[Fault]) -> None:
 
 def check_provider(handle: LabHandle) -> None:
     """Refuse (exit 2) where a fault cannot be put into the node's kernel."""
-    lab = handle.lab
-    if lab.provider == "docker":
+    capabilities = handle.provider.capabilities
+    if not capabilities.node_bpf:
         raise UnsupportedError(
-            "faults are not supported on docker labs: a fault's gate is an eBPF program "
+            f"faults are not supported on {capabilities.kind} labs: a fault's gate is an "
+            "eBPF program "
             "and labctl's containers have NET_ADMIN only (no CAP_BPF or CAP_SYS_ADMIN to "
             "load it or mount /sys/fs/bpf)",
             hint="use a qemu lab (`labctl up two-node`), or `labctl link set --loss` for "

@@ -17,7 +17,7 @@ PSN_MAX = 0xFFFFFF  # 24 bits
 QP_MAX = 0xFFFFFF
 COUNT_MAX = 1_000_000_000
 DEFAULT_DELAY = "10ms"
-# Opcode classes by the words in the opcode names of labctl.capture.roce (IBA table 35).
+# Opcode classes by the words in the opcode names of labctl.wire.roce (IBA table 35).
 _CLASSES: dict[str, tuple[str, ...]] = {
     "send": ("_SEND_",),
     "write": ("_RDMA_WRITE_",),
@@ -35,7 +35,7 @@ _MAX_DELAY_US = 60_000_000
 
 def opcode_table() -> dict[int, str]:
     """Every named BTH opcode (the capture decoder's table, not a second one)."""
-    from labctl.capture.roce import opcode_name  # scapy: imported only where used
+    from labctl.wire.roce import opcode_name  # scapy: imported only where used
 
     return {op: name for op in range(256)
             if not (name := opcode_name(op)).startswith("OPCODE_0x")}

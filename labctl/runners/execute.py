@@ -10,10 +10,9 @@ from typing import Any, Literal
 
 from typing_extensions import TypedDict
 
-from labctl.capture.record import CaptureRecord
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
-from labctl.providers.node import rdma_device_name
+from labctl.node.env import rdma_device_name
 from labctl.rdmafault import counters
 from labctl.rdmafault.counters import Counters
 from labctl.runners.diagnose import snapshot
@@ -21,6 +20,7 @@ from labctl.runners.pairs import ip_path, no_path_reason, pair_interfaces
 from labctl.runners.server import ServerProcess
 from labctl.runners.spec import Endpoint, ExampleSpec, RunContext, check_options
 from labctl.topology.resolved import Interface, Node
+from labctl.wire.record import CaptureRecord
 
 READY_WAIT_SECONDS = 30.0
 READY_SLICE_SECONDS = 2.0

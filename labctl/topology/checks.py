@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labctl.capabilities import for_provider, offering
-from labctl.images.recipes import RECIPES
+from labctl.data.recipes import RECIPES
 from labctl.topology.errors import DEFAULT_HINT
 from labctl.topology.host import QEMU_PC_SLOTS, HostFacts
 from labctl.topology.locate import LineIndex, Loc

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from labctl.capture.summary import decode_file
+from labctl.wire.summary import decode_file
 
 ADDRESS = re.compile(r"local address:\s+LID 0x[0-9a-f]+, QPN 0x([0-9a-f]+), PSN 0x([0-9a-f]+), "
                      r"GID ::ffff:([0-9.]+)")

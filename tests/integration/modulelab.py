@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import pytest
 
 from labctl.lab.handle import LabHandle
-from labctl.lab.labdir import LabDir
+from labctl.store.labdir import LabDir
 from tests.integration.conftest import labctl
 from tests.integration.leftovers import lab_leftovers
 

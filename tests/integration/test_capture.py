@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from labctl.capture.summary import decode_file
 from labctl.lab.handle import LabHandle
 from labctl.net.labnet import netns_name
+from labctl.wire.summary import decode_file
 from tests.integration.capturecheck import assert_pingpong_on_the_wire
 from tests.integration.conftest import REPO, labctl
 

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from labctl.capture.summary import decode_file
 from labctl.dockerhost.engine import Engine
 from labctl.dockerhost.vm import DockerHostVM
 from labctl.lab.handle import LabHandle
+from labctl.wire.summary import decode_file
 from tests.integration.capturecheck import assert_pingpong_on_the_wire
 from tests.integration.conftest import REPO, host_folders, labctl, make_topology, passed_run
 from tests.integration.leftovers import docker_leftovers

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from labctl.lab.handle import LabHandle
-from labctl.lab.labdir import LabDir
 from labctl.pytest_plugin.faults import injected_fault
+from labctl.store.labdir import LabDir
 from tests.integration.conftest import REPO, labctl
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,8 @@ import testinfra
 
 from labctl.lab.handle import LabHandle
 from labctl.lab.lifecycle import UpResult
-from labctl.lab.state import Phase
-from labctl.providers.machine import START_HELPER
+from labctl.store.state import Phase
+from labctl.vm.machine import START_HELPER
 from tests.integration.conftest import LAB_NAME, labctl
 from tests.integration.leftovers import lab_leftovers
 

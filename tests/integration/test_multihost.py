@@ -25,8 +25,8 @@ import pytest
 from labctl.dockerhost.sdk import sdk
 from labctl.dockerhost.vm import DockerHostVM
 from labctl.errors import LabctlError
-from labctl.lab.labdir import LabDir
-from labctl.providers.machine import check_qemu_host
+from labctl.store.labdir import LabDir
+from labctl.vm.machine import check_qemu_host
 from tests.integration.conftest import labctl, make_topology, passed_run
 from tests.integration.leftovers import docker_leftovers
 from tests.integration.modulelab import ModuleLab, module_lab

@@ -107,7 +107,7 @@ def test_version_validate_schema_doctor_from_elsewhere(installed: Installed) -> 
 
 def test_the_wheel_builds_the_same_node_image_as_the_checkout(installed: Installed) -> None:
     """Same build inputs, same cache key: an installed labctl reuses the cached image."""
-    probe = ("from labctl.images.builder import image_dir; from labctl.images.recipes import "
+    probe = ("from labctl.images.builder import image_dir; from labctl.data.recipes import "
              "recipe; print(image_dir(recipe('trixie')).name)")
     ours = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True, cwd=REPO).stdout

@@ -22,7 +22,7 @@ import pytest
 from benchmarks.cycles import host_snapshot, lab_snapshot, lab_topology, leaks, run_cycles
 from labctl.faults import STEPS
 from labctl.lab.handle import LabHandle
-from labctl.lab.labdir import LabDir
+from labctl.store.labdir import LabDir
 from tests.integration.conftest import LAB_NAME, REPO, labctl
 
 pytestmark = pytest.mark.integration

@@ -169,7 +169,7 @@ def test_shipped_topology_is_siw(tmp_path: Path) -> None:
 
 def test_rping_capture_decodes_iwarp(siw_lab: LabHandle, tmp_path: Path) -> None:
     """`run rping --capture` on siw: the MPA handshake, then DDP/RDMAP messages over TCP."""
-    from labctl.capture.summary import decode_file
+    from labctl.wire.summary import decode_file
 
     record = rping_until_it_passes("--count", "3", "--capture-dir", str(tmp_path))
     opcodes = record["capture"]["opcodes"]

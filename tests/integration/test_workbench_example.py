@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from labctl.lab import lifecycle
-from labctl.lab.labdir import LabDir
+from labctl.store.labdir import LabDir
 from tests.integration.conftest import REPO
 from tests.integration.leftovers import lab_leftovers
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from labctl.providers.machine import QemuMachine
+from labctl.vm.machine import QemuMachine
 
 
 def fake_qemu(machine: QemuMachine, procs: list[subprocess.Popen[bytes]]) -> int:

@@ -12,13 +12,13 @@ import pytest
 
 from labctl import capabilities
 from labctl.capabilities import BY_PROVIDER, DOCKER, QEMU, SWARM, VAGRANT, Capabilities
-from labctl.lab.labdir import LabDir
 from labctl.providers import provider_for
 from labctl.providers.base import Provider, UnsupportedError
 from labctl.providers.docker import DockerProvider
 from labctl.providers.docker_swarm import SwarmProvider
 from labctl.providers.qemu import QemuProvider
 from labctl.providers.vagrant import VagrantProvider
+from labctl.store.labdir import LabDir
 from labctl.topology import model
 from labctl.topology.resolved import Lab
 

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from pyroute2 import netns
 
-from labctl.capture.decode import Frame
-from labctl.capture.ladder import draw
-from labctl.capture.summary import decode_file
 from labctl.errors import UsageError
-from labctl.lab.labdir import LabDir
-from labctl.lab.state import EngineState, LabState, Phase
+from labctl.store.labdir import LabDir
+from labctl.store.state import EngineState, LabState, Phase
 from labctl.topology.load import load_lab
+from labctl.wire.decode import Frame
+from labctl.wire.ladder import draw
+from labctl.wire.summary import decode_file
 
 REPO = Path(__file__).resolve().parents[2]
 CAPTURES = Path(__file__).parent / "captures"

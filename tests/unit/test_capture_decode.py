@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from scapy.utils import rdpcap
 
-from labctl.capture.decode import Frame
-from labctl.capture.summary import counts, decode_file, line
+from labctl.wire.decode import Frame
+from labctl.wire.summary import counts, decode_file, line
 
 CAPTURES = Path(__file__).parent / "captures"
 PCAPS = sorted(CAPTURES.glob("*.pcap"))
@@ -141,7 +141,7 @@ def test_siw_rping_decodes_mpa_ddp_rdmap() -> None:
 def test_ttl_flows_and_hops_of_an_rping_across_a_router() -> None:
     """A capture at node1's link of `labctl run rping --lab routed --capture` (node2 on the
     other segment): node1 sends with TTL 64, node2's packets arrive with 63."""
-    from labctl.capture.summary import measured_hops, ttl_flows
+    from labctl.wire.summary import measured_hops, ttl_flows
 
     flows = ttl_flows(CAPTURES / "rxe-rping-routed.pcap")
     assert [(f["src"], f["dst"], f["ttl"]) for f in flows] == [

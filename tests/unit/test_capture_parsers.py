@@ -7,14 +7,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from labctl.capture.cm import parse_mad
-from labctl.capture.iwarp import MPA_REQ_KEY, IwarpDecoder
-from labctl.capture.roce import aeth_syndrome, opcode_name, parse_bth
 from labctl.capture.target import check_filter, resolve
 from labctl.errors import UsageError
-from labctl.lab.labdir import LabDir
 from labctl.providers import provider_for
+from labctl.store.labdir import LabDir
 from labctl.topology.resolved import Lab
+from labctl.wire.cm import parse_mad
+from labctl.wire.iwarp import MPA_REQ_KEY, IwarpDecoder
+from labctl.wire.roce import aeth_syndrome, opcode_name, parse_bth
 
 
 def bth(opcode: int, dqpn: int, psn: int, ackreq: bool = False) -> bytes:

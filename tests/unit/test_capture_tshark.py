@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from labctl.capture.cm import CM_ATTRIBUTES
-from labctl.capture.iwarp import RDMAP_OPCODES
-from labctl.capture.roce import opcode_name
-from labctl.capture.summary import decode_file
+from labctl.wire.cm import CM_ATTRIBUTES
+from labctl.wire.iwarp import RDMAP_OPCODES
+from labctl.wire.roce import opcode_name
+from labctl.wire.summary import decode_file
 
 CAPTURES = Path(__file__).parent / "captures"
 ROCE_PCAPS = sorted(p.name for p in CAPTURES.glob("*.pcap") if not p.name.startswith("siw-"))

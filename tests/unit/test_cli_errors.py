@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import labctl.lab.lifecycle as up_module
-from labctl.lab.labdir import LabDir
-from labctl.lab.state import LabState, Phase
 from labctl.net import labnet
+from labctl.store.labdir import LabDir
+from labctl.store.state import LabState, Phase
 from labctl.topology.load import load_lab
 from labctl.topology.model import LAB_NAME_RE, NODE_NAME_RE
 from tests.unit.clirun import run_main

@@ -450,7 +450,7 @@ def test_json_md_names_each_providers_status_details() -> None:
 
 
 def test_json_md_names_every_node_state() -> None:
-    from labctl.lab.state import NodeStatus
+    from labctl.store.state import NodeStatus
 
     item = _paragraph((ROOT / "docs" / "json.md").read_text(), "- `state`:")
     assert [s.value for s in NodeStatus if f"`{s.value}`" not in item] == []
@@ -482,7 +482,7 @@ def test_vagrant_md_names_the_vagrant_cwd_labctl_sets(monkeypatch: pytest.Monkey
 
 def test_workbench_lists_the_dev_images_packages() -> None:
     """docs/workbench.md's trixie-dev list left libc6-dev out (gcc only recommends it)."""
-    from labctl.images.recipes import DEV_PACKAGES
+    from labctl.data.recipes import DEV_PACKAGES
 
     item = _paragraph((ROOT / "docs" / "workbench.md").read_text(),
                       "The node image `trixie-dev` is the node image plus")
@@ -543,7 +543,7 @@ def test_the_ci_recipe_script_runs_doctor_and_the_tests_as_root(tmp_path: Path) 
     assert check(commands[2][2:], ROOT_COMMAND) == []
     plugin = (ROOT / "labctl" / "pytest_plugin" / "__init__.py").read_text()
     assert 'addoption("--rdma-lab-name"' in plugin
-    from labctl.lab.labdir import check_lab_name
+    from labctl.store.labdir import check_lab_name
 
     check_lab_name(commands[3][-1])
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from labctl.lab.labdir import LabDir
-from labctl.lab.state import LabState, atomic_write
+from labctl.store.labdir import LabDir
+from labctl.store.state import LabState, atomic_write
 from labctl.topology.catalog import find_topology
 from labctl.topology.graph import build_graph
 from labctl.topology.graph_draw import layout

@@ -26,8 +26,6 @@ from hypothesis import strategies as st
 
 import labctl.lab.lifecycle as up_module  # where `up` reaches the providers
 from labctl.errors import UsageError
-from labctl.lab.labdir import LabDir, check_lab_name, find_labdir
-from labctl.lab.state import LabState, Phase
 from labctl.runners.examples import (
     EXAMPLES,
     group_joined_probe,
@@ -35,6 +33,8 @@ from labctl.runners.examples import (
     recvs_counter,
 )
 from labctl.runners.spec import Endpoint, RunContext, check_options
+from labctl.store.labdir import LabDir, check_lab_name, find_labdir
+from labctl.store.state import LabState, Phase
 from labctl.topology.checks import Subnets, free_subnets
 from labctl.topology.errors import TopologyError
 from labctl.topology.load import load_lab, parse_topology, resolve

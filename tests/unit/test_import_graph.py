@@ -35,7 +35,7 @@ def import_graph() -> dict[str, set[str]]:
                     anchor = anchor[: len(anchor) - node.level + (1 if is_package else 0)]
                     base = ".".join([*anchor, base] if base else anchor)
                 targets.add(base)
-                # `from labctl.lab import ssh` imports the module labctl.lab.ssh
+                # `from labctl.lab import ssh` imports the module labctl.node.ssh
                 targets.update(f"{base}.{a.name}" for a in node.names
                                if f"{base}.{a.name}" in files)
         graph[name] = {t for t in targets if t in files and t != name}
@@ -77,7 +77,7 @@ def test_the_checker_sees_function_level_imports_and_cycles() -> None:
     graph = import_graph()
     # providers/__init__.py imports each provider inside provider_for()
     assert "labctl.providers.qemu" in graph["labctl.providers"]
-    assert "labctl.lab.ssh" in graph["labctl.providers.machine"]
+    assert "labctl.node.ssh" in graph["labctl.vm.machine"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 

@@ -25,11 +25,11 @@ from labctl.cli import schemas
 from labctl.cli.app import app
 from labctl.cli.run import print_results
 from labctl.lab.handle import LabHandle
-from labctl.lab.labdir import LabDir
-from labctl.lab.state import LabState, NodeStatus
 from labctl.runners.bench import summarize
 from labctl.runners.execute import RunResult
 from labctl.runners.parsers import parse_pingpong
+from labctl.store.labdir import LabDir
+from labctl.store.state import LabState, NodeStatus
 from labctl.topology.load import load_lab
 from labctl.verbs import records
 from labctl.verbs.devices import as_json as devices_json
@@ -90,7 +90,7 @@ def running_node1(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     """node1 of lab ut-run runs: a process carrying its qemu marker, its captured console
     (ready line included), and the node's captured own report."""
     labdir = _make_lab(state_dir, "ut-run", "two-node.yaml")
-    # A qemu is known by its -pidfile argument (labctl/providers/machine.py).
+    # A qemu is known by its -pidfile argument (labctl/vm/machine.py).
     labdir.node_dir("node1").mkdir(parents=True)
     pidfile = labdir.node_dir("node1") / "qemu.pid"
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
@@ -182,8 +182,8 @@ def test_image_list_tells_package_lists_apart(
         capsys: pytest.CaptureFixture[str]) -> None:
     """An image of a `packages:` list shows what it adds; an older one (nothing recorded)
     says so unless it is its recipe's own image."""
+    from labctl.data.recipes import RECIPES
     from labctl.images.builder import image_dir
-    from labctl.images.recipes import RECIPES
 
     monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path))
     base = image_dir(RECIPES["trixie"]).name
@@ -577,7 +577,7 @@ def test_exec_all(state_dir: Path, monkeypatch: pytest.MonkeyPatch,
 def test_capture_decode(pcap: str, monkeypatch: pytest.MonkeyPatch,
                         capsys: pytest.CaptureFixture[str]) -> None:
     """One line per packet, each a CaptureFrame, the same packets as the text form."""
-    from labctl.capture.summary import decode_file
+    from labctl.wire.summary import decode_file
 
     path = Path(__file__).parent / "captures" / pcap
     code, out, _ = _main(monkeypatch, capsys, "capture", "--decode", str(path), "--json")

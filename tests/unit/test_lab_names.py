@@ -21,11 +21,13 @@ import labctl.lab.handle as handle_module
 import labctl.lab.lifecycle as lifecycle
 from labctl.capabilities import QEMU
 from labctl.errors import LabctlError, UsageError
-from labctl.lab.labdir import LabDir
-from labctl.lab.record import StateRecorder
-from labctl.lab.state import LabState, NodeState, NodeStatus, Phase
-from labctl.providers.base import NodeRuntime, Progress, Provider
+from labctl.node.ready import NodeRuntime
+from labctl.progress import Progress
+from labctl.providers.base import Provider
 from labctl.providers.qemu import QemuProvider
+from labctl.store.labdir import LabDir
+from labctl.store.record import StateRecorder
+from labctl.store.state import LabState, NodeState, NodeStatus, Phase
 from labctl.topology.compare import lab_changes
 from labctl.topology.load import load_lab
 from labctl.topology.resolved import Lab

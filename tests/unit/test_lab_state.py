@@ -17,8 +17,10 @@ import pytest
 
 from labctl.errors import LabctlError
 from labctl.lab import lifecycle
-from labctl.lab.labdir import LabDir
-from labctl.lab.state import (
+from labctl.providers.base import UnsupportedError
+from labctl.providers.vagrant import VagrantProvider
+from labctl.store.labdir import LabDir
+from labctl.store.state import (
     CorruptStateError,
     EngineState,
     LabState,
@@ -28,11 +30,9 @@ from labctl.lab.state import (
     TapState,
     VmInfo,
 )
-from labctl.providers.base import UnsupportedError
-from labctl.providers.machine import QemuMachine, node_machine
-from labctl.providers.qmp import qmp_command
-from labctl.providers.vagrant import VagrantProvider
 from labctl.topology.load import load_lab
+from labctl.vm.machine import QemuMachine, node_machine
+from labctl.vm.qmp import qmp_command
 from tests.unit.fakes import fake_qemu
 
 REPO = Path(__file__).resolve().parents[2]
@@ -180,7 +180,7 @@ def test_qemu_identity_is_exact(state_root: Path, spawned: list[subprocess.Popen
 def test_stop_escalates_to_kill_and_waits(tmp_path: Path,
                                           spawned: list[subprocess.Popen[bytes]],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    import labctl.providers.machine as machine_module
+    import labctl.vm.machine as machine_module
 
     monkeypatch.setattr(machine_module, "STOP_TERM_SECONDS", 0.3)
     machine = QemuMachine(tmp_path / "n", "labctl-ut-n")

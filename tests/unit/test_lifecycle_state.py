@@ -11,11 +11,12 @@ import pytest
 import labctl.lab.lifecycle as lifecycle
 from labctl.capabilities import SWARM, VAGRANT
 from labctl.errors import LabctlError, UsageError
-from labctl.lab.labdir import LabDir
-from labctl.lab.record import StateRecorder
-from labctl.lab.state import LabState, NodeState, NodeStatus, Phase
-from labctl.providers.base import NodeRuntime, Progress
+from labctl.node.ready import NodeRuntime
+from labctl.progress import Progress
 from labctl.providers.qemu import QemuProvider
+from labctl.store.labdir import LabDir
+from labctl.store.record import StateRecorder
+from labctl.store.state import LabState, NodeState, NodeStatus, Phase
 
 PROVIDERS = Path(lifecycle.__file__).parents[1] / "providers"
 TOPOLOGY = """\

@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 from labctl.lab.handle import LabHandle
-from labctl.lab.labdir import LabDir
 from labctl.lab.links import netem_of, node_end
-from labctl.lab.state import LabState, NodeState, Phase
 from labctl.net import labnet
+from labctl.store.labdir import LabDir
+from labctl.store.state import LabState, NodeState, Phase
 from labctl.topology.load import load_lab
 from tests.unit.clirun import run_main
 from tests.unit.jsonshape import parsed

@@ -158,8 +158,8 @@ def test_full_subnets_leave_no_room_for_dockers_addresses() -> None:
 
 
 def test_swarm_tokens_are_private(tmp_path: Path, state_root: Path) -> None:
-    from labctl.lab.labdir import LabDir
     from labctl.providers.swarm import _write_tokens, tokens_path
+    from labctl.store.labdir import LabDir
 
     labdir = LabDir("mh")
     labdir.path.mkdir(parents=True)
@@ -169,8 +169,8 @@ def test_swarm_tokens_are_private(tmp_path: Path, state_root: Path) -> None:
 
 def test_down_with_an_unreachable_host_fails_and_keeps_the_records(state_root: Path) -> None:
     from labctl.errors import LabctlError
-    from labctl.lab.labdir import LabDir
     from labctl.providers.swarm import destroy
+    from labctl.store.labdir import LabDir
 
     labdir = LabDir("mh")
     labdir.path.mkdir(parents=True)

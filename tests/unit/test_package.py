@@ -26,7 +26,7 @@ from labctl.cli import complete
 from labctl.cli.app import version
 from labctl.data import DATA_DIR, copied_files, data_path, source_files
 from labctl.errors import UsageError
-from labctl.lab.labdir import LabDir
+from labctl.store.labdir import LabDir
 from labctl.topology import catalog
 from labctl.topology.load import load_lab
 from tests.unit.clirun import run_main
@@ -116,7 +116,7 @@ def test_the_packaged_vagrantfile_finds_its_files_in_site_packages(tmp_path: Pat
              "LABCTL_VAGRANTFILE_LIBRARY": "1"},
         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
-    from labctl.images.recipes import node_packages
+    from labctl.data.recipes import node_packages
 
     assert result.stdout.split() == [
         str(site / "labctl/data/topologies/two-node.yaml"), "two-node", "siw-pair",

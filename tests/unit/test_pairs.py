@@ -11,8 +11,6 @@ from typing import Any
 import pytest
 
 from labctl.errors import UsageError
-from labctl.lab.labdir import LabDir
-from labctl.lab.state import LabState, NodeState
 from labctl.runners.examples import EXAMPLES
 from labctl.runners.execute import run_example
 from labctl.runners.matrix import run_matrix
@@ -24,6 +22,8 @@ from labctl.runners.pairs import (
     select_pairs,
     shared_segment,
 )
+from labctl.store.labdir import LabDir
+from labctl.store.state import LabState, NodeState
 from labctl.topology.load import load_lab
 from labctl.topology.resolved import Lab
 

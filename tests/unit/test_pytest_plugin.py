@@ -20,9 +20,9 @@ import pytest
 from labctl.errors import UsageError
 from labctl.lab import lifecycle
 from labctl.lab.handle import LabHandle
-from labctl.lab.labdir import LabDir
 from labctl.pytest_plugin import LabSpec, RdmaLab, RdmaLabError
 from labctl.pytest_plugin.session import locate_topology
+from labctl.store.labdir import LabDir
 from labctl.topology.load import load_lab
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from labctl.capture.decode import Frame
-from labctl.capture.summary import decode_file
+from labctl.wire.decode import Frame
+from labctl.wire.summary import decode_file
 
 CAPTURES = Path(__file__).parent / "captures"
 SERVER, CLIENT = "10.77.1.1", "10.77.1.2"

@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 
+from labctl import capabilities
 from labctl.errors import LabctlError, UsageError
-from labctl.lab.state import NodeStatus
-from labctl.providers.base import NodeRuntime, UnsupportedError
+from labctl.node.ready import NodeRuntime
+from labctl.providers.base import UnsupportedError
 from labctl.rdmafault import apply, counters, gate_node, tcplan
 from labctl.rdmafault.spec import FaultSpec, build_spec, parse_opcodes, parse_psn
+from labctl.store.state import NodeStatus
 
 
 def spec(action: str = "drop", **kwargs: Any) -> FaultSpec:
@@ -170,8 +172,9 @@ def test_counter_delta_and_changed() -> None:
 
 # --- add, list, clear against a fake lab ---------------------------------------------------
 class FakeProvider:
-    def __init__(self, state: NodeStatus) -> None:
+    def __init__(self, state: NodeStatus, provider: str) -> None:
         self.state = state
+        self.capabilities = capabilities.for_provider(provider)
 
     def nodes(self) -> list[NodeRuntime]:
         return [NodeRuntime("node1", self.state), NodeRuntime("node2", self.state)]
@@ -203,7 +206,7 @@ class FakeHandle:
     def __init__(self, tmp_path: Path, *, provider: str = "qemu",
                  state: NodeStatus = NodeStatus.RUNNING, tc_exit: int = 0) -> None:
         self.lab, self.labdir = FakeLab(provider), FakeLabDir(tmp_path)
-        self.provider = FakeProvider(state)
+        self.provider = FakeProvider(state, provider)
         self.tc_exit = tc_exit
         self.calls: list[list[str]] = []
 
@@ -265,7 +268,7 @@ def test_stopped_node_and_docker_are_refused_before_anything_runs(tmp_path: Path
     with pytest.raises(UsageError, match="node2 of lab lab1 is stopped"):
         _add(stopped)
     docker = FakeHandle(tmp_path, provider="docker")
-    with pytest.raises(UnsupportedError, match="NET_ADMIN only") as info:
+    with pytest.raises(UnsupportedError, match=r"on docker labs: .* NET_ADMIN only") as info:
         _add(docker)
     assert info.value.exit_code == 2
     assert stopped.calls == [] and docker.calls == []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from labctl.lab.state import NodeStatus
-from labctl.providers.base import ready_facts, ready_line, runtime_from_boot_log
+from labctl.node.ready import ready_facts, ready_line, runtime_from_boot_log
+from labctl.store.state import NodeStatus
 
 LINE = "labctl: ready dev=rxe0 gid=1 mtu=1024 state=ACTIVE [t=6.1]\n"
 

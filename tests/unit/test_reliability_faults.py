@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-import labctl.providers.machine as machine_module
 import labctl.providers.qemu as qemu_module
+import labctl.vm.machine as machine_module
 from labctl import faults
-from labctl.lab.labdir import LabDir
-from labctl.lab.state import LabState, Phase
 from labctl.providers.qemu import QemuProvider
 from labctl.runners.execute import _bounded
+from labctl.store.labdir import LabDir
+from labctl.store.state import LabState, Phase
 from labctl.topology.load import load_lab
 
 REPO = Path(__file__).resolve().parents[2]

@@ -102,7 +102,7 @@ def test_validate_summary_shows_routers_and_routes() -> None:
 
 
 def test_a_device_per_link_is_chosen_by_the_segment_used() -> None:
-    from labctl.providers.node import node_env
+    from labctl.node.env import node_env
     from labctl.runners.pairs import ip_path, pair_interfaces, resolve_pairs
 
     lab = load_lab(DATA / "input" / "two-devices.yaml")

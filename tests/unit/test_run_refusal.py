@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from labctl.lab.labdir import LabDir
-from labctl.lab.state import LabState, NodeState
 from labctl.runners.examples import EXAMPLES
 from labctl.runners.execute import run_example
+from labctl.store.labdir import LabDir
+from labctl.store.state import LabState, NodeState
 from labctl.topology.load import parse_topology, resolve
 
 MIXED = """

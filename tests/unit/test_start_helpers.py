@@ -1,5 +1,5 @@
 """labctl starts the inspector's helper in every VM node once the lab is up
-(labctl/providers/machine.py start_detached): in the background, returning at once, with
+(labctl/vm/machine.py start_detached): in the background, returning at once, with
 what the start said on stderr kept in a log. Real processes stand in for the ssh commands;
 `down` ends the starts still running (real ssh clients that connect nowhere)."""
 
@@ -9,10 +9,10 @@ import shlex
 import time
 from pathlib import Path
 
-from labctl.lab import ssh
-from labctl.lab.labdir import LabDir
-from labctl.providers.machine import start_detached
+from labctl.node import ssh
 from labctl.providers.qemu import destroy_machines
+from labctl.store.labdir import LabDir
+from labctl.vm.machine import start_detached
 
 
 def _wait_for(path: Path, timeout: float = 10) -> str:

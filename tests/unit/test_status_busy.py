@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from labctl.lab.labdir import LabDir
-from labctl.lab.state import LabState, NodeState, Phase
+from labctl.store.labdir import LabDir
+from labctl.store.state import LabState, NodeState, Phase
 from labctl.topology.load import load_lab
 from tests.unit.clirun import run_main
 from tests.unit.jsonshape import parsed
@@ -32,7 +32,7 @@ LAB = "ut-busy"
 # The child: takes the lab's lock as `up`/`down` do, says so, and holds it until stdin ends.
 _HOLDER = """
 import sys
-from labctl.lab.labdir import LabDir
+from labctl.store.labdir import LabDir
 with LabDir(sys.argv[1]).locked(sys.argv[2]):
     print("held", flush=True)
     sys.stdin.read()

@@ -1,4 +1,4 @@
-"""A TCG qemu runs without transparent huge pages (labctl/providers/machine.py
+"""A TCG qemu runs without transparent huge pages (labctl/vm/machine.py
 inherit_thp): the setting is the kernel's, read back from a real child's /proc status."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from labctl.providers.machine import inherit_thp, uses_tcg
+from labctl.vm.machine import inherit_thp, uses_tcg
 
 GOLDEN = Path(__file__).parent / "golden"
 

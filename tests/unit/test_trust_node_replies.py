@@ -25,20 +25,20 @@ from labctl import bounded
 from labctl.cli import inspect as inspect_cli
 from labctl.lab import handle as handle_module
 from labctl.lab.handle import LabHandle
-from labctl.lab.labdir import LabDir
-from labctl.lab.replies import status_reply
-from labctl.lab.state import LabState
+from labctl.node.ready import READY
+from labctl.node.replies import status_reply
 from labctl.providers import provider_for
-from labctl.providers.base import READY
 from labctl.providers.docker import BOOT_LOG_BYTES, DockerProvider
-from labctl.providers.machine import node_machine
 from labctl.providers.qemu import QemuProvider
 from labctl.providers.vagrant import VagrantProvider
 from labctl.runners import parsers
 from labctl.runners.examples import EXAMPLES
 from labctl.runners.execute import run_example
+from labctl.store.labdir import LabDir
+from labctl.store.state import LabState
 from labctl.topology.load import load_lab
 from labctl.topology.resolved import Lab, Node
+from labctl.vm.machine import node_machine
 from tests.unit.clirun import run_main
 from tests.unit.jsonshape import parsed
 

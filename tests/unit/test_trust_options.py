@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from labctl.data.recipes import RECIPES, check_mirror
 from labctl.errors import UsageError
 from labctl.images import builder
-from labctl.images.recipes import RECIPES, check_mirror
 from tests.unit.clirun import run_main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -382,7 +382,7 @@ def test_decode_keeps_no_frame_it_has_printed(monkeypatch: pytest.MonkeyPatch,
     import gc
     import weakref
 
-    from labctl.capture import summary
+    from labctl.wire import summary
     from tests.unit.roce_pcap import write_pcap
 
     path = tmp_path / "run.pcap"
@@ -519,7 +519,7 @@ def test_random_frames_decode_without_a_traceback(
 
 
 def test_iwarp_follows_a_bounded_number_of_connections() -> None:
-    from labctl.capture.iwarp import MAX_CONNECTIONS, IwarpDecoder
+    from labctl.wire.iwarp import MAX_CONNECTIONS, IwarpDecoder
 
     decoder = IwarpDecoder()
     for port in range(MAX_CONNECTIONS + 10):
@@ -613,7 +613,7 @@ def test_capture_worker_values_are_never_options(monkeypatch: pytest.MonkeyPatch
 
 def test_a_comma_in_the_state_dir_adds_no_qemu_option(tmp_path: Path) -> None:
     """qemu splits its option lists at commas: a path in one is escaped (`,,`)."""
-    from labctl.providers.machine import QemuMachine, Share
+    from labctl.vm.machine import QemuMachine, Share
 
     machine = QemuMachine(tmp_path / "lab,readonly=on" / "node1", "labctl-t-node1")
     argv = machine.argv(accel="tcg", memory_mib=512, cpus=1, kernel=tmp_path / "k",

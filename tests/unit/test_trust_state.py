@@ -26,15 +26,15 @@ import pytest
 
 from labctl.images.builder import Image
 from labctl.lab import lifecycle
-from labctl.lab.labdir import LabDir
-from labctl.lab.record import StateRecorder
-from labctl.lab.state import LabState, NodeState, Phase, TapState
 from labctl.net import labnet
 from labctl.providers import hostbinds
-from labctl.providers.machine import QemuMachine, node_machine
 from labctl.providers.qemu import QemuProvider, plan_lab
+from labctl.store.labdir import LabDir
+from labctl.store.record import StateRecorder
+from labctl.store.state import LabState, NodeState, Phase, TapState
 from labctl.topology.load import load_lab
 from labctl.topology.resolved import Lab
+from labctl.vm.machine import QemuMachine, node_machine
 from tests.unit.clirun import run_main
 from tests.unit.fakes import fake_qemu
 
@@ -522,7 +522,7 @@ SPACED = ["state dir", "two  spaces", "tab\there", "per%cent", "ünï cödé"]
 @pytest.mark.skipif(shutil.which("ssh") is None, reason="needs openssh-client")
 @pytest.mark.parametrize("dirname", SPACED)
 def test_the_ssh_config_of_a_state_dir_with_a_space(dirname: str, tmp_path: Path) -> None:
-    from labctl.lab import ssh
+    from labctl.node import ssh
 
     labdir = LabDir(LAB, tmp_path / dirname)
     labdir.path.mkdir(parents=True)
@@ -544,7 +544,7 @@ def test_the_ssh_config_of_a_state_dir_with_a_space(dirname: str, tmp_path: Path
 @pytest.mark.parametrize("bad", ['quo"te', "back\\slash", "new\nline"])
 def test_an_ssh_config_path_that_cannot_be_written_is_refused(bad: str,
                                                               tmp_path: Path) -> None:
-    from labctl.lab import ssh
+    from labctl.node import ssh
 
     base = tmp_path / bad
     base.mkdir()
@@ -630,7 +630,7 @@ def test_down_closes_every_master_socket_of_a_vagrant_lab(
     directory by name (a CI run left two masters when it asked for cm-NODE)."""
     import socket as socket_module
 
-    from labctl.lab import ssh
+    from labctl.node import ssh
 
     config = tmp_path / "ssh_config"
     listeners = []

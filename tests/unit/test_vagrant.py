@@ -21,16 +21,16 @@ from typing import Any
 
 import pytest
 
+from labctl.data.recipes import node_packages
 from labctl.errors import LabctlError, UsageError
-from labctl.images.recipes import node_packages
-from labctl.lab.labdir import LabDir
+from labctl.node.env import node_env as qemu_node_env
 from labctl.providers import provider_for, vagrant_plan
-from labctl.providers.node import node_env as qemu_node_env
 from labctl.providers.vagrant import (
     VagrantProvider,
     parse_ssh_config,
     parse_status,
 )
+from labctl.store.labdir import LabDir
 from labctl.topology.catalog import find_topology
 from labctl.topology.load import load_lab
 from labctl.topology.resolved import Lab

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from labctl.errors import UsageError
-from labctl.lab.labdir import LabDir
+from labctl.node.env import node_env as qemu_node_env
 from labctl.providers import provider_for, vagrant_plan, vagrant_settings
-from labctl.providers.node import node_env as qemu_node_env
 from labctl.providers.vagrant import VagrantProvider
 from labctl.providers.vagrant_settings import VagrantSettings
+from labctl.store.labdir import LabDir
 from labctl.topology.load import load_lab
 from labctl.topology.resolved import Lab, Mount, Node
 from tests.unit import jsonshape

@@ -13,12 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from labctl.data.recipes import DEV_PACKAGES, image_label, node_recipe, recipe
 from labctl.errors import LabctlError, UsageError
 from labctl.images.builder import Image, image_key
-from labctl.images.recipes import DEV_PACKAGES, image_label, node_recipe, recipe
 from labctl.lab import lifecycle
-from labctl.lab.labdir import LabDir
-from labctl.lab.state import LabState, Phase
 from labctl.lab.transfer import parse_copy, split_location
 from labctl.providers import docker as docker_provider
 from labctl.providers import provider_for
@@ -26,6 +24,8 @@ from labctl.providers.base import UnsupportedError
 from labctl.providers.qemu import plan_lab
 from labctl.runners.custom import PLACEHOLDERS, custom_spec, substitute
 from labctl.runners.spec import Endpoint, RunContext
+from labctl.store.labdir import LabDir
+from labctl.store.state import LabState, Phase
 from labctl.topology.errors import TopologyError
 from labctl.topology.load import parse_topology, resolve
 from labctl.topology.resolved import Lab

@@ -9,9 +9,9 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import ARP
 from scapy.packet import Packet
 
-from labctl.capture.cm import parse_mad
-from labctl.capture.iwarp import IwarpDecoder
-from labctl.capture.roce import ROCE_V2_PORT, parse_bth
+from labctl.wire.cm import parse_mad
+from labctl.wire.iwarp import IwarpDecoder
+from labctl.wire.roce import ROCE_V2_PORT, parse_bth
 
 
 @dataclass

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from labctl.capture.decode import Frame
 from labctl.errors import LabctlError, UsageError
+from labctl.wire.decode import Frame
 
 _COLORS = {"RoCEv2": "#1f77b4", "CM": "#2ca02c", "MAD": "#2ca02c", "iWARP": "#9467bd",
            "TCP": "#7f7f7f", "UDP": "#7f7f7f", "ARP": "#bcbd22"}

@@ -9,8 +9,8 @@ a crash half-way leaves `down` something to find. It never sets the phase.
 
 from __future__ import annotations
 
-from labctl.lab.labdir import LabDir
-from labctl.lab.state import EngineState, LabState, NodeState
+from labctl.store.labdir import LabDir
+from labctl.store.state import EngineState, LabState, NodeState
 
 
 class StateRecorder:

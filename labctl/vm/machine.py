@@ -32,14 +32,15 @@ from labctl.errors import LabctlError
 from labctl.faults import fault_point
 from labctl.images.builder import Image
 from labctl.images.cpio import CpioWriter
-from labctl.lab import ssh
-from labctl.lab.procs import argv_of, has_option, pids_with_option
-from labctl.lab.state import LabState, TapState
 from labctl.net import labnet
-from labctl.providers.base import FAIL, STAGE, Progress, ready_line, record_ready
-from labctl.providers.node import NODE_CODE, env_file, mgmt_mac, node_code_files
-from labctl.providers.qmp import qmp_command
+from labctl.node import ssh
+from labctl.node.env import NODE_CODE, env_file, mgmt_mac, node_code_files
+from labctl.node.procs import argv_of, has_option, pids_with_option
+from labctl.node.ready import FAIL, STAGE, ready_line, record_ready
+from labctl.progress import Progress
+from labctl.store.state import LabState, TapState
 from labctl.topology.resolved import Lab, Node
+from labctl.vm.qmp import qmp_command
 
 TB_SIZE_MIB = 32  # TCG translation cache: qemu's default (1 GiB) dominates RSS; 16 thrashes
 STOP_TERM_SECONDS = 10.0

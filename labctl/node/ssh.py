@@ -19,8 +19,8 @@ from pathlib import Path
 
 from labctl import bounded
 from labctl.errors import LabctlError, short_repr
-from labctl.lab.procs import pids_with_option
-from labctl.lab.state import atomic_write
+from labctl.node.procs import pids_with_option
+from labctl.store.state import atomic_write
 from labctl.topology.model import NODE_NAME_RE
 
 SSH_OPTIONS = {

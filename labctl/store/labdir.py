@@ -1,7 +1,7 @@
 """The lab directory: everything a running lab made and needs, in one place.
 
 lab.json      the resolved topology (down/status work without the source file)
-state.json    what the provider made: netns, per-node pids and ports (labctl/lab/state.py)
+state.json    what the provider made: netns, per-node pids and ports (labctl/store/state.py)
 lock          flock held while up/down change the lab (and until `down` removed it all)
 known_hosts   each node's ssh host key, made by labctl and put into the node
 id_ed25519    the lab's ssh key (0600), ssh_config for `ssh -F`
@@ -23,8 +23,14 @@ from pathlib import Path
 
 from labctl import bounded
 from labctl.errors import LabctlError, UsageError, short_repr
-from labctl.lab.state import CorruptStateError, LabState, atomic_write, read_state, write_state
 from labctl.paths import state_root
+from labctl.store.state import (
+    CorruptStateError,
+    LabState,
+    atomic_write,
+    read_state,
+    write_state,
+)
 from labctl.topology.model import LAB_NAME_RE, NODE_NAME_RE
 from labctl.topology.resolved import Lab
 from labctl.topology.stored import check_stored_lab
@@ -252,18 +258,6 @@ def _lock_holder(path: Path) -> str:
     except (OSError, ValueError):
         return "another labctl"
     return text if _OWNER_RE.fullmatch(text) else "another labctl"
-
-
-@contextlib.contextmanager
-def blocking_lock(path: Path) -> Iterator[None]:
-    """Wait for the exclusive lock at `path` (a file that outlives what it guards)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def running_labs(root: Path | None = None) -> list[str]:

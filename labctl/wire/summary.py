@@ -7,9 +7,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from labctl.capture.decode import Decoder, Frame
-from labctl.capture.pcapfile import read_packets
-from labctl.capture.record import TtlFlow
+from labctl.wire.decode import Decoder, Frame
+from labctl.wire.pcapfile import read_packets
+from labctl.wire.record import TtlFlow
 
 
 def iter_frames(path: Path, first: int | None = None,
@@ -84,7 +84,7 @@ def ttl_flows(path: Path) -> list[TtlFlow]:
     passed lowered its TTL by one each (Linux sends with 64)."""
     from scapy.layers.inet import IP, UDP
 
-    from labctl.capture.roce import ROCE_V2_PORT
+    from labctl.wire.roce import ROCE_V2_PORT
 
     seen: Counter[tuple[str, str, int]] = Counter()
     for packet in read_packets(path):

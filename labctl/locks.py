@@ -1,0 +1,21 @@
+"""Locks every layer may take: a file lock that outlives what it guards."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def blocking_lock(path: Path) -> Iterator[None]:
+    """Wait for the exclusive lock at `path` (a file that outlives what it guards)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -1,0 +1,3 @@
+"""The lab directory and its one typed state: what every layer above
+reads and the lifecycle writes.
+"""
