@@ -66,9 +66,9 @@ def parse_snmp_tcp(lines: list[str]) -> dict[str, int]:
             if k in table and table[k].isdigit() and len(table[k]) < 20}
 
 
-def read_counters(handle: LabHandle, node: str) -> Counters:
+def read_counters(handle: LabHandle, node: str, timeout: float = NODE_SECONDS) -> Counters:
     """The node's counters, or LabctlError when it cannot be asked."""
-    result = handle.run(node, _COMMAND, timeout=NODE_SECONDS)
+    result = handle.run(node, _COMMAND, timeout=timeout)
     if result.returncode != 0:
         why = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
         raise LabctlError(f"cannot read the counters of {node}: {why[:200]}")
@@ -84,12 +84,13 @@ def read_counters(handle: LabHandle, node: str) -> Counters:
     return counters
 
 
-def read_all(handle: LabHandle, nodes: list[str]) -> dict[str, Counters | None]:
+def read_all(handle: LabHandle, nodes: list[str],
+             timeout: float = NODE_SECONDS) -> dict[str, Counters | None]:
     """Each node's counters at once; None for a node that could not be read."""
 
     def one(node: str) -> Counters | None:
         try:
-            return read_counters(handle, node)
+            return read_counters(handle, node, timeout)
         except LabctlError:
             return None
 

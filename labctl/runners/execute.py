@@ -23,6 +23,9 @@ from labctl.topology.resolved import Interface, Node
 from labctl.wire.record import CaptureRecord
 
 READY_WAIT_SECONDS = 30.0
+# Reading a node's counters around a run (a courtesy of the record): a node that does not
+# answer within this is recorded as not read, not waited for.
+COUNTERS_SECONDS = 10.0
 READY_SLICE_SECONDS = 2.0
 # A run that failed by a known race (ExampleSpec.setup_failed, .timeout_race,
 # .connected_marker) is tried again with a fresh server and client, at most this often in
@@ -241,7 +244,7 @@ def run_example(
     result.server_argv = spec.server_argv(ctx)
     result.client_argv = spec.client_argv(ctx)
     nodes = [server_node, client_node]
-    before = counters.read_all(handle, nodes)
+    before = counters.read_all(handle, nodes, timeout=COUNTERS_SECONDS)
     started = time.monotonic()
     for attempt in range(1, MAX_ATTEMPTS + 1):
         result.attempts = attempt
@@ -251,8 +254,10 @@ def run_example(
             break
         result.retried.append(f"attempt {attempt}: {result.reason} ({why})")
     result.seconds = round(time.monotonic() - started, 2)
-    after = counters.read_all(handle, nodes)
-    result.counters = {n: counters.delta(before[n], after[n]) for n in nodes}
+    # A node that could not be read before the run is not asked again after it.
+    after = counters.read_all(handle, [n for n in nodes if before[n] is not None],
+                              timeout=COUNTERS_SECONDS)
+    result.counters = {n: counters.delta(before[n], after.get(n)) for n in nodes}
     return result
 
 

@@ -189,7 +189,7 @@ def _fake_lab(monkeypatch: pytest.MonkeyPatch, outcomes: list[str]) -> list[int]
     monkeypatch.setattr(execute, "endpoint", endpoint)
     monkeypatch.setattr(execute, "_attempt", attempt)
     monkeypatch.setattr(execute.counters, "read_all",  # no node to read counters from
-                        lambda handle, nodes: dict.fromkeys(nodes))
+                        lambda handle, nodes, timeout: dict.fromkeys(nodes))
     return calls
 
 
