@@ -1,5 +1,6 @@
 """Live faults (labctl fault, docs/faults.md): a lost SEND, a corrupted SEND, every ACK lost
-with a small retry count, and lost TCP segments under siw, each judged by the counters, the
+with a small retry count, a receiver with no receive posted (RNR), and lost TCP segments
+under siw, each judged by the counters, the
 completion status and the capture, not by exit codes alone; and the refusals."""
 
 from __future__ import annotations
@@ -148,6 +149,62 @@ def test_every_ack_lost_ends_in_retry_exceeded(lab: LabHandle) -> None:
                               check=True).stdout)["counters"]["rxe0/1"]
     assert after["retry_exceeded_err"] - before["retry_exceeded_err"] == 1
     assert listed(FAULT_LAB)[0]["hit"] >= 2  # the first send and its one retry
+
+
+def rxe_counters(node: str) -> dict[str, int]:
+    out = labctl("counters", node, "--lab", FAULT_LAB, "--json", check=True).stdout
+    counters: dict[str, int] = json.loads(out)["counters"]["rxe0/1"]
+    return counters
+
+
+def rnr_pingpong(lab: LabHandle, port: int, rnr_delay: float,
+                 rnr_retry: int) -> tuple[subprocess.CompletedProcess[str], dict[str, int],
+                                          dict[str, int]]:
+    """The RNR lesson (docs/faults.md): node1's server posts its receives `rnr_delay` seconds
+    after connecting, node2's client sends at once with `rnr_retry`. The client's result and
+    how node1's and node2's counters changed."""
+    before = {node: rxe_counters(node) for node in ("node1", "node2")}
+    pingpong = ["timeout", "90", "env", "PYTHONPATH=/opt/labctl", "python3", "-m",
+                "labctl.nodeside.pingpong", "-d", "rxe0", "-g", "1", "-n", "5",
+                "-p", str(port)]  # a port of its own: this server may outlive the test
+    server = lab.popen("node1", [*pingpong, "--rnr-delay", str(rnr_delay)],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        client = None
+        for _ in range(10):  # until the server listens
+            client = lab.run("node2", [*pingpong, "--rnr-retry", str(rnr_retry), "10.77.1.1"],
+                             timeout=180)
+            if "Couldn't connect" not in client.stderr:
+                break
+            time.sleep(2)
+        assert client is not None
+    finally:
+        server.kill()  # the ssh client; in node1 the server's own timeout ends it
+        server.wait()
+    changes = []
+    for node in ("node1", "node2"):
+        after = rxe_counters(node)
+        changes.append({name: after[name] - before[node].get(name, 0) for name in after})
+    return client, changes[0], changes[1]
+
+
+def test_no_receive_posted_ends_in_rnr_retry_exceeded(lab: LabHandle) -> None:
+    client, receiver, sender = rnr_pingpong(lab, 18601, rnr_delay=20, rnr_retry=1)
+    assert client.returncode != 0, client
+    assert "RNR retry counter exceeded (13)" in client.stderr, client.stderr
+    # the first try and its one retry each got an RNR NAK, then the QP gave up
+    assert sender["rcvd_rnr_err"] == 2 and sender["retry_rnr_exceeded_err"] == 1, sender
+    assert receiver["send_rnr_err"] == 2, receiver
+
+
+def test_rnr_retry_7_retries_until_the_receives_come(lab: LabHandle) -> None:
+    client, receiver, sender = rnr_pingpong(lab, 18602, rnr_delay=5, rnr_retry=7)
+    assert client.returncode == 0, client
+    assert "5 iters in" in client.stdout, client.stdout
+    # retried far more than any finite rnr_retry (at most 6) allows, and never gave up
+    assert sender["rcvd_rnr_err"] > 7 and sender["retry_rnr_exceeded_err"] == 0, sender
+    assert receiver["send_rnr_err"] == sender["rcvd_rnr_err"], receiver
+    assert receiver["rdma_recvs"] == 5, receiver
 
 
 def test_the_plugin_context_manager_takes_its_fault_off(lab: LabHandle) -> None:
