@@ -14,6 +14,7 @@ from labctl.wire.decode import Frame
 _COLORS = {"RoCEv2": "#1f77b4", "CM": "#2ca02c", "MAD": "#2ca02c", "iWARP": "#9467bd",
            "TCP": "#7f7f7f", "UDP": "#7f7f7f", "ARP": "#bcbd22"}
 _ACK_COLOR = "#d62728"
+_RECOVERY_COLOR = "#ff7f0e"  # NAKs, gaps, packets sent again (labctl.wire.recovery)
 
 
 def lifelines(frames: list[Frame]) -> list[str]:
@@ -52,9 +53,13 @@ def draw(frames: list[Frame], path: Path) -> None:
         src, dst = x[frame.src], x[frame.dst]
         acked = any("ACKNOWLEDGE" in op or "RESPONSE" in op for op in frame.ops)
         color = _ACK_COLOR if acked else _COLORS.get(frame.proto, "#7f7f7f")
+        if frame.recovery:
+            color = _RECOVERY_COLOR
         ax.annotate("", xy=(dst, y + 0.25), xytext=(src, y - 0.25),
-                    arrowprops={"arrowstyle": "-|>", "color": color, "linewidth": 1.2})
+                    arrowprops={"arrowstyle": "-|>", "color": color,
+                                "linewidth": 2.0 if frame.recovery else 1.2})
         label = frame.label + (" (ackreq)" if frame.ackreq and frame.proto == "RoCEv2" else "")
+        label += f" [{frame.recovery}]" if frame.recovery else ""
         ax.text((src + dst) / 2, y - 0.12, label, ha="center", va="bottom", fontsize=7.5,
                 color=color, bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
         ax.text(min(x.values()) - 0.4, y, f"{frame.index}  +{(frame.time - t0) * 1e3:.1f} ms",

@@ -105,6 +105,10 @@ def test_one_lost_send_is_nakked_and_retransmitted(lab: LabHandle, tmp_path: Pat
     naks = [f for f in frames if f["detail"].get("AETH", {}).get("nak") == "PSN sequence error"]
     assert naks and naks[0]["psn"] == first_psn
     assert any(f["psn"] == first_psn and f["index"] > naks[0]["index"] for f in sends)
+    # the decoder marks it all without knowing the fault (labctl.wire.recovery)
+    assert naks[0]["recovery"] == "NAK: PSN sequence error"
+    assert sends[0]["recovery"].startswith("after a gap")
+    assert any(f["recovery"] == "retransmitted" for f in sends)
 
 
 def test_a_corrupted_send_fails_the_icrc_and_is_sent_again(lab: LabHandle) -> None:
