@@ -196,9 +196,10 @@ def test_no_receive_posted_ends_in_rnr_retry_exceeded(lab: LabHandle) -> None:
     client, receiver, sender = rnr_pingpong(lab, 18601, rnr_delay=20, rnr_retry=1)
     assert client.returncode != 0, client
     assert "RNR retry counter exceeded (13)" in client.stderr, client.stderr
-    # the first try and its one retry each got an RNR NAK, then the QP gave up
+    # the first try and its one retry each got an RNR NAK, then the QP gave up (node1 may
+    # have sent one more, for a packet already in flight: seen live, 2 or 3)
     assert sender["rcvd_rnr_err"] == 2 and sender["retry_rnr_exceeded_err"] == 1, sender
-    assert receiver["send_rnr_err"] == 2, receiver
+    assert receiver["send_rnr_err"] >= 2, receiver
 
 
 def test_rnr_retry_7_retries_until_the_receives_come(lab: LabHandle) -> None:
@@ -207,7 +208,7 @@ def test_rnr_retry_7_retries_until_the_receives_come(lab: LabHandle) -> None:
     assert "5 iters in" in client.stdout, client.stdout
     # retried far more than any finite rnr_retry (at most 6) allows, and never gave up
     assert sender["rcvd_rnr_err"] > 7 and sender["retry_rnr_exceeded_err"] == 0, sender
-    assert receiver["send_rnr_err"] == sender["rcvd_rnr_err"], receiver
+    assert receiver["send_rnr_err"] >= sender["rcvd_rnr_err"], receiver  # none made up
     assert receiver["rdma_recvs"] == 5, receiver
 
 

@@ -117,6 +117,28 @@ def test_the_lost_send_pcap_shows_the_loss_the_nak_and_the_resend() -> None:
     assert line(nak).endswith("icrc [NAK: PSN sequence error]")
 
 
+def test_the_rnr_pcap_shows_each_rnr_nak_and_the_send_again() -> None:
+    """The RNR lesson of docs/faults.md, live: node1's server posted its receives 2 s after
+    connecting (`pingpong --rnr-delay 2`), node2's client sent at once with --rnr-retry 7
+    (`labctl capture node1:eth1 -w ... --filter 'udp port 4791'` alongside)."""
+    frames = decode_file(CAPTURES / "rxe-rc-pingpong-rnr.pcap")
+    rnr = [f for f in frames if f.recovery == "RNR NAK"]
+    again = [f for f in frames if f.recovery == "retransmitted"]
+    assert len(rnr) == len(again) == 127  # node2's rcvd_rnr_err grew by 127 in that run
+    first = frames[0]
+    assert first.ops == ["RC_SEND_ONLY"] and first.recovery == ""
+    assert {(f.src, f.psn) for f in again} == {(first.src, first.psn)}  # the one SEND
+    assert all(f.detail["AETH"]["rnr_timer"] == 12 for f in rnr)  # pingpong's min_rnr_timer
+    # SEND, RNR NAK, the SEND again, RNR NAK ... (one pair crosses on the wire) until the
+    # last copy is acknowledged: nothing else before that ACK
+    marked = {f.index for f in rnr + again}
+    assert [f.index for f in frames[1:255] if f.index not in marked] == []
+    assert frames[254].recovery == "retransmitted"
+    acked = frames[255]
+    assert acked.detail["AETH"]["syndrome"] == "ACK" and acked.psn == first.psn
+    assert 2.0 < acked.time - first.time < 2.5  # the receives came after --rnr-delay 2
+
+
 def test_the_rdma_server_race_pcaps_mark_the_resends() -> None:
     """The race fixtures (test_rdma_server_race): a SEND the peer never acknowledged, sent
     again after each ACK timeout; each resend carries the PSN again."""
