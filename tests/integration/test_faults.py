@@ -1,7 +1,8 @@
-"""Live faults (labctl fault, docs/faults.md): a lost SEND, a corrupted SEND, every ACK lost
-with a small retry count, a receiver with no receive posted (RNR), and lost TCP segments
-under siw, each judged by the counters, the
-completion status and the capture, not by exit codes alone; and the refusals."""
+"""Live faults (labctl fault, docs/faults.md): a lost SEND, a corrupted, duplicated,
+reordered or delayed SEND, every second SEND lost, every ACK lost with a small retry count,
+a receiver with no receive posted (RNR), and lost TCP segments under siw, each judged by
+the counters, the completion status and the capture, not by exit codes alone; and the
+refusals."""
 
 from __future__ import annotations
 
@@ -126,6 +127,41 @@ def test_a_duplicated_send_is_seen_as_a_duplicate_request(lab: LabHandle) -> Non
     assert record["status"] == "passed", record["reason"]
     assert listed(FAULT_LAB)[0]["hit"] == 1
     assert record["counters"]["node1"]["rxe0/1"]["duplicate_request"] >= 1
+
+
+def test_a_reordered_send_arrives_out_of_sequence(lab: LabHandle) -> None:
+    fault(FAULT_LAB, "node2:eth1", "reorder", "--opcode", "send", "--nth", "1")
+    record = run(FAULT_LAB, "pingpong", "-n", "5")
+    assert record["status"] == "passed", record["reason"]
+    assert listed(FAULT_LAB)[0]["hit"] == 1
+    # the held first packet is overtaken by the rest of its message
+    assert record["counters"]["node1"]["rxe0/1"]["out_of_seq_request"] >= 1
+
+
+def test_a_delay_beyond_the_ack_timeout_sends_again_for_nothing(lab: LabHandle) -> None:
+    """Every node2 SEND held 100 ms, longer than pingpong's ACK timeout (67 ms): node2
+    sends each again before the ACK can come, node1 sees duplicates, all still passes."""
+    fault(FAULT_LAB, "node2:eth1", "delay", "--opcode", "send", "--delay", "100ms")
+    record = run(FAULT_LAB, "pingpong", "-n", "5", "-s", "64")
+    assert record["status"] == "passed", record["reason"]
+    (only,) = listed(FAULT_LAB)
+    assert only["hit"] == only["matched"] >= 5  # every SEND, the copies too
+    assert record["figures"]["usec_per_iter"] >= 100_000  # each exchange waits for one
+    assert record["counters"]["node2"]["rxe0/1"]["completer_retry_err"] >= 1
+    assert record["counters"]["node1"]["rxe0/1"]["duplicate_request"] >= 1
+
+
+def test_every_second_send_dropped_hits_exactly_half(lab: LabHandle) -> None:
+    fault(FAULT_LAB, "node2:eth1", "drop", "--opcode", "send", "--every", "2")
+    record = run(FAULT_LAB, "pingpong", "-n", "5", "-s", "64")
+    assert record["status"] == "passed", record["reason"]
+    (only,) = listed(FAULT_LAB)
+    assert only["matched"] >= 6 and only["hit"] == only["matched"] // 2  # the 2nd, 4th, ...
+    sender, receiver = record["counters"]["node2"]["rxe0/1"], record["counters"]["node1"]["rxe0/1"]
+    # one packet per message: each one dropped was sent again after the ACK timeout...
+    assert sender["completer_retry_err"] >= only["hit"]
+    # ...and exactly the dropped ones never reached node1
+    assert receiver["rcvd_pkts"] == sender["sent_pkts"] - only["hit"]
 
 
 def test_every_ack_lost_ends_in_retry_exceeded(lab: LabHandle) -> None:
