@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from labctl.wire.ladder import arrow_color, arrow_label
 from labctl.wire.recovery import (
     MAX_FLOWS,
     MESSAGE_START_MISSING,
@@ -157,3 +158,13 @@ def test_captures_without_loss_are_unmarked() -> None:
         frames = decode_file(CAPTURES / f"{name}.pcap")
         assert any(f.proto == "RoCEv2" for f in frames), name
         assert [f.index for f in frames if f.recovery] == [], name
+
+
+def test_the_ladder_labels_and_colours_the_marked_arrows() -> None:
+    frames = decode_file(CAPTURES / "rxe-rc-pingpong-lost-send.pcap")
+    nak, resend, ack = frames[16], frames[18], frames[21]  # packets 17, 19 and 22
+    assert arrow_label(nak) == "RC_ACKNOWLEDGE 0xad77b8 [NAK: PSN sequence error]"
+    assert arrow_label(resend) == "RC_SEND_MIDDLE 0xad77b9 [retransmitted]"
+    assert arrow_label(ack) == "RC_ACKNOWLEDGE 0xad77bb"  # an ordinary ACK: no mark
+    assert arrow_color(nak) == arrow_color(resend) != arrow_color(ack)
+    assert arrow_color(ack) != arrow_color(frames[14])  # red ACKs, blue requests, as before
