@@ -17,6 +17,10 @@ from typing import Any
 PSN_MOD = 1 << 24
 MAX_FLOWS = 4096  # flows remembered; beyond that the oldest is forgotten
 MAX_GAPS = 16  # missing ranges remembered per flow; beyond that the oldest is forgotten
+# PSNs further than this from what a flow carried start a new connection that reuses the QP
+# number (each connection starts at a random PSN), not a loss: far more than the packets a
+# QP keeps in flight (ib_write_bw's 128 outstanding 64 KiB writes are 8192 PSNs at 1024).
+NEW_CONNECTION = 1 << 16
 _RESPONSES = ("ACKNOWLEDGE", "RDMA_READ_RESPONSE")  # ATOMIC_ACKNOWLEDGE ends in the first
 Flow = tuple[str, str, int, bool]  # src, dst, destination QP, carries responses
 MISSING_UNTIL_NOW = "missing until now"
@@ -83,6 +87,8 @@ class RecoveryMarks:
             return nak_mark(detail["AETH"])  # ACKs repeat PSNs: not retransmissions
         flow = (src, dst, dest_qp, any(r in op for r in _RESPONSES))
         state = self._flows.pop(flow, None)
+        if state is not None and self._far(psn, state):
+            state = None  # the QP number's next connection: judged afresh
         if state is None:
             state = _FlowState(psn, psn, after_read="READ_REQUEST" in op)
             self._keep(flow, state)
@@ -106,6 +112,13 @@ class RecoveryMarks:
         first = (psn - ahead + 1) % PSN_MOD
         state.add_gap(first, ahead - 1)
         return gap_mark(first, (psn - 1) % PSN_MOD)
+
+    @staticmethod
+    def _far(psn: int, state: _FlowState) -> bool:
+        """psn is not within NEW_CONNECTION of the PSNs the flow carried (lowest..highest)."""
+        offset = (psn - state.lowest) % PSN_MOD
+        span = (state.highest - state.lowest) % PSN_MOD
+        return span + NEW_CONNECTION < offset < PSN_MOD - NEW_CONNECTION
 
     def _keep(self, flow: Flow, state: _FlowState) -> None:
         if len(self._flows) >= MAX_FLOWS:

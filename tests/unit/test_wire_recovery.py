@@ -10,6 +10,7 @@ from labctl.wire.ladder import arrow_color, arrow_label
 from labctl.wire.recovery import (
     MAX_FLOWS,
     MESSAGE_START_MISSING,
+    NEW_CONNECTION,
     PSN_MOD,
     RecoveryMarks,
     gap_mark,
@@ -79,6 +80,19 @@ def test_reads_and_other_transports_claim_no_gap() -> None:
         "", "", "retransmitted"]
     for op in ("UD_SEND_ONLY", "UC_SEND_ONLY"):
         assert [marks.mark(A, B, op, 3, 9, {}) for _ in range(2)] == ["", ""]  # same PSN
+
+
+def test_a_qp_number_used_again_by_a_new_connection_is_no_loss() -> None:
+    """Each connection starts at a random PSN: one far from what the QP number carried is
+    a new connection, not a gap nor a resend; near it (even far back in a long flow) it is."""
+    marks = RecoveryMarks()
+    sends(marks, 0x100000, 0x100001)
+    assert sends(marks, 0x900000, 0x900001) == ["", ""]  # far ahead: a new start
+    assert sends(marks, 0x100000) == [""]  # far behind the new one: again a new start
+    sends(marks, *range(0x100001, 0x100001 + NEW_CONNECTION + 10))  # a long flow
+    assert sends(marks, 0x100005) == ["retransmitted"]  # far back, but within it
+    assert sends(marks, 0x100000 + 2 * NEW_CONNECTION) == [gap_mark(
+        0x100000 + NEW_CONNECTION + 11, 0x100000 + 2 * NEW_CONNECTION - 1)]
 
 
 def test_flows_are_apart_and_bounded() -> None:
