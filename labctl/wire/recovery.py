@@ -105,12 +105,14 @@ class RecoveryMarks:
             return MISSING_UNTIL_NOW if state.fill(psn) else "retransmitted"
         after_read, state.after_read = state.after_read, "READ_REQUEST" in op
         state.highest = psn
-        # A READ request takes a PSN per response packet (the MTU says how many) and a
-        # response's PSN is its request's, so neither shows a gap that can be trusted.
-        if ahead == 1 or after_read or flow[3]:
+        if ahead == 1:
             return ""
         first = (psn - ahead + 1) % PSN_MOD
-        state.add_gap(first, ahead - 1)
+        state.add_gap(first, ahead - 1)  # so that a late one is not taken for a resend
+        # A READ request takes a PSN per response packet (the MTU says how many) and a
+        # response's PSN is its request's, so neither shows a gap that can be trusted.
+        if after_read or flow[3]:
+            return ""
         return gap_mark(first, (psn - 1) % PSN_MOD)
 
     @staticmethod
