@@ -57,13 +57,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "7 is forever)")
     p.add_argument("--rnr-retry", type=int, default=7,
                    help="RNR NAK retries before IBV_WC_RNR_RETRY_EXC_ERR (default 7: forever)")
+    p.add_argument("--rnr-delay", type=float, default=0.0, metavar="SECONDS",
+                   help="post the receives only SECONDS after the QP is connected: until "
+                   "then the peer's SENDs get RNR NAKs (default 0: before, as usual)")
     p.add_argument("--tcp", action="store_true",
                    help="plain TCP socket ping-pong of the same size (no RDMA)")
     p.add_argument("servername", nargs="?", default=None)
     args = p.parse_args(argv)
     if (args.mtu not in MTUS or not 0 <= args.port <= 65535 or args.ib_port < 1
             or not 0 <= args.ack_timeout <= 31 or not 0 <= args.retry_cnt <= 7
-            or not 0 <= args.rnr_retry <= 7):
+            or not 0 <= args.rnr_retry <= 7 or not 0 <= args.rnr_delay <= 3600):
         p.print_usage(sys.stdout)
         sys.exit(1)
     return args
@@ -318,12 +321,22 @@ class PingPong:
             obj.close()
 
 
-def rc_pingpong(args: argparse.Namespace) -> int:
-    pp = PingPong(args)
+def post_receives(pp: PingPong) -> int:
+    """rx_depth receives, or 0 after printing why not."""
     routs = pp.post_recv(pp.rx_depth)
     if routs < pp.rx_depth:
         print(f"Couldn't post receive ({routs})", file=sys.stderr)
-        return 1
+        return 0
+    return routs
+
+
+def rc_pingpong(args: argparse.Namespace) -> int:
+    pp = PingPong(args)
+    routs = 0
+    if not args.rnr_delay:
+        routs = post_receives(pp)
+        if not routs:
+            return 1
     my = pp.local_dest()
     lid, qpn, psn, gid = my
     print(f"  local address:  LID 0x{lid:04x}, QPN 0x{qpn:06x}, PSN 0x{psn:06x}, "
@@ -362,6 +375,12 @@ def rc_pingpong(args: argparse.Namespace) -> int:
           f"GID {gid_text(rgid)}", flush=True)
     if args.servername:
         pp.connect(psn, remote)
+    if args.rnr_delay:  # connected, nothing to receive into: the RNR lesson (docs/faults.md)
+        print(f"  posting receives in {args.rnr_delay:g} s", flush=True)
+        time.sleep(args.rnr_delay)
+        routs = post_receives(pp)
+        if not routs:
+            return 1
     elapsed = pp.run(bool(args.servername), args.iters, routs)
     report(args.size, args.iters, elapsed)
     pp.close()

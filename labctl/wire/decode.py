@@ -11,6 +11,7 @@ from scapy.packet import Packet
 
 from labctl.wire.cm import parse_mad
 from labctl.wire.iwarp import IwarpDecoder
+from labctl.wire.recovery import RecoveryMarks
 from labctl.wire.roce import ROCE_V2_PORT, parse_bth
 
 
@@ -27,6 +28,9 @@ class Frame:
     ackreq: bool = False
     detail: dict[str, Any] = field(default_factory=dict)
     note: str = ""  # e.g. why an iWARP segment is not decoded
+    # RC recovery seen on the wire (labctl.wire.recovery): 'NAK: ...', 'RNR NAK', 'after a
+    # gap: ...', 'missing until now', 'retransmitted'; '' for an ordinary packet
+    recovery: str = ""
 
     @property
     def label(self) -> str:
@@ -43,6 +47,7 @@ class Decoder:
 
     def __init__(self) -> None:
         self._iwarp = IwarpDecoder()
+        self._recovery = RecoveryMarks()
 
     def feed(self, packet: Packet, index: int) -> Frame:
         when = float(packet.time)
@@ -78,6 +83,9 @@ class Decoder:
                 frame.proto = "CM" if mad.name.startswith("CM_") else "MAD"
                 frame.ops = [mad.name]
                 frame.detail["mad"] = {"tid": f"0x{mad.tid:x}", **mad.fields}
+        else:
+            frame.recovery = self._recovery.mark(src, dst, roce.name, roce.dest_qp, roce.psn,
+                                                 detail)
         return frame
 
     def _tcp(self, index: int, when: float, src: str, dst: str, tcp: Any) -> Frame:

@@ -14,6 +14,7 @@ from labctl.wire.decode import Frame
 _COLORS = {"RoCEv2": "#1f77b4", "CM": "#2ca02c", "MAD": "#2ca02c", "iWARP": "#9467bd",
            "TCP": "#7f7f7f", "UDP": "#7f7f7f", "ARP": "#bcbd22"}
 _ACK_COLOR = "#d62728"
+_RECOVERY_COLOR = "#ff7f0e"  # NAKs, gaps, packets sent again (labctl.wire.recovery)
 
 
 def lifelines(frames: list[Frame]) -> list[str]:
@@ -24,6 +25,21 @@ def lifelines(frames: list[Frame]) -> list[str]:
             if address not in order:
                 order.append(address)
     return order
+
+
+def arrow_label(frame: Frame) -> str:
+    """Opcode and PSN, AckReq, and what the packet shows of RC recovery."""
+    label = frame.label + (" (ackreq)" if frame.ackreq and frame.proto == "RoCEv2" else "")
+    return label + (f" [{frame.recovery}]" if frame.recovery else "")
+
+
+def arrow_color(frame: Frame) -> str:
+    """Recovery (a NAK, a gap, a packet sent again) first; then responses; then by protocol."""
+    if frame.recovery:
+        return _RECOVERY_COLOR
+    if any("ACKNOWLEDGE" in op or "RESPONSE" in op for op in frame.ops):
+        return _ACK_COLOR
+    return _COLORS.get(frame.proto, "#7f7f7f")
 
 
 def draw(frames: list[Frame], path: Path) -> None:
@@ -50,13 +66,13 @@ def draw(frames: list[Frame], path: Path) -> None:
     for row, frame in enumerate(frames):
         y = row + 0.5
         src, dst = x[frame.src], x[frame.dst]
-        acked = any("ACKNOWLEDGE" in op or "RESPONSE" in op for op in frame.ops)
-        color = _ACK_COLOR if acked else _COLORS.get(frame.proto, "#7f7f7f")
+        color = arrow_color(frame)
         ax.annotate("", xy=(dst, y + 0.25), xytext=(src, y - 0.25),
-                    arrowprops={"arrowstyle": "-|>", "color": color, "linewidth": 1.2})
-        label = frame.label + (" (ackreq)" if frame.ackreq and frame.proto == "RoCEv2" else "")
-        ax.text((src + dst) / 2, y - 0.12, label, ha="center", va="bottom", fontsize=7.5,
-                color=color, bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
+                    arrowprops={"arrowstyle": "-|>", "color": color,
+                                "linewidth": 2.0 if frame.recovery else 1.2})
+        ax.text((src + dst) / 2, y - 0.12, arrow_label(frame), ha="center", va="bottom",
+                fontsize=7.5, color=color,
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
         ax.text(min(x.values()) - 0.4, y, f"{frame.index}  +{(frame.time - t0) * 1e3:.1f} ms",
                 ha="right", va="center", fontsize=7, color="#555555")
     ax.set_xlim(min(x.values()) - 2.6, max(x.values()) + 1.0)

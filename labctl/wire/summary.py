@@ -51,6 +51,8 @@ def line(frame: Frame) -> str:
         if frame.detail.get("payload"):
             parts.append(f"payload={frame.detail['payload']}")
         parts.append("icrc")
+        if frame.recovery:
+            parts.append(f"[{frame.recovery}]")
         return " ".join(parts)
     if frame.proto == "iWARP" and frame.ops:
         messages = "; ".join(f"{m['op']}[{_fields({k: v for k, v in m.items() if k != 'op'})}]"

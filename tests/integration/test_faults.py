@@ -1,6 +1,8 @@
-"""Live faults (labctl fault, docs/faults.md): a lost SEND, a corrupted SEND, every ACK lost
-with a small retry count, and lost TCP segments under siw, each judged by the counters, the
-completion status and the capture, not by exit codes alone; and the refusals."""
+"""Live faults (labctl fault, docs/faults.md): a lost SEND, a corrupted, duplicated,
+reordered or delayed SEND, every second SEND lost, every ACK lost with a small retry count,
+a receiver with no receive posted (RNR), and lost TCP segments under siw, each judged by
+the counters, the completion status and the capture, not by exit codes alone; and the
+refusals."""
 
 from __future__ import annotations
 
@@ -104,6 +106,10 @@ def test_one_lost_send_is_nakked_and_retransmitted(lab: LabHandle, tmp_path: Pat
     naks = [f for f in frames if f["detail"].get("AETH", {}).get("nak") == "PSN sequence error"]
     assert naks and naks[0]["psn"] == first_psn
     assert any(f["psn"] == first_psn and f["index"] > naks[0]["index"] for f in sends)
+    # the decoder marks it all without knowing the fault (labctl.wire.recovery)
+    assert naks[0]["recovery"] == "NAK: PSN sequence error"
+    assert sends[0]["recovery"].startswith("after a gap")
+    assert any(f["recovery"] == "retransmitted" for f in sends)
 
 
 def test_a_corrupted_send_fails_the_icrc_and_is_sent_again(lab: LabHandle) -> None:
@@ -121,6 +127,41 @@ def test_a_duplicated_send_is_seen_as_a_duplicate_request(lab: LabHandle) -> Non
     assert record["status"] == "passed", record["reason"]
     assert listed(FAULT_LAB)[0]["hit"] == 1
     assert record["counters"]["node1"]["rxe0/1"]["duplicate_request"] >= 1
+
+
+def test_a_reordered_send_arrives_out_of_sequence(lab: LabHandle) -> None:
+    fault(FAULT_LAB, "node2:eth1", "reorder", "--opcode", "send", "--nth", "1")
+    record = run(FAULT_LAB, "pingpong", "-n", "5")
+    assert record["status"] == "passed", record["reason"]
+    assert listed(FAULT_LAB)[0]["hit"] == 1
+    # the held first packet is overtaken by the rest of its message
+    assert record["counters"]["node1"]["rxe0/1"]["out_of_seq_request"] >= 1
+
+
+def test_a_delay_beyond_the_ack_timeout_sends_again_for_nothing(lab: LabHandle) -> None:
+    """Every node2 SEND held 100 ms, longer than pingpong's ACK timeout (67 ms): node2
+    sends each again before the ACK can come, node1 sees duplicates, all still passes."""
+    fault(FAULT_LAB, "node2:eth1", "delay", "--opcode", "send", "--delay", "100ms")
+    record = run(FAULT_LAB, "pingpong", "-n", "5", "-s", "64")
+    assert record["status"] == "passed", record["reason"]
+    (only,) = listed(FAULT_LAB)
+    assert only["hit"] == only["matched"] >= 5  # every SEND, the copies too
+    assert record["figures"]["usec_per_iter"] >= 100_000  # each exchange waits for one
+    assert record["counters"]["node2"]["rxe0/1"]["completer_retry_err"] >= 1
+    assert record["counters"]["node1"]["rxe0/1"]["duplicate_request"] >= 1
+
+
+def test_every_second_send_dropped_hits_exactly_half(lab: LabHandle) -> None:
+    fault(FAULT_LAB, "node2:eth1", "drop", "--opcode", "send", "--every", "2")
+    record = run(FAULT_LAB, "pingpong", "-n", "5", "-s", "64")
+    assert record["status"] == "passed", record["reason"]
+    (only,) = listed(FAULT_LAB)
+    assert only["matched"] >= 6 and only["hit"] == only["matched"] // 2  # the 2nd, 4th, ...
+    sender, receiver = record["counters"]["node2"]["rxe0/1"], record["counters"]["node1"]["rxe0/1"]
+    # one packet per message: each one dropped was sent again after the ACK timeout...
+    assert sender["completer_retry_err"] >= only["hit"]
+    # ...and exactly the dropped ones never reached node1
+    assert receiver["rcvd_pkts"] == sender["sent_pkts"] - only["hit"]
 
 
 def test_every_ack_lost_ends_in_retry_exceeded(lab: LabHandle) -> None:
@@ -148,6 +189,63 @@ def test_every_ack_lost_ends_in_retry_exceeded(lab: LabHandle) -> None:
                               check=True).stdout)["counters"]["rxe0/1"]
     assert after["retry_exceeded_err"] - before["retry_exceeded_err"] == 1
     assert listed(FAULT_LAB)[0]["hit"] >= 2  # the first send and its one retry
+
+
+def rxe_counters(node: str) -> dict[str, int]:
+    out = labctl("counters", node, "--lab", FAULT_LAB, "--json", check=True).stdout
+    counters: dict[str, int] = json.loads(out)["counters"]["rxe0/1"]
+    return counters
+
+
+def rnr_pingpong(lab: LabHandle, port: int, rnr_delay: float,
+                 rnr_retry: int) -> tuple[subprocess.CompletedProcess[str], dict[str, int],
+                                          dict[str, int]]:
+    """The RNR lesson (docs/faults.md): node1's server posts its receives `rnr_delay` seconds
+    after connecting, node2's client sends at once with `rnr_retry`. The client's result and
+    how node1's and node2's counters changed."""
+    before = {node: rxe_counters(node) for node in ("node1", "node2")}
+    pingpong = ["timeout", "90", "env", "PYTHONPATH=/opt/labctl", "python3", "-m",
+                "labctl.nodeside.pingpong", "-d", "rxe0", "-g", "1", "-n", "5",
+                "-p", str(port)]  # a port of its own: this server may outlive the test
+    server = lab.popen("node1", [*pingpong, "--rnr-delay", str(rnr_delay)],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        client = None
+        for _ in range(10):  # until the server listens
+            client = lab.run("node2", [*pingpong, "--rnr-retry", str(rnr_retry), "10.77.1.1"],
+                             timeout=180)
+            if "Couldn't connect" not in client.stderr:
+                break
+            time.sleep(2)
+        assert client is not None
+    finally:
+        server.kill()  # the ssh client; in node1 the server's own timeout ends it
+        server.wait()
+    changes = []
+    for node in ("node1", "node2"):
+        after = rxe_counters(node)
+        changes.append({name: after[name] - before[node].get(name, 0) for name in after})
+    return client, changes[0], changes[1]
+
+
+def test_no_receive_posted_ends_in_rnr_retry_exceeded(lab: LabHandle) -> None:
+    client, receiver, sender = rnr_pingpong(lab, 18601, rnr_delay=20, rnr_retry=1)
+    assert client.returncode != 0, client
+    assert "RNR retry counter exceeded (13)" in client.stderr, client.stderr
+    # the first try and its one retry each got an RNR NAK, then the QP gave up (node1 may
+    # have sent one more, for a packet already in flight: seen live, 2 or 3)
+    assert sender["rcvd_rnr_err"] == 2 and sender["retry_rnr_exceeded_err"] == 1, sender
+    assert receiver["send_rnr_err"] >= 2, receiver
+
+
+def test_rnr_retry_7_retries_until_the_receives_come(lab: LabHandle) -> None:
+    client, receiver, sender = rnr_pingpong(lab, 18602, rnr_delay=5, rnr_retry=7)
+    assert client.returncode == 0, client
+    assert "5 iters in" in client.stdout, client.stdout
+    # retried far more than any finite rnr_retry (at most 6) allows, and never gave up
+    assert sender["rcvd_rnr_err"] > 7 and sender["retry_rnr_exceeded_err"] == 0, sender
+    assert receiver["send_rnr_err"] >= sender["rcvd_rnr_err"], receiver  # none made up
+    assert receiver["rdma_recvs"] == 5, receiver
 
 
 def test_the_plugin_context_manager_takes_its_fault_off(lab: LabHandle) -> None:

@@ -76,6 +76,18 @@ def test_pingpong_options_like_c() -> None:
         pypp.parse_args(["-m", "1000"])
 
 
+def test_pingpong_fault_lesson_options() -> None:
+    """Not in ibv_rc_pingpong: the retry counts, the ACK timeout and the RNR lesson's delay."""
+    args = pypp.parse_args([])
+    assert (args.ack_timeout, args.retry_cnt, args.rnr_retry, args.rnr_delay) == (14, 7, 7, 0)
+    args = pypp.parse_args(["--rnr-retry", "1", "--rnr-delay", "2.5", "10.77.1.1"])
+    assert (args.rnr_retry, args.rnr_delay) == (1, 2.5)
+    for bad in (["--rnr-delay", "-1"], ["--rnr-retry", "8"], ["--retry-cnt", "-1"],
+                ["--ack-timeout", "32"]):
+        with pytest.raises(SystemExit):
+            pypp.parse_args(bad)
+
+
 # --- rping ---------------------------------------------------------------------------------
 def test_rping_counts_pings() -> None:
     assert parse_rping(output("rping.client.txt")) == {"pings": 5, "last_ping": 4,
