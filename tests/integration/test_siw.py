@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from labctl.lab.handle import LabHandle
 from tests.integration.conftest import labctl, make_topology
 from tests.integration.hotplug import check_hot_plug
 from tests.integration.modulelab import ModuleLab, module_lab
+from tests.integration.siwstall import RPING_ATTEMPTS, siw_stall
 
 pytestmark = pytest.mark.integration
 SIW_LAB = os.environ.get("LABCTL_TEST_SIW_LAB", "itest-siw")
@@ -44,19 +44,9 @@ def test_status_shows_iwarp_devices(siw_lab: LabHandle) -> None:
         assert device["node_type"] == "4: RNIC"
 
 
-# About one rping in ten on siw (7.3 kernel, TCG) stalls once connected: the server waits
-# for the client's next step of the exchange (its buffer advertisement, or the first RDMA
-# READ's completion), the client prints nothing and runs into its bound, and its exit
-# disconnects the server ("wait for RDMA_READ_ADV state 10", "wait for RDMA_READ_COMPLETE
-# state 10": 10 is rping's DISCONNECTED). docs/reliability.md item 14. That kernel stall is
-# allowed twice in a row, by that signature only; any other failure fails at once.
-SIW_STALL = re.compile(r"wait for RDMA_(READ|WRITE)_(ADV|COMPLETE) state 10")
-RPING_ATTEMPTS = 3
-
-
 def rping_until_it_passes(*args: str) -> dict[str, Any]:
-    """`labctl run rping ARGS --json` on the siw lab, tried again after a SIW_STALL only:
-    the passed record."""
+    """`labctl run rping ARGS --json` on the siw lab, tried again after siw's own stall only
+    (siwstall.py): the passed record."""
     stalls: list[str] = []
     for _ in range(RPING_ATTEMPTS):
         result = labctl("run", "rping", "--lab", SIW_LAB, "--timeout", "40", *args, "--json",
@@ -68,10 +58,9 @@ def rping_until_it_passes(*args: str) -> dict[str, Any]:
             if stalls:
                 print(f"rping on siw passed after {len(stalls)} stall(s): {stalls}")
             return record
-        stall = SIW_STALL.search(record["server_output"])
-        assert stall and record["reason"].startswith("client exited with 124"), \
-            result.stderr
-        stalls.append(stall.group(0))
+        stall = siw_stall(record)
+        assert stall, result.stderr
+        stalls.append(stall)
     raise AssertionError(f"rping stalled {RPING_ATTEMPTS} times in a row on siw: {stalls}")
 
 
