@@ -120,6 +120,15 @@ def _kill_in_node(handle: LabHandle, node: str, program: str) -> None:
         handle.run(node, ["kill", "-9", *pids], timeout=30)
 
 
+def _end_pingpong_run(handle: LabHandle, run: subprocess.Popen[str]) -> None:
+    """A `labctl run pingpong` started in the background, ended whatever the test did: the
+    local process, and the server it left in node1."""
+    if run.poll() is None:
+        run.kill()
+        run.wait()
+    _kill_in_node(handle, "node1", "ibv_rc_pingpong")
+
+
 @pytest.fixture
 def links_restored(lab_handle: LabHandle) -> Iterator[None]:
     yield
@@ -320,10 +329,7 @@ def test_link_down_under_the_verbs_pingpong_ends_at_its_timeout(
         labctl("link", "set", "--lab", LAB_NAME, "node1:eth1", "down", check=True)
         out, _ = run.communicate(timeout=120)
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-        _kill_in_node(lab_handle, "node1", "ibv_rc_pingpong")
+        _end_pingpong_run(lab_handle, run)
     took = time.monotonic() - started
     record = json.loads(out)
     assert run.returncode == 1 and record["status"] == "failed"
@@ -395,10 +401,7 @@ def test_node_killed_during_a_pingpong(lab_handle: LabHandle, lab_topology: Path
             killed = time.monotonic()
             out, _ = run.communicate(timeout=120)
         finally:
-            if run.poll() is None:
-                run.kill()
-                run.wait()
-            _kill_in_node(lab_handle, "node1", "ibv_rc_pingpong")
+            _end_pingpong_run(lab_handle, run)
         record = json.loads(out)
         assert run.returncode == 1 and record["status"] == "failed"
         assert f"node node2 is stopped (qemu process {pid} is gone" in record["reason"], record

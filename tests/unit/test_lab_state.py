@@ -103,14 +103,6 @@ def test_state_writes_are_atomic(tmp_path: Path) -> None:
 # --- corrupt lab files: status says so, down still cleans up ---------------------------
 
 
-@pytest.fixture
-def state_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "labs"
-    root.mkdir()
-    monkeypatch.setenv("LABCTL_STATE_DIR", str(root))
-    return root
-
-
 def _labctl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "labctl", *args], capture_output=True,
                           text=True, check=False, env={**os.environ, "COLUMNS": "200"})
