@@ -29,6 +29,10 @@ DOCKER_HOST_PACKAGES = ("docker.io", "docker-cli", "containerd", "runc")
 # libc6-dev: gcc only recommends it (crt files, libc headers) and images get no recommends.
 DEV_PACKAGES = ("gcc", "libc6-dev", "make", "pkg-config", "libibverbs-dev", "librdmacm-dev",
                 "python3-pyverbs", "gdb", "strace")
+# The workloads image (`image: trixie-workloads`): the real RDMA stacks `labctl run` drives
+# across a lab (docs/workloads.md). An image of its own so the default node stays small.
+WORKLOAD_PACKAGES = ("openmpi-bin", "python3-mpi4py", "ucx-utils", "libfabric-bin",
+                     "nvme-cli", "fio", "nfs-kernel-server", "qperf")
 
 # trixie userland (rdma-core 56.1) with the trixie-backports 7.x kernel, whose rxe works
 # per network namespace (needed by the Docker provider, see docs/docker.md).
@@ -36,6 +40,8 @@ RECIPES: dict[str, Recipe] = {
     "trixie": Recipe("trixie", "trixie", "trixie-backports", node_packages()),
     "trixie-dev": Recipe("trixie-dev", "trixie", "trixie-backports",
                          (*node_packages(), *DEV_PACKAGES)),
+    "trixie-workloads": Recipe("trixie-workloads", "trixie", "trixie-backports",
+                               (*node_packages(), *WORKLOAD_PACKAGES)),
     "sid": Recipe("sid", "sid", "sid", node_packages()),
     # The Docker host VM (labctl docker-host): a node image plus a Docker engine, for hosts
     # whose kernel cannot give containers their own working rxe (see docs/docker.md).

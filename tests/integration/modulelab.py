@@ -49,6 +49,7 @@ def module_lab(
     labctl_from: str | None = None,
     leftovers: Callable[[str], dict[str, list[str]]] | None = None,
     down_says: Sequence[str] = (),
+    scope: str = "module",
 ) -> Any:
     """The fixture of lab `name`, up from the path the module's fixture `topology` gives
     (with the arguments `up_args` gives for that path; `timeout`: seconds for up and for
@@ -58,9 +59,10 @@ def module_lab(
     module starts, libvirt's state before the lab). `labctl_from`: a fixture whose
     `.labctl(*args, timeout=...)` runs labctl (an installed wheel's), else the checkout's.
     `leftovers`: more of the lab that must be gone after down, by kind (lists, empty when
-    gone). `down_says`: text `down` must print (what it removed)."""
+    gone). `down_says`: text `down` must print (what it removed). `scope`: "package" for
+    one lab that a package's modules share (tests/integration/workloads)."""
 
-    @pytest.fixture(scope="module")
+    @pytest.fixture(scope=scope)  # type: ignore[call-overload]
     def lab(request: pytest.FixtureRequest) -> Iterator[ModuleLab]:
         for fixture in requires:
             request.getfixturevalue(fixture)
