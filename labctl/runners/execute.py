@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from typing_extensions import TypedDict
 
+from labctl.data.recipes import RECIPES, node_recipe
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
 from labctl.node.env import rdma_device_name
@@ -103,6 +104,26 @@ def _rdma_node(handle: LabHandle, node: str) -> Node:
             hint="choose other nodes with --server/--client",
         )
     return lab_node
+
+
+def check_image_packages(spec: ExampleSpec, node: Node) -> None:
+    """UsageError (exit 2) when `node`'s image lacks a package `spec` needs: the program is
+    not there, so the run could only fail. Names the images that have them, and the
+    `packages:` key that adds them to the node's own image."""
+    if not spec.packages or node.image not in RECIPES:
+        return
+    have = set(node_recipe(node.image, node.packages).packages)
+    missing = [p for p in spec.packages if p not in have]
+    if not missing:
+        return
+    images = [name for name, recipe in RECIPES.items()
+              if set(spec.packages) <= set(recipe.packages)]
+    where = f"image: {' or '.join(images)}, or " if images else ""
+    raise UsageError(
+        f"{spec.label}: node {node.name}'s image {node.image} lacks "
+        f"{', '.join(missing)}",
+        hint=f"give the nodes {where}packages: [{', '.join(missing)}] in the topology, "
+             "then labctl down and up (topologies/workloads.yaml has them all)")
 
 
 def endpoint(handle: LabHandle, node: str, iface: Interface | None = None) -> Endpoint:
@@ -208,7 +229,8 @@ def run_example(
     options = check_options(options)  # values reach argv and shell snippets in the nodes
     result = RunResult(spec.name, spec.variant, server_node, client_node, "failed",
                        key_figure=spec.key_figure)
-    _rdma_node(handle, server_node), _rdma_node(handle, client_node)
+    for node in (_rdma_node(handle, server_node), _rdma_node(handle, client_node)):
+        check_image_packages(spec, node)
     ifaces = pair_interfaces(handle.lab, server_node, client_node)
     routers = ip_path(handle.lab, server_node, client_node)
     if ifaces is None or routers is None:

@@ -71,6 +71,10 @@ class ExampleSpec:
     # Why the example cannot cross a router ("": it can); a run whose client reaches the
     # server only through routers is skipped with this reason.
     one_segment: str = ""
+    # Debian packages both nodes' images must hold (the workloads: docs/workloads.md). A
+    # node whose image lacks one is refused before anything runs (exit 2), naming an image
+    # that has them: labctl.runners.execute.check_image_packages.
+    packages: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
