@@ -11,9 +11,11 @@ import pytest
 
 from labctl.errors import UsageError
 from labctl.runners.examples import EXAMPLES
+from labctl.runners.execute import check_image_packages
 from labctl.runners.fabric import FABRIC, PINGPONGS, parse_fabric
 from labctl.runners.qperf import QPERF, parse_qperf, unsupported_reason
-from labctl.runners.spec import Endpoint, RunContext, check_options
+from labctl.runners.spec import Endpoint, ExampleSpec, RunContext, check_options
+from labctl.topology.resolved import Node
 
 OUTPUTS = Path(__file__).parent / "outputs"
 RXE = Endpoint("rxe1", "rxe0", "rxe", 1, "10.77.1.1")
@@ -179,3 +181,14 @@ def test_fabric_ports_past_65535_are_refused() -> None:
 def test_both_are_catalogued_and_need_their_packages() -> None:
     assert EXAMPLES[("qperf", "rdma-tcp")].packages == ("qperf",)
     assert EXAMPLES[("fabric", "pingpong")].packages == ("libfabric-bin",)
+
+
+@pytest.mark.parametrize("spec", [QPERF, FABRIC])
+def test_a_node_on_the_default_image_is_refused(spec: ExampleSpec) -> None:
+    node = Node(name="node1", index=1, rdma="rxe", memory_mib=512, cpus=1, image="trixie",
+                interfaces=())
+    with pytest.raises(UsageError) as refused:
+        check_image_packages(spec, node)
+    assert refused.value.exit_code == 2
+    assert refused.value.message == (f"{spec.label}: node node1's image trixie lacks "
+                                     f"{spec.packages[0]}")
