@@ -147,11 +147,13 @@ def parse_qperf(output: str) -> dict[str, Any]:
             elif what == "retry":
                 row["retried"] = row.get("retried", 0) + 1
             else:  # exit
-                ok = rest == "0" and (row["latency_us"] is not None
-                                      or row["bw_mb_per_s"] is not None)
+                measured = bool(row["latency_us"] or row["bw_mb_per_s"])
+                ok = rest == "0" and measured
                 row["status"] = "passed" if ok else "failed"
                 if not ok and not row["reason"]:
-                    row["reason"] = f"qperf exited with {rest or '?'}"
+                    # A loaded TCG host: qperf prints 0 when no exchange ended within -t
+                    row["reason"] = (f"qperf exited with {rest or '?'}" if rest != "0"
+                                     else "qperf measured nothing (try a longer --duration)")
                 current = None
             continue
         if current is None:

@@ -192,3 +192,9 @@ def test_a_node_on_the_default_image_is_refused(spec: ExampleSpec) -> None:
     assert refused.value.exit_code == 2
     assert refused.value.message == (f"{spec.label}: node node1's image trixie lacks "
                                      f"{spec.packages[0]}")
+
+
+def test_qperf_a_zero_figure_is_no_measurement() -> None:
+    text = "labctl: test rc_lat\nrc_lat:\n    latency  =  0 ns\nlabctl: exit rc_lat 0\n"
+    row = rows(parse_qperf(text))["rc_lat"]
+    assert row["status"] == "failed" and "measured nothing" in str(row["reason"])

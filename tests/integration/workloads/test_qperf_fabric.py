@@ -20,7 +20,7 @@ def rows(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_qperf_rdma_and_tcp_on_rxe(workloads_lab: ModuleLab) -> None:
     record = passed_run(workloads_lab.name, "qperf", "--server", "rxe1", "--client", "rxe2",
-                        "--duration", "1")
+                        "--duration", "2")
     by_test = rows(record)
     for test in ("rc_lat", "tcp_lat"):
         assert by_test[test]["status"] == "passed" and by_test[test]["latency_us"] > 0
@@ -36,7 +36,7 @@ def test_qperf_rdma_and_tcp_on_rxe(workloads_lab: ModuleLab) -> None:
 def test_qperf_on_siw_reports_what_iwarp_cannot_and_refuses_ud_only(
         workloads_lab: ModuleLab) -> None:
     record = passed_run(workloads_lab.name, "qperf", "--server", "siw1", "--client", "siw2",
-                        "--duration", "1", "--tests", "rc_lat,rc_bi_bw,ud_lat,tcp_lat")
+                        "--duration", "2", "--tests", "rc_lat,rc_bi_bw,ud_lat,tcp_lat")
     by_test = rows(record)
     assert by_test["rc_lat"]["latency_us"] > 0
     assert by_test["rc_bi_bw"]["bw_mb_per_s"] > 0
