@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from labctl.capabilities import for_provider
 from labctl.topology.resolved import Lab
 
 MEMINFO = Path("/proc/meminfo")
@@ -41,7 +42,8 @@ def lab_memory_mib(lab: Lab) -> int:
 def memory_warning(lab: Lab, available: int | None) -> str:
     """A warning when the qemu lab's nodes need more memory than the host has free now
     ("" when they fit, for other providers and when the free memory is unknown)."""
-    if lab.provider != "qemu" or available is None:
+    # Only where a node's memory is its own (qemu): a container's is a ceiling.
+    if not for_provider(lab.provider).own_memory or available is None:
         return ""
     total = lab_memory_mib(lab)
     if total <= available:
