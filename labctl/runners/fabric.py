@@ -101,7 +101,8 @@ _MARK = re.compile(r"^labctl: (test|exit|teardown-crash) ([a-z0-9-]+)(?: (-?\d+)
 TEARDOWN_CRASH = "the server crashed (SIGSEGV) in its teardown, after its results"
 _HEADER = re.compile(r"^bytes\s+#sent\s+#ack\s+total\s+time\s+MB/sec\s+usec/xfer\s+Mxfers/sec")
 # 4k      100     =100     800k        1.00s      0.82    5014.83       0.00
-_RESULT = re.compile(r"^(\d+[kmg]?)\s+(\d+)\s+=?(\d+)\s+(\d+[kmg]?)\s+([\d.]+)s\s+([\d.]+)\s+"
+# the total column is not used (and may be "6.2m": fi_pingpong rounds it), so any word
+_RESULT = re.compile(r"^(\d+[kmg]?)\s+(\d+)\s+=?(\d+)\s+(\S+)\s+([\d.]+)s\s+([\d.]+)\s+"
                      r"([\d.]+)\s+([\d.]+)\s*$")
 _SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 MAX_LINES = 2000

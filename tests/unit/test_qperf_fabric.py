@@ -198,3 +198,11 @@ def test_qperf_a_zero_figure_is_no_measurement() -> None:
     text = "labctl: test rc_lat\nrc_lat:\n    latency  =  0 ns\nlabctl: exit rc_lat 0\n"
     row = rows(parse_qperf(text))["rc_lat"]
     assert row["status"] == "failed" and "measured nothing" in str(row["reason"])
+
+
+def test_fabric_a_total_with_a_fraction() -> None:
+    # 64 KiB x 20 both ways: fi_pingpong prints the total as "2.5m"
+    by_test = rows(parse_fabric(output("fabric.client.rxe.64k.txt")))
+    assert by_test["verbs-msg"]["size"] == 65536
+    assert by_test["verbs-msg"]["bw_mb_per_s"] == 2.30
+    assert by_test["tcp-msg"]["latency_us"] == 33347.90
