@@ -8,6 +8,7 @@ the tc script (tcplan.py); when either fails, what was done of it is taken off a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ from typing_extensions import TypedDict  # pydantic reads only this TypedDict on
 from labctl import bounded
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
+from labctl.locks import blocking_lock
 from labctl.providers.base import UnsupportedError
 from labctl.rdmafault import tcplan
 from labctl.rdmafault.spec import FaultMatch, FaultSpec
@@ -27,6 +29,7 @@ from labctl.store.labdir import find_labdir
 from labctl.store.state import NodeStatus, atomic_write
 
 FAULTS_FILE = "faults.json"
+FAULTS_LOCK = ".faults.lock"
 NODE_SECONDS = 60.0
 # At most one fault a band on each end of each link; a file with more was not labctl's.
 MAX_FAULTS = 4096
@@ -72,6 +75,13 @@ class Fault:
 
 def _path(handle: LabHandle) -> Path:
     return handle.labdir.path / FAULTS_FILE
+
+
+def _faults_lock(handle: LabHandle) -> contextlib.AbstractContextManager[None]:
+    """Held while faults.json is read, the nodes changed and the file written again: two
+    `fault add` at once would otherwise pick the same id and band, and one record lose the
+    other's fault (which `down` still removes with the node, but `fault clear` would miss)."""
+    return blocking_lock(handle.labdir.path / FAULTS_LOCK)
 
 
 def load_faults(handle: LabHandle) -> list[Fault]:
@@ -133,6 +143,11 @@ def _why(result: subprocess.CompletedProcess[str]) -> str:
 def add_fault(handle: LabHandle, node: str, ifname: str, spec: FaultSpec) -> Fault:
     check_provider(handle)
     check_running(handle, node)
+    with _faults_lock(handle):
+        return _add_locked(handle, node, ifname, spec)
+
+
+def _add_locked(handle: LabHandle, node: str, ifname: str, spec: FaultSpec) -> Fault:
     faults = load_faults(handle)
     used = {f.band for f in faults if (f.node, f.interface) == (node, ifname)}
     free = [b for b in range(tcplan.FIRST_BAND, tcplan.LAST_BAND + 1) if b not in used]
@@ -170,6 +185,12 @@ def clear_faults(handle: LabHandle, endpoint: tuple[str, str] | None = None,
                  fault_id: int | None = None) -> list[Fault]:
     """Take off the faults chosen (all by default); return them. Faults on a node that
     does not answer are kept, and LabctlError says so after the rest are off."""
+    with _faults_lock(handle):
+        return _clear_locked(handle, endpoint, fault_id)
+
+
+def _clear_locked(handle: LabHandle, endpoint: tuple[str, str] | None,
+                  fault_id: int | None) -> list[Fault]:
     faults = load_faults(handle)
     chosen = [f for f in faults
               if (endpoint is None or (f.node, f.interface) == endpoint)

@@ -234,8 +234,8 @@ WORKLOAD_COMMANDS: tuple[RunCommand, ...] = (
                "one table;\ntests a device cannot run show as unsupported, with why.", (
                    RunOption("tests", ("--tests",), str, "Comma-separated qperf tests (default "
                              f"{','.join(DEFAULT_TESTS)}); known: {', '.join(QPERF_TESTS)}.",
-                             metavar="TEST,..."),
-                   RunOption("duration", ("--duration", "-t"), int, "Seconds each test runs "
+                             metavar="TEST"),
+                   RunOption("duration", ("--duration",), int, "Seconds each test runs "
                              f"(qperf -t; default {DEFAULT_DURATION}).", metavar="SECONDS"),
                    SIZE.but("Message size in bytes (qperf -m; default: qperf's per test)."),
                    PORT.but(f"qperf's control port (-lp; default {QPERF_PORT})."),
@@ -244,7 +244,7 @@ WORKLOAD_COMMANDS: tuple[RunCommand, ...] = (
                "ofi_rxm)\nand over tcp, side by side: latency and bandwidth.", (
                    RunOption("tests", ("--tests",), str, "Comma-separated provider-endpoint "
                              f"pairs (default all): {', '.join(PINGPONGS)}.",
-                             metavar="TEST,..."),
+                             metavar="TEST"),
                    SIZE.but("Message size in bytes (fi_pingpong -S).", default=4096),
                    ITERS.but("Iterations (fi_pingpong -I).", default=100),
                    PORT.but(f"First control port (-B/-P; default {FABRIC_PORT}; a server "

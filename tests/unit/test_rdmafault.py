@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import struct
 import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +247,31 @@ def test_add_list_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert apply.load_faults(handle) == []  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="no fault 7"):
         apply.clear_faults(handle, fault_id=7)  # type: ignore[arg-type]
+
+
+def test_two_adds_at_once_get_their_own_ids_and_bands(tmp_path: Path) -> None:
+    """faults.json is read, changed and written under the lab's faults lock: two adds that
+    run at once (the first one's tc script waits until the second has started) both land."""
+    handle = FakeHandle(tmp_path)
+    second_started = threading.Event()
+    real_run = handle.run
+
+    def slow_run(node: str, command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        if "set -e" in command[-1] and not second_started.is_set():
+            second_started.wait(timeout=0.5)  # the second add is blocked on the lock meanwhile
+        return real_run(node, command, **kwargs)
+
+    handle.run = slow_run  # type: ignore[method-assign]
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(_add, handle, "node1")
+        time.sleep(0.1)
+        second = pool.submit(_add, handle, "node1")
+        time.sleep(0.1)
+        second_started.set()
+        added = sorted([first.result(timeout=10), second.result(timeout=10)],
+                       key=lambda f: f.id)
+    assert [(f.id, f.band) for f in added] == [(1, 2), (2, 3)]
+    assert [f.id for f in apply.load_faults(handle)] == [1, 2]  # type: ignore[arg-type]
 
 
 def test_a_failed_tc_takes_off_what_was_put_on(tmp_path: Path) -> None:
