@@ -140,7 +140,7 @@ def key_figure_text(result: RunResult) -> str:
         return f"{value} {f.get('bw_unit', 'MB/sec')} avg"
     text = {"end": "end {}", "return_status": "return status {}",
             "cm_connect_us_per_conn": "{} us/conn to connect", "usec_per_xfer": "{} usec/xfer",
-            "bytes": "{} bytes copied"}.get(key)
+            "bytes": "{} bytes copied", "rdma_latency_us": "RDMA {} us"}.get(key)
     if text:
         return text.format(value)
     return f"{key} {value}"
@@ -163,6 +163,11 @@ def figures_text(result: RunResult) -> str:
         parts.append(f"{f['bytes']} B msgs, {f['msg_rate_mpps'] * 1e6:.0f} msg/s")
     if "cm_error" in f:
         parts.append(f"cm error {f['cm_error']}")
+    if "tcp_latency_us" in f:
+        parts.append(f"TCP {f['tcp_latency_us']} us")
+    for prefix in ("rdma", "tcp"):
+        if f"{prefix}_bw_mb_per_s" in f:
+            parts.append(f"{prefix.upper()} {f[f'{prefix}_bw_mb_per_s']} MB/s")
     return ", ".join(p for p in parts if p)
 
 
@@ -200,6 +205,8 @@ def print_results(results: list[RunResult], as_json: bool, *, summary: bool = Fa
         for r in results:
             table.add_row(r.label, r.server, r.client, _outcome(r), escape(figures_text(r)))
         console.print(table)
+        for r in results:
+            _print_test_rows(r)
     for r in results if not as_json else []:
         if r.capture:
             console.print(capture_line(r), markup=False, soft_wrap=True)
@@ -210,6 +217,30 @@ def print_results(results: list[RunResult], as_json: bool, *, summary: bool = Fa
             err_console.print(failure_details(r), markup=False, soft_wrap=True)
     if any(r.status == "failed" for r in results):
         raise typer.Exit(1)
+
+
+def _figure(value: Any) -> str:
+    return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _print_test_rows(result: RunResult) -> None:
+    """A workload that runs several tests (qperf, fabric): one row each, RDMA beside TCP."""
+    rows = result.figures.get("rows")
+    if not isinstance(rows, list) or not rows:
+        return
+    table = Table(title=f"{result.example}: {result.server} (server) - {result.client}")
+    for column in ("test", "transport", "latency (us)", "bandwidth (MB/s)", "result"):
+        table.add_column(column)
+    for row in rows:
+        if not isinstance(row, dict):
+            continue
+        status = str(row.get("status", "?"))
+        color = {"passed": "green", "unsupported": "yellow"}.get(status, "red")
+        note = f" ({row['reason']})" if row.get("reason") else ""
+        table.add_row(escape(str(row.get("test", "?"))), escape(str(row.get("transport", ""))),
+                      _figure(row.get("latency_us")), _figure(row.get("bw_mb_per_s")),
+                      f"[{color}]{escape(status)}[/]{escape(note)}")
+    console.print(table)
 
 
 def _run_example(command: RunCommand, values: dict[str, Any]) -> None:

@@ -129,7 +129,7 @@ DevicesOutput: Any = dict[str, list[DeviceRow] | NoDeviceList | NodeError]
 # `labctl run EXAMPLE --json`: a record; with --pairs other than `first`, a list of them.
 RUN_EXAMPLES = ("run pingpong", "run rping", "run perftest", "run mckey", "run rdma-server",
                 "run udaddy", "run ucmatose", "run cmtime", "run rstream", "run riostream",
-                "run rcopy", "run custom")
+                "run rcopy", "run qperf", "run fabric", "run custom")
 
 OUTPUTS: tuple[Output, ...] = (
     Output("status", ("status",), StatusOutput),

@@ -84,11 +84,13 @@ def register(app: typer.Typer) -> None:
         allow_mounts: list[str] = AllowHostMountOption,
     ) -> None:
         """Check a topology (a file or a shipped one) and show the lab it describes
-        (addresses, MACs, devices)."""
+        (addresses, MACs, devices). qemu nodes that need more memory together than the
+        host has are refused; more than it has free now (MemAvailable) is warned about."""
         from labctl.errors import LabctlError, UsageError
         from labctl.providers import vagrant_plan
         from labctl.topology.catalog import find_topology
         from labctl.topology.host import HostFacts, resolve_allowances
+        from labctl.topology.hostmemory import available_mib, memory_warning
         from labctl.topology.load import load_lab
 
         try:
@@ -107,6 +109,11 @@ def register(app: typer.Typer) -> None:
             if exc.hint:
                 typer.echo(f"hint: {exc.hint}", err=True)
             raise typer.Exit(exc.exit_code) from None
+        # Beyond the host's memory the checks above refused (exit 2); beyond what is free
+        # now is worth saying, not refusing: other labs come and go.
+        warning = memory_warning(lab, available_mib())
+        if warning:
+            typer.echo(f"warning: {warning}", err=True)
         typer.echo(text)
 
     @app.command("schema")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 from labctl.lab.handle import LabHandle
+from labctl.runners.fabric import FABRIC
 from labctl.runners.parsers import (
     parse_cmatose,
     parse_cmtime,
@@ -16,6 +17,7 @@ from labctl.runners.parsers import (
     parse_rping,
     parse_rstream,
 )
+from labctl.runners.qperf import QPERF
 from labctl.runners.spec import ExampleSpec, RunContext
 
 PINGPONG_PORT = 18515
@@ -429,6 +431,7 @@ EXAMPLES: dict[tuple[str, str], ExampleSpec] = {
         RDMA_SERVER, _cmatose("udaddy"), _cmatose("ucmatose"), CMTIME,
         _rstream("rstream"), _rstream("riostream"), RCOPY,
         *(_atomic(test) for test in ATOMIC_PERFTESTS),
+        QPERF, FABRIC,
     )
 }
 
@@ -453,4 +456,6 @@ TEACHES: dict[str, str] = {
     "rstream": "rsockets: socket calls carried over RDMA",
     "riostream": "rsockets with riomap/riowrite: RDMA writes behind a socket",
     "rcopy": "a file copied over rsockets, checked byte for byte",
+    "qperf": "RDMA (RC through RDMA CM) against TCP: latency and bandwidth in one table",
+    "fabric": "libfabric's fi_pingpong over the verbs provider (RDMA) and tcp, side by side",
 }

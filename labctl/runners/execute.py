@@ -262,6 +262,10 @@ def run_example(
         result.reason = spec.unsupported_reason or f"not supported on {server_ep.device_type}"
         return result
     ctx = RunContext(server_ep, client_ep, options)
+    refused = spec.refuse(ctx) if spec.refuse else ""
+    if refused:
+        result.status, result.reason = "skipped", refused
+        return result
     timeout = float(options.get("timeout") or spec.timeout)
     result.server_argv = spec.server_argv(ctx)
     result.client_argv = spec.client_argv(ctx)

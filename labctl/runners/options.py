@@ -23,6 +23,14 @@ from labctl.runners.examples import (
     PERFTESTS,
     pingpong_variant,
 )
+from labctl.runners.fabric import FABRIC_PORT, PINGPONGS, chosen_pingpongs
+from labctl.runners.qperf import (
+    DEFAULT_DURATION,
+    DEFAULT_TESTS,
+    QPERF_PORT,
+    QPERF_TESTS,
+    chosen_tests,
+)
 from labctl.runners.schedule import MAX_JOBS
 from labctl.runners.spec import KNOWN_OPTIONS
 
@@ -209,6 +217,41 @@ RUN_COMMANDS: tuple[RunCommand, ...] = (
                "compared on arrival.", (SIZE.but("Bytes of the file copied.", default=65536),
                                         PORT), _fixed("rsocket")),
 )
+
+
+def _qperf(values: Values) -> str:
+    chosen_tests(values["tests"])  # an unknown test: exit 2 before the lab is opened
+    return "rdma-tcp"
+
+
+def _fabric(values: Values) -> str:
+    chosen_pingpongs(values["tests"])
+    return "pingpong"
+
+
+WORKLOAD_COMMANDS: tuple[RunCommand, ...] = (
+    RunCommand("qperf", "qperf: RDMA (RC through RDMA CM) against TCP latency and bandwidth, "
+               "one table;\ntests a device cannot run show as unsupported, with why.", (
+                   RunOption("tests", ("--tests",), str, "Comma-separated qperf tests (default "
+                             f"{','.join(DEFAULT_TESTS)}); known: {', '.join(QPERF_TESTS)}.",
+                             metavar="TEST"),
+                   RunOption("duration", ("--duration",), int, "Seconds each test runs "
+                             f"(qperf -t; default {DEFAULT_DURATION}).", metavar="SECONDS"),
+                   SIZE.but("Message size in bytes (qperf -m; default: qperf's per test)."),
+                   PORT.but(f"qperf's control port (-lp; default {QPERF_PORT})."),
+               ), _qperf),
+    RunCommand("fabric", "libfabric's fi_pingpong over the verbs provider (MSG and RDM through "
+               "ofi_rxm)\nand over tcp, side by side: latency and bandwidth.", (
+                   RunOption("tests", ("--tests",), str, "Comma-separated provider-endpoint "
+                             f"pairs (default all): {', '.join(PINGPONGS)}.",
+                             metavar="TEST"),
+                   SIZE.but("Message size in bytes (fi_pingpong -S).", default=4096),
+                   ITERS.but("Iterations (fi_pingpong -I).", default=100),
+                   PORT.but(f"First control port (-B/-P; default {FABRIC_PORT}; a server "
+                            "per test on consecutive ports)."),
+               ), _fabric),
+)
+RUN_COMMANDS = (*RUN_COMMANDS, *WORKLOAD_COMMANDS)
 
 # `labctl run custom`: your own commands run like an example (labctl.runners.custom).
 CUSTOM_COMMAND = RunCommand(

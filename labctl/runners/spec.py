@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,6 +76,10 @@ class ExampleSpec:
     # node whose image lacks one is refused before anything runs (exit 2), naming an image
     # that has them: labctl.runners.execute.check_image_packages.
     packages: tuple[str, ...] = ()
+    # Why this run cannot be made between these devices with these options ("": it can),
+    # for an example whose support depends on its options (qperf's UD tests on siw). A run
+    # it refuses is skipped with that reason, as one on an unsupported device type.
+    refuse: Callable[[RunContext], str] | None = None
 
     @property
     def label(self) -> str:
@@ -101,8 +106,9 @@ _INT_RANGES: dict[str, tuple[int, int, int]] = {
     # The range --mtu's help gives. The pingpongs themselves refuse a value that is not a
     # power of two (300): a failed run (exit 1) the integration tests rely on.
     "mtu": (256, 4096, 1024),
+    "duration": (1, 600, 2),
 }
-_EXAMPLES = {"timeout": "60", "group": "239.1.1.1",
+_EXAMPLES = {"timeout": "60", "group": "239.1.1.1", "tests": "rc_lat,tcp_lat",
              **{k: str(v[2]) for k, v in _INT_RANGES.items()}}
 
 
@@ -139,6 +145,8 @@ def check_options(options: dict[str, Any]) -> dict[str, Any]:
             checked[option] = check_seconds(option, value)
         elif option == "group":
             checked[option] = check_multicast_group(value)
+        elif option == "tests":
+            checked[option] = check_test_list(value)
         elif option in ("verbose", "rdma_cm"):
             checked[option] = bool(value)
         else:
@@ -147,7 +155,19 @@ def check_options(options: dict[str, Any]) -> dict[str, Any]:
     return checked
 
 
-KNOWN_OPTIONS = frozenset({*_INT_RANGES, "timeout", "group", "verbose", "rdma_cm"})
+KNOWN_OPTIONS = frozenset({*_INT_RANGES, "timeout", "group", "verbose", "rdma_cm", "tests"})
+_TEST_NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
+MAX_TESTS = 32
+
+
+def check_test_list(value: Any) -> str:
+    """A comma-separated list of test names (--tests): lowercase words, at most MAX_TESTS.
+    Which names an example knows it checks itself (qperf, fabric); this is the form only,
+    as the names reach argv and shell text in the node."""
+    names = value.split(",") if isinstance(value, str) else []
+    if not names or len(names) > MAX_TESTS or not all(_TEST_NAME.fullmatch(n) for n in names):
+        raise _bad("tests", value, f"a comma-separated list of at most {MAX_TESTS} test names")
+    return ",".join(dict.fromkeys(names))  # each test once, in the order given
 
 
 def check_multicast_group(value: Any) -> str:
