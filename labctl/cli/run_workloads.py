@@ -153,18 +153,31 @@ def _ucx_info_table(infos: list[UcxInfo]) -> None:
 def _mpi_table(report: MpiReport) -> None:
     table = Table(title=f"Open MPI across {', '.join(report.nodes)} (mpirun in "
                         f"{report.launcher})")
-    for column in ("transport", "mpirun options", "result", "pingpong usec (8 B)",
+    for column in ("transport", "mpirun options", "result", "pingpong usec (smallest)",
                    "pingpong MB/s (largest)", "allreduce usec (mean)", "allreduce sum"):
         table.add_column(column)
     for run in report.runs:
         f = run.figures
         reduce = f.get("allreduce", {})
-        table.add_row(run.transport, escape(" ".join(run.mca)), _mpi_status(run),
+        table.add_row(run.transport, escape(_mca_text(run.mca)), _mpi_status(run),
                       str(f.get("pingpong_usec", "")),
                       str(f.get("pingpong_mb_per_sec", "")),
                       str(reduce.get("usec_mean", "")),
                       (f"{reduce['sum']} (expected {reduce['expected']})" if reduce else ""))
     console.print(table)
+
+
+def _mca_text(mca: list[str]) -> str:
+    """mpirun's transport options, short: "pml ucx, btl self, UCX_TLS=..." (--json has all)."""
+    parts, words = [], iter(mca)
+    for word in words:
+        if word == "--mca":
+            parts.append(f"{next(words, '')} {next(words, '')}")
+        elif word == "-x":
+            value = next(words, "")
+            if value.startswith("UCX_TLS="):
+                parts.append(value)
+    return ", ".join(parts)
 
 
 def _mpi_status(run: MpiRun) -> str:
@@ -192,7 +205,7 @@ def _run_mpi(command: RunCommand, values: dict[str, Any]) -> None:
                        values["capture_dir"], nodes[1].name) as cap:
         report = run_mpi(handle, nodes, transports, iters, size, seconds, progress)
     if cap is not None:
-        report.capture = dict(cap.record())
+        report.capture = cap.record()
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

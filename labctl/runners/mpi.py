@@ -31,6 +31,7 @@ from labctl.runners.labssh import setup_data_ssh, ssh_command, stop_data_sshd
 from labctl.runners.spec import check_seconds
 from labctl.runners.ucx import UCX_ON_IWARP
 from labctl.topology.resolved import Node
+from labctl.wire.record import CaptureRecord
 
 TRANSPORTS = ("ucx", "tcp")
 MPI_PACKAGES = ("openmpi-bin", "python3-mpi4py")
@@ -73,7 +74,7 @@ class MpiReport:
     hostfile: str  # its text
     ssh: str  # how the ranks are started
     runs: list[MpiRun] = field(default_factory=list)
-    capture: dict[str, Any] | None = None  # --capture: the launcher's data link
+    capture: CaptureRecord | None = None  # --capture: on the launcher's data link
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

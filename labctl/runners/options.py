@@ -244,7 +244,7 @@ UCX_COMMAND = RunCommand(
     "ucx", "UCX's ucx_perftest between two nodes: tag-matching latency (tag_lat) and\n"
     "bandwidth (tag_bw) over RDMA (UCX_TLS=rc_verbs on the rxe device) and over TCP (eth1),\n"
     "one table. rxe only for RDMA: UCX does not support iWARP (siw).", (
-        RunOption("test", ("--test", "-t"), str, "tag_lat, tag_bw or both.", default="both",
+        RunOption("test", ("--test",), str, "tag_lat, tag_bw or both.", default="both",
                   choices=UCX_TESTS, leading=True),
         RunOption("transport", ("--transport",), str, "rdma, tcp or both.", default="both",
                   choices=UCX_TRANSPORTS, leading=True),
@@ -253,7 +253,7 @@ UCX_COMMAND = RunCommand(
         PORT.but("ucx_perftest's exchange port (-p, 13337)."),
     ))
 NODES = RunOption("nodes", ("--nodes",), str, "Nodes, comma-separated (default: every node "
-                  "with an RDMA device).", metavar="A,B,C")
+                  "with an RDMA device).", metavar="NODE,...")
 UCX_INFO_COMMAND = RunCommand(
     "ucx-info", "What UCX sees in each node (ucx_info -d): its transports on the RDMA device,\n"
     "and in UCX's own words why it has none on siw.", (NODES,))
