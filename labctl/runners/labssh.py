@@ -30,16 +30,25 @@ KEY_NAME = "labctl-mpi"
 NODE_KEY = f"/root/.ssh/{KEY_NAME}"
 NODE_AUTHORIZED = f"/root/.ssh/{KEY_NAME}.authorized_keys"
 NODE_KNOWN_HOSTS = f"/root/.ssh/{KEY_NAME}.known_hosts"
+NODE_CONFIG = f"/root/.ssh/{KEY_NAME}.config"
 SSHD_PID = "/run/labctl-mpi-sshd.pid"
 HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"
 _PUBLIC_KEY = re.compile(r"^(ssh-ed25519) ([A-Za-z0-9+/]{60,100}={0,2})(?: .*)?$")
 
 
+def ssh_config() -> str:
+    """The ssh client configuration of the lab's ssh (`ssh -F`: the node's other ssh
+    configuration is not read)."""
+    return (f"Host *\n  IdentityFile {NODE_KEY}\n  IdentitiesOnly yes\n  BatchMode yes\n"
+            f"  StrictHostKeyChecking yes\n  UserKnownHostsFile {NODE_KNOWN_HOSTS}\n"
+            "  ConnectTimeout 30\n")
+
+
 def ssh_command() -> str:
-    """The ssh a node uses to reach another node's data address (mpirun's rsh agent)."""
-    return shlex.join(["ssh", "-i", NODE_KEY, "-o", "IdentitiesOnly=yes", "-o",
-                       "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o",
-                       f"UserKnownHostsFile={NODE_KNOWN_HOSTS}", "-o", "ConnectTimeout=30"])
+    """The ssh a node uses to reach another node's data address (mpirun's rsh agent). A
+    configuration file, not -o options: PRRTE passes the agent on to the daemons it starts
+    (tree spawn) cut at its first "=" (seen in a node's `ps`)."""
+    return f"ssh -F {NODE_CONFIG}"
 
 
 def lab_key(handle: LabHandle) -> tuple[str, str]:
@@ -73,12 +82,12 @@ def known_hosts(keys: dict[str, str]) -> str:
     return "".join(f"{address} {key}\n" for address, key in keys.items())
 
 
-# Written by python3 in the node from JSON on stdin: three files of fixed names, 0600.
+# Written by python3 in the node from JSON on stdin: four files of fixed names, 0600.
 _INSTALL = (
     "import json, os, sys\n"
     "files = json.load(sys.stdin)\n"
     "os.makedirs('/root/.ssh', mode=0o700, exist_ok=True)\n"
-    f"for path in ({NODE_KEY!r}, {NODE_AUTHORIZED!r}, {NODE_KNOWN_HOSTS!r}):\n"
+    f"for path in ({NODE_KEY!r}, {NODE_AUTHORIZED!r}, {NODE_KNOWN_HOSTS!r}, {NODE_CONFIG!r}):\n"
     "    fd = os.open(path + '.new', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)\n"
     "    with os.fdopen(fd, 'w') as f:\n"
     "        f.write(files[path])\n"
@@ -114,7 +123,8 @@ def setup_data_ssh(handle: LabHandle, addresses: dict[str, str]) -> None:
     with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
         keys = dict(zip(nodes, pool.map(read_host_key, nodes), strict=True))
     files = json.dumps({NODE_KEY: private, NODE_AUTHORIZED: public,
-                        NODE_KNOWN_HOSTS: known_hosts({addresses[n]: keys[n] for n in nodes})})
+                        NODE_KNOWN_HOSTS: known_hosts({addresses[n]: keys[n] for n in nodes}),
+                        NODE_CONFIG: ssh_config()})
 
     def install(node: str) -> None:
         wrote = handle.run(node, ["python3", "-c", _INSTALL], input=files, timeout=60)

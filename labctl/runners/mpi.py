@@ -41,12 +41,13 @@ DEFAULT_ITERS = 50
 DEFAULT_MAX_SIZE = 1024
 MAX_ITERS = 100000
 MAX_SIZE = 1 << 24
-# Left behind by an mpirun that was cut off: the PRRTE daemons and our ranks. Killed by
-# their exact names in every node of the run after each mpirun.
-CLEANUP = ["sh", "-c", "pkill -KILL -x prted; pkill -KILL -x mpirun; "
+# Left behind by an mpirun that was cut off: the PRRTE daemons and our ranks. Counted, then
+# killed by their exact names in every node of the run after each mpirun, then counted again.
+_COUNT = ("$(pgrep -x prted | wc -l) "
+          "$(pgrep -f '^python3 -m labctl.nodeside.mpi_bench' | wc -l)")
+CLEANUP = ["sh", "-c", f"echo found {_COUNT}; pkill -KILL -x prted; pkill -KILL -x mpirun; "
            "pkill -KILL -f '^python3 -m labctl.nodeside.mpi_bench'; sleep 0.5; "
-           "echo leftover $(pgrep -x prted | wc -l) $(pgrep -f "
-           "'^python3 -m labctl.nodeside.mpi_bench' | wc -l)"]
+           f"echo left {_COUNT}"]
 
 
 @dataclass
@@ -61,7 +62,7 @@ class MpiRun:
     argv: list[str] = field(default_factory=list)
     output: str = ""
     seconds: float = 0.0
-    leftover: str = ""  # what the cleanup found still running ("" when nothing)
+    leftover: str = ""  # what the cleanup found and killed after mpirun ("" when nothing)
 
 
 @dataclass
@@ -181,7 +182,8 @@ def check_nodes(nodes: list[Node], transports: tuple[str, ...]) -> str:
     if "ucx" in transports:
         iwarp = [n.name for n in nodes if n.rdma != "rxe"]
         if iwarp:
-            raise UsageError(f"mpi over UCX: {', '.join(iwarp)} have siw: {UCX_ON_IWARP}",
+            verb = "has" if len(iwarp) == 1 else "have"
+            raise UsageError(f"mpi over UCX: {', '.join(iwarp)} {verb} siw: {UCX_ON_IWARP}",
                              hint="use rxe nodes (--nodes), or --transport tcp")
     subnets = set()
     for node in nodes:
@@ -222,19 +224,32 @@ def mpirun_argv(count: int, subnet: str, mca: list[str], iters: int, size: int,
             "--prtemca", "oob_tcp_if_include", subnet, *mca, *bench]
 
 
+def cleanup_note(node: str, text: str) -> str:
+    """What CLEANUP found in `node`: "" when mpirun left nothing, else what was killed (and
+    what survived)."""
+    counts: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) == 3 and words[0] in ("found", "left"):
+            counts[words[0]] = words[1:]
+    found, left = counts.get("found", ["?", "?"]), counts.get("left", ["?", "?"])
+    if found == ["0", "0"] and left == ["0", "0"]:
+        return ""
+    note = f"{node}: killed {found[0]} prted, {found[1]} ranks"
+    return note + ("" if left == ["0", "0"] else f"; {left[0]} prted, {left[1]} ranks remain")
+
+
 def _cleanup(handle: LabHandle, nodes: list[str]) -> str:
     """Kill what an mpirun left; "" when nothing was left, else what was found."""
-    found = []
+    notes = []
     for node in nodes:
         try:
             result = handle.run(node, CLEANUP, timeout=60)
         except LabctlError as exc:
-            found.append(f"{node}: {exc.message}")
+            notes.append(f"{node}: {exc.message}")
             continue
-        words = result.stdout.split()
-        if words[:1] == ["leftover"] and words[1:] != ["0", "0"]:
-            found.append(f"{node}: prted {words[1:2]}, ranks {words[2:3]} still there")
-    return "; ".join(found)
+        notes.append(cleanup_note(node, result.stdout))
+    return "; ".join(n for n in notes if n)
 
 
 def run_transport(handle: LabHandle, nodes: list[Node], transport: str, subnet: str,

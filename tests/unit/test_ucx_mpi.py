@@ -19,6 +19,7 @@ from labctl.runners.mpi import (
     CLEANUP,
     check_mpi_options,
     check_nodes,
+    cleanup_note,
     hostfile_text,
     mpirun_argv,
     parse_mpi_bench,
@@ -176,7 +177,12 @@ def test_mpirun_runs_as_root_over_the_lab_ssh_and_holds_everything_to_the_data_s
     assert argv[argv.index("--prtemca") + 1:argv.index("--prtemca") + 3] == [
         "oob_tcp_if_include", "10.77.1.0/24"]
     agent = argv[argv.index("plm_rsh_agent") + 1]
-    assert "StrictHostKeyChecking=yes" in agent and "/root/.ssh/labctl-mpi" in agent
+    assert agent == "ssh -F /root/.ssh/labctl-mpi.config"
+    assert "=" not in agent  # PRRTE cuts the agent it passes on at the first "="
+    config = labssh.ssh_config()
+    assert "  StrictHostKeyChecking yes\n" in config and "  BatchMode yes\n" in config
+    assert "  IdentityFile /root/.ssh/labctl-mpi\n" in config
+    assert "  UserKnownHostsFile /root/.ssh/labctl-mpi.known_hosts\n" in config
     assert argv[-9:] == ["-x", "PYTHONPATH=/opt/labctl", "python3", "-m",
                          "labctl.nodeside.mpi_bench", "--iters", "50", "--max-size", "1024"]
 
@@ -191,6 +197,16 @@ def test_cleanup_kills_by_exact_name_only() -> None:
     script = CLEANUP[2]
     assert "pkill -KILL -x prted" in script
     assert "pkill -KILL -f '^python3 -m labctl.nodeside.mpi_bench'" in script
+
+
+@pytest.mark.parametrize(("text", "note"), [
+    ("found 0 0\nleft 0 0\n", ""),
+    ("found 1 1\nleft 0 0\n", "rxe2: killed 1 prted, 1 ranks"),
+    ("found 1 0\nleft 1 0\n", "rxe2: killed 1 prted, 0 ranks; 1 prted, 0 ranks remain"),
+    ("", "rxe2: killed ? prted, ? ranks; ? prted, ? ranks remain"),  # no answer: say so
+])
+def test_cleanup_says_what_an_mpirun_left(text: str, note: str) -> None:
+    assert cleanup_note("rxe2", text) == note
 
 
 def _node(name: str, rdma: str, address: str, image: str = "trixie-workloads") -> Node:
@@ -212,7 +228,7 @@ def test_ucx_on_siw_is_refused_with_exit_2_but_tcp_is_not() -> None:
     with pytest.raises(UsageError) as refused:
         check_nodes(nodes, ("ucx",))
     assert refused.value.exit_code == 2
-    assert "siw1 have siw" in refused.value.message and "iWARP" in refused.value.message
+    assert "siw1 has siw" in refused.value.message and "iWARP" in refused.value.message
     assert check_nodes(nodes, ("tcp",)) == "10.77.1.0/24"
 
 
@@ -268,6 +284,7 @@ def test_the_lab_key_is_made_once_in_the_lab_directory(tmp_path: Path) -> None:
 
 def test_node_side_files_and_sshd_are_fixed_paths_on_the_data_address() -> None:
     assert "'/root/.ssh/labctl-mpi.authorized_keys'" in labssh._INSTALL
+    assert "'/root/.ssh/labctl-mpi.config'" in labssh._INSTALL
     start = labssh._start_sshd("10.77.1.1")[2]
     assert "ListenAddress=10.77.1.1:22" in start
     assert "AuthorizedKeysFile=/root/.ssh/labctl-mpi.authorized_keys" in start
