@@ -75,6 +75,10 @@ class ExampleSpec:
     # node whose image lacks one is refused before anything runs (exit 2), naming an image
     # that has them: labctl.runners.execute.check_image_packages.
     packages: tuple[str, ...] = ()
+    # Seconds the server may take to listen (labctl.runners.execute's wait); None: the
+    # runner's default. UCX loads all its transport modules first (ib, rdmacm, rocm...):
+    # over 30 s in a freshly booted node of a loaded TCG host.
+    ready_seconds: float | None = None
 
     @property
     def label(self) -> str:

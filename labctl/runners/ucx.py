@@ -29,6 +29,9 @@ UCX_PORT = 13337  # ucx_perftest's own default (-p)
 UCX_PACKAGES = ("ucx-utils",)
 TESTS = ("tag_lat", "tag_bw")
 TRANSPORTS = ("rdma", "tcp")
+# ucx_perftest listens once UCX has loaded its modules: 1-3 s in an idle node, over 30 s
+# (the examples' wait) in a freshly booted lab on a loaded TCG host (seen in a CI-like run).
+UCX_READY_SECONDS = 120.0
 WARMUP = 10  # ucx_perftest's default is 10000 warm-up iterations: minutes under TCG
 # Small by default (TCG): about 10-30 s a run in a loaded host.
 DEFAULT_SIZE = {"tag_lat": 8, "tag_bw": 65536}
@@ -109,6 +112,7 @@ def _ucx_spec(test: str, transport: str) -> ExampleSpec:
         ready_probe=lambda ctx: listening_probe(ctx.opt("port", UCX_PORT)),
         key_figure="usec_percentile" if test == "tag_lat" else "mb_per_sec_overall",
         timeout=120.0,
+        ready_seconds=UCX_READY_SECONDS,
         packages=UCX_PACKAGES,
     )
 

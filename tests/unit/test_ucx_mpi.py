@@ -113,6 +113,8 @@ def test_rdma_runs_come_first_so_a_refusal_starts_nothing() -> None:
     labels = [s.variant for s in ucx_specs(("tag_lat", "tag_bw"), ("rdma", "tcp"))]
     assert labels == ["tag_lat-rdma", "tag_bw-rdma", "tag_lat-tcp", "tag_bw-tcp"]
     assert all(s.packages == ("ucx-utils",) for s in UCX_SPECS.values())
+    # UCX loads its modules before it listens: longer than the examples' 30 s under load
+    assert all(s.ready_seconds == 120.0 for s in UCX_SPECS.values())
 
 
 # --- ucx_info -d ---------------------------------------------------------------------------------
