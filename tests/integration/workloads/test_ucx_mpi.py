@@ -30,8 +30,6 @@ def test_ucx_tag_latency_over_rc_verbs_and_tcp_in_one_run(workloads_lab: ModuleL
         assert figures["time_kind"] == "latency"
         assert 0 < figures["usec_percentile"] < 1e6
         assert figures["lanes"] == [lane]  # UCX_PROTO_INFO: the transport messages took
-    rdma_counters = by_variant["tag_lat-rdma"]["counters"]["rxe2"]
-    assert rdma_counters["rxe0/1"]["rdma_sends"] >= 200  # the messages went through rxe
 
 
 def test_ucx_over_rdma_is_refused_on_siw_in_ucx_own_words(workloads_lab: ModuleLab) -> None:
