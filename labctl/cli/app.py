@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "exec_",
     "cp",
     "run",
+    "run_workloads",
     "bench",
     "image",
     "validate",

@@ -101,13 +101,18 @@ _TAIL: tuple[tuple[str, type, Any], ...] = (
 Action = Callable[[RunCommand, dict[str, Any]], None]
 
 
-def add_command(app: typer.Typer, command: RunCommand, action: Action) -> None:
+def add_command(app: typer.Typer, command: RunCommand, action: Action, *,
+                pair: bool = True, capture: bool = True) -> None:
     """`labctl run NAME` (in `app`) made from its table entry: its options, then
     --server/--client and what every run command takes; `action` gets the command and the
-    values by name."""
+    values by name. Without `pair` (a command across N nodes), no --server, --client,
+    --pairs or --jobs; without `capture`, no --capture or --capture-dir."""
     own = [o for o in command.options if o.leading]
-    own += [command.server, command.client, *(o for o in command.options if not o.leading)]
-    params = [(o.name, o.value_type, typer_parameter(o)) for o in own] + list(_TAIL)
+    own += [command.server, command.client] if pair else []
+    own += [o for o in command.options if not o.leading]
+    tail = [t for t in _TAIL if (pair or t[0] not in ("pairs", "jobs"))
+            and (capture or t[0] not in ("capture", "capture_dir"))]
+    params = [(o.name, o.value_type, typer_parameter(o)) for o in own] + tail
 
     def run_command(**values: Any) -> None:
         action(command, values)

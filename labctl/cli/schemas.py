@@ -47,6 +47,8 @@ from labctl.rdmafault.apply import FaultAdded, FaultList
 from labctl.rdmafault.counters import CountersRecord
 from labctl.runners.bench import BenchReport
 from labctl.runners.execute import RunResult
+from labctl.runners.mpi import MpiReport
+from labctl.runners.ucx import UcxInfo
 from labctl.topology.graph import Graph
 from labctl.topology.resolved import Lab, Node
 from labctl.verbs import records
@@ -143,6 +145,9 @@ OUTPUTS: tuple[Output, ...] = (
     Output("run", RUN_EXAMPLES, RunResult | list[RunResult]),
     Output("run-all", ("run all",), list[RunResult]),
     Output("run-list", ("run list",), list[ExampleRow]),
+    Output("run-ucx", ("run ucx",), list[RunResult]),
+    Output("run-ucx-info", ("run ucx-info",), list[UcxInfo]),
+    Output("run-mpi", ("run mpi",), MpiReport),
     Output("bench", ("bench",), BenchReport),
     Output("link-show", ("link show",), LinkShowOutput),
     Output("link-set", ("link set",), LinkSetOutput),

@@ -186,7 +186,7 @@ def _wait_listening(
     # try's fork+exec takes up to a second under TCG.
     loop = f"until {probe}; do sleep 0.1; done"
     bounded = ["timeout", f"{READY_SLICE_SECONDS:.0f}", "sh", "-c", loop]
-    deadline = time.monotonic() + READY_WAIT_SECONDS
+    deadline = time.monotonic() + (spec.ready_seconds or READY_WAIT_SECONDS)
     while server.running():
         result = handle.run(ctx.server.node, bounded, timeout=READY_SLICE_SECONDS + 15)
         if result.returncode == 0 and server.running():

@@ -279,3 +279,39 @@ ALL_COMMAND = RunCommand(
     "all", "Every example the two nodes' devices support, one summary; exit 1 on a failure.",
     (ITERS.but("Iterations of each pingpong and perftest (small: TCG is slow).",
                default=100),))
+
+# --- the workloads (docs/workloads.md): real RDMA software on trixie-workloads nodes ---------
+UCX_TESTS = ("tag_lat", "tag_bw", "both")
+UCX_TRANSPORTS = ("rdma", "tcp", "both")
+UCX_COMMAND = RunCommand(
+    "ucx", "UCX's ucx_perftest between two nodes: tag-matching latency (tag_lat) and\n"
+    "bandwidth (tag_bw) over RDMA (UCX_TLS=rc_verbs on the rxe device) and over TCP (eth1),\n"
+    "one table. rxe only for RDMA: UCX does not support iWARP (siw).", (
+        RunOption("test", ("--test",), str, "tag_lat, tag_bw or both.", default="both",
+                  choices=UCX_TESTS, leading=True),
+        RunOption("transport", ("--transport",), str, "rdma, tcp or both.", default="both",
+                  choices=UCX_TRANSPORTS, leading=True),
+        SIZE.but("Message size (ucx_perftest -s; default 8 for tag_lat, 65536 for tag_bw)."),
+        ITERS.but("Iterations (ucx_perftest -n; default 500 for tag_lat, 100 for tag_bw)."),
+        PORT.but("ucx_perftest's exchange port (-p, 13337)."),
+    ))
+NODES = RunOption("nodes", ("--nodes",), str, "Nodes, comma-separated (default: every node "
+                  "with an RDMA device).", metavar="NODE,...")
+UCX_INFO_COMMAND = RunCommand(
+    "ucx-info", "What UCX sees in each node (ucx_info -d): its transports on the RDMA device,\n"
+    "and in UCX's own words why it has none on siw.", (NODES,))
+MPI_TRANSPORTS = ("ucx", "tcp", "both")
+MPI_COMMAND = RunCommand(
+    "mpi", "Open MPI across the lab's nodes (mpirun in the first): mpi4py's pingpong between\n"
+    "ranks 0 and 1 and an allreduce over all ranks (its sum checked), over UCX on RDMA\n"
+    "(rc_verbs) and over TCP, one table. Ranks are started by ssh over the data addresses\n"
+    "with a key of the lab's own (docs/workloads.md).", (
+        NODES.but("Nodes, comma-separated; mpirun runs in the first (default: every rxe "
+                  "node).", completes_nodes=True),
+        RunOption("transport", ("--transport",), str, "ucx, tcp or both.", default="both",
+                  choices=MPI_TRANSPORTS, leading=True),
+        RunOption("mpi_iters", ("--iters", "-n"), int, "Iterations of the pingpong (per size) "
+                  "and of the allreduce.", default=50, metavar="COUNT", bounds=(1, 100000)),
+        RunOption("max_size", ("--size", "-s"), int, "Largest pingpong message (sizes double "
+                  "from 8).", default=1024, metavar="BYTES", bounds=(8, 1 << 24)),
+    ))

@@ -80,6 +80,10 @@ class ExampleSpec:
     # for an example whose support depends on its options (qperf's UD tests on siw). A run
     # it refuses is skipped with that reason, as one on an unsupported device type.
     refuse: Callable[[RunContext], str] | None = None
+    # Seconds the server may take to listen (labctl.runners.execute's wait); None: the
+    # runner's default. UCX loads all its transport modules first (ib, rdmacm, rocm...):
+    # over 30 s in a freshly booted node of a loaded TCG host.
+    ready_seconds: float | None = None
 
     @property
     def label(self) -> str:

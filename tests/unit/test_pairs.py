@@ -245,10 +245,15 @@ def test_every_example_command_takes_pairs_and_jobs() -> None:
     commands = group.commands  # type: ignore[attr-defined]
     assert {"pingpong", "rping", "perftest", "mckey", "rdma-server", "udaddy", "ucmatose",
             "cmtime", "rstream", "riostream", "rcopy", "all"} <= set(commands)
+    # `list` runs nothing; `ucx-info` and `mpi` run across N nodes, not between pairs.
+    across_nodes = {"ucx-info", "mpi"}
     for name, command in commands.items():
+        options = {o for p in command.params for o in p.opts}
         if name == "list":
             continue
-        options = {o for p in command.params for o in p.opts}
+        if name in across_nodes:
+            assert "--nodes" in options and "--pairs" not in options, name
+            continue
         assert {"--pairs", "--jobs"} <= options, name
 
 

@@ -30,7 +30,8 @@ EVERY_RUN_OPTION = ("timeout", "as_json", "capture", "capture_dir", "pairs", "jo
 
 def test_every_example_of_the_catalogue_has_its_command_in_order() -> None:
     assert [c.name for c in RUN_COMMANDS] == list(dict.fromkeys(n for n, _ in EXAMPLES))
-    assert list(COMMANDS) == [*(c.name for c in RUN_COMMANDS), "custom", "list", "all"]
+    assert list(COMMANDS) == [*(c.name for c in RUN_COMMANDS), "custom", "list", "all",
+                              "ucx", "ucx-info", "mpi"]  # the workloads (run_workloads.py)
 
 
 @pytest.mark.parametrize("command", [*RUN_COMMANDS, CUSTOM_COMMAND, ALL_COMMAND],
