@@ -109,11 +109,13 @@ until timeout 60 mount -t nfs -o "$7" "$1:$2" "$3" 2>&1; do
 done
 grep -F " $3 " /proc/mounts | sed 's/^/mount: /'
 note "mounted $3"
-io "$3/labctl-data" "$6"; rc=$?
-rm -f "$3/labctl-data"
-umount "$3" 2>&1 || { note "failed: umount"; rc=1; }
-[ $rc = 0 ] || kernel_log
-exit $rc
+if io "$3/labctl-data" "$6"; then
+  rm -f "$3/labctl-data"
+  umount "$3" 2>&1 || fail "umount"
+else
+  # a server gone away: every call on the mount waits out the soft timeout; leave it now
+  kernel_log; umount -f -l "$3" 2>/dev/null; exit 1
+fi
 """
 
 

@@ -17,10 +17,14 @@ NQN_PREFIX = "nqn.2014-08.org.rdma-lab:labctl."
 TRSVCID = 4420  # the IANA port of NVMe over Fabrics, RDMA and TCP alike
 PORT_IDS = {"rdma": 7701, "tcp": 7702}  # configfs port numbers (a u16 each)
 IMAGE_GLOB = "/dev/shm/labctl-nvmet-*.img"
-# The host gives a lost controller this long before it removes it (default 600 s): a
-# client whose server died fails its I/O within a bound instead of hanging.
+# The host gives a lost controller this long before it removes it (default 600 s), and
+# fails I/O after FAST_IO_FAIL_TMO of it (default: only at the removal): a client whose
+# server died fails its I/O within a bound instead of hanging. Seen with a server stopped
+# mid-write on rxe: keep-alive noticed it in 5 s, but the first reconnect attempt took 80 s
+# (RDMA CM resent its REQ 15 times to a dead host) before the 2 s delays between the rest.
 CTRL_LOSS_TMO = 15
 RECONNECT_DELAY = 2
+FAST_IO_FAIL_TMO = 5
 
 
 def nqn(ctx: RunContext, transport: str) -> str:
@@ -105,7 +109,7 @@ grep -E '^(trtype|subtype|subnqn|traddr|trsvcid|rdma_cms):' /tmp/labctl-discover
 note "discovered $2 (try $try)"
 try=1
 until nvme connect -t "$3" -a "$4" -s "$5" -n "$2" --ctrl-loss-tmo=LOSS \
-      --reconnect-delay=DELAY 2>&1; do
+      --reconnect-delay=DELAY --fast_io_fail_tmo=FAST 2>&1; do
   if [ $try -ge 3 ]; then fail "connect"; fi
   try=$((try + 1)); sleep 2
 done
@@ -128,7 +132,8 @@ io "/dev/$dev" "$6"; rc=$?
 nvme disconnect -n "$2" 2>&1 || { note "failed: disconnect"; rc=1; }
 [ $rc = 0 ] || kernel_log
 exit $rc
-""".replace("LOSS", str(CTRL_LOSS_TMO)).replace("DELAY", str(RECONNECT_DELAY))
+""".replace("LOSS", str(CTRL_LOSS_TMO)).replace("DELAY", str(RECONNECT_DELAY)).replace(
+    "FAST", str(FAST_IO_FAIL_TMO))
 
 
 def _sh(script: str, *args: str) -> list[str]:
