@@ -47,6 +47,7 @@ from labctl.runners.options import (
 from labctl.runners.pairs import check_selection, select_pairs
 from labctl.runners.schedule import pair_group, run_pairs
 from labctl.runners.spec import ExampleSpec, check_options
+from labctl.runners.storage import TEACHES as STORAGE_TEACHES
 from labctl.runners.storage import WORKLOADS, run_storage, transports
 
 run_app = typer.Typer(help="Run rdma-core example programs across the lab's nodes.",
@@ -370,6 +371,14 @@ def example_list() -> list[ExampleRow]:
         for device in ("rxe", "siw"):
             row["devices"].setdefault(device, [])
             if spec.supports(device):
+                row["devices"][device].append(variant)
+    for (name, variant), workload in WORKLOADS.items():  # `run nvmeof`, `run nfs`
+        row = rows.setdefault(name, {"example": name, "variants": [], "devices": {},
+                                     "teaches": STORAGE_TEACHES.get(name, "")})
+        row["variants"].append(variant)
+        for device in ("rxe", "siw"):
+            row["devices"].setdefault(device, [])
+            if workload.spec.supports(device):
                 row["devices"][device].append(variant)
     return list(rows.values())
 
