@@ -107,6 +107,7 @@ until timeout 60 mount -t nfs -o "$7" "$1:$2" "$3" 2>&1; do
   if [ $try -ge 3 ]; then fail "mount"; fi
   try=$((try + 1)); sleep 2
 done
+note "mount tries $try"
 grep -F " $3 " /proc/mounts | sed 's/^/mount: /'
 note "mounted $3"
 if io "$3/labctl-data" "$6"; then

@@ -25,6 +25,11 @@ IMAGE_GLOB = "/dev/shm/labctl-nvmet-*.img"
 CTRL_LOSS_TMO = 15
 RECONNECT_DELAY = 2
 FAST_IO_FAIL_TMO = 5
+# Seconds the host waits for an admin command's reply, the Fabrics Connect's too (nvme_core
+# admin_timeout, 60 by default). On siw in a loaded lab the Connect capsule went unanswered
+# twice in a row (`opcode 0x7f (Fabrics Cmd) QID 0 timeout`, `Connect command failed, error
+# wo/DNR bit: 881`) and the third try passed: a shorter wait gets to the next try sooner.
+ADMIN_TIMEOUT = 20
 
 
 def nqn(ctx: RunContext, transport: str) -> str:
@@ -99,6 +104,8 @@ true
 _CLIENT_RUN = IO_FUNCTIONS + r"""
 fail() { note "failed: $*"; kernel_log; nvme disconnect -n "$2" >/dev/null 2>&1; exit 1; }
 modprobe "nvme-$3" || fail "modprobe nvme-$3"
+# A Connect left unanswered fails after admin_timeout (60 s by default), then tried again.
+echo ADMIN > /sys/module/nvme_core/parameters/admin_timeout 2>/dev/null
 try=1
 until nvme discover -t "$3" -a "$4" -s "$5" > /tmp/labctl-discover.log 2>&1 &&
       awk '$1 == "subnqn:" {print $2}' /tmp/labctl-discover.log | grep -qxF "$2"; do
@@ -113,6 +120,7 @@ until nvme connect -t "$3" -a "$4" -s "$5" -n "$2" --ctrl-loss-tmo=LOSS \
   if [ $try -ge 3 ]; then fail "connect"; fi
   try=$((try + 1)); sleep 2
 done
+note "connect tries $try"
 dev=
 for i in $(seq 50); do
   for d in /sys/class/nvme-subsystem/* /sys/class/nvme/*; do
@@ -133,7 +141,7 @@ nvme disconnect -n "$2" 2>&1 || { note "failed: disconnect"; rc=1; }
 [ $rc = 0 ] || kernel_log
 exit $rc
 """.replace("LOSS", str(CTRL_LOSS_TMO)).replace("DELAY", str(RECONNECT_DELAY)).replace(
-    "FAST", str(FAST_IO_FAIL_TMO))
+    "FAST", str(FAST_IO_FAIL_TMO)).replace("ADMIN", str(ADMIN_TIMEOUT))
 
 
 def _sh(script: str, *args: str) -> list[str]:

@@ -19,9 +19,9 @@ import shlex
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from labctl.errors import LabctlError, UsageError
+from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
 from labctl.rdmafault import counters
 from labctl.runners import nfs, nvmeof
@@ -58,7 +58,17 @@ class StorageWorkload:
         return self.spec.variant
 
 
-def _workload(name: str, module: Any, transport: str, package: str) -> StorageWorkload:
+class StorageScripts(Protocol):
+    """What labctl.runners.nvmeof and labctl.runners.nfs each provide."""
+
+    def server_setup(self, transport: str) -> ArgvBuilder: ...
+    def client_run(self, transport: str) -> ArgvBuilder: ...
+    def server_teardown(self, ctx: RunContext) -> list[str]: ...
+    def client_cleanup(self, ctx: RunContext) -> list[str]: ...
+
+
+def _workload(name: str, module: StorageScripts, transport: str,
+              package: str) -> StorageWorkload:
     spec = ExampleSpec(
         name=name, variant=transport,
         server_argv=module.server_setup(transport),
@@ -112,9 +122,10 @@ def _step(handle: LabHandle, node: str, argv: list[str], seconds: float) -> tupl
     return done.returncode, done.stdout + done.stderr
 
 
-def _why(step: str, node: str, code: int, figures: dict[str, Any]) -> str:
+def _why(step: str, code: int, figures: dict[str, Any]) -> str:
+    """"STEP exited with CODE", with "(timed out)" and the script's own failed step."""
     failed = figures.get("failed_step")
-    text = f"{step} on {node} exited with {code}"
+    text = f"{step} exited with {code}"
     if code in (124, 137):
         text += " (timed out)"
     return text + (f" at {failed!r}" if failed else "")
@@ -125,6 +136,10 @@ def run_storage(handle: LabHandle, workload: StorageWorkload, server: str, clien
     """One workload over one transport between `server` and `client` (the steps above)."""
     spec = workload.spec
     options = check_options(options)
+    for node in (server, client):
+        if node not in handle.node_names():
+            raise UsageError(f"lab {handle.lab.name} has no node {short_repr(node)}",
+                             hint=f"nodes: {', '.join(handle.node_names())}")
     result = RunResult(spec.name, spec.variant, server, client, "failed",
                        key_figure=spec.key_figure)
     ifaces = pair_interfaces(handle.lab, server, client)
@@ -132,8 +147,8 @@ def run_storage(handle: LabHandle, workload: StorageWorkload, server: str, clien
     if ifaces is None or routers is None:
         result.status, result.reason = "skipped", no_path_reason(handle.lab, server, client)
         return result
-    for node in (handle.lab.node(server), handle.lab.node(client)):
-        check_image_packages(spec, node)
+    for lab_node in (handle.lab.node(server), handle.lab.node(client)):
+        check_image_packages(spec, lab_node)
     try:
         server_ep = endpoint(handle, server, ifaces[0])
         client_ep = endpoint(handle, client, ifaces[1])
@@ -175,7 +190,7 @@ def _steps(handle: LabHandle, workload: StorageWorkload, ctx: RunContext, result
     server_log.append(out)
     setup_figures = parse_storage_io(out)
     if code != 0:
-        result.reason = "target setup " + _why("", server, code, setup_figures).strip()
+        result.reason = _why(f"target setup on {server}", code, setup_figures)
         _teardown(handle, workload, ctx, server_log)
         return _finish(handle, ctx, result, server_log)
     code, out = _step(handle, client, result.client_argv, timeout)
@@ -183,7 +198,7 @@ def _steps(handle: LabHandle, workload: StorageWorkload, ctx: RunContext, result
     result.figures = workload.spec.parse(result.client_output)
     verified = result.figures.get("verified") is True
     if code != 0 or not verified:
-        result.reason = _why("the client", client, code, result.figures)
+        result.reason = _why(f"the client on {client}", code, result.figures)
         if code == 0:
             result.reason = "the bytes read back differ from those written"
         _diagnose(handle, ctx, result)

@@ -52,6 +52,7 @@ _IO_LINE = re.compile(r"^labctl: (write|read) bytes=(\d{1,15}) ns=(\d{1,18})\s*$
 _SHA_LINE = re.compile(r"^labctl: sha256 written=([0-9a-f]{64}) read=([0-9a-f]{0,64})\s*$")
 _VERIFIED = re.compile(r"^labctl: verified (yes|no)\s*$")
 _FAILED = re.compile(r"^labctl: failed: (.{1,200})$")
+_TRIES = re.compile(r"^labctl: (connect|mount) tries (\d{1,2})\s*$")
 _DEVICE = re.compile(r"^labctl: (?:device|mounted) (\S{1,200})\s*$")
 
 
@@ -62,7 +63,8 @@ def megabytes_per_second(nbytes: int, ns: int) -> float | None:
 
 def parse_storage_io(output: str) -> dict[str, Any]:
     """The figures of a client's output: bytes written and read, MB/s each way, whether the
-    read matched the write, the device or mount used, the step that failed. Lines that do
+    read matched the write, the device or mount used, the tries the connect or mount took,
+    the step that failed. Lines that do
     not match are data and ignored; the last match of each kind counts."""
     figures: dict[str, Any] = {}
     copied: tuple[int, float] | None = None  # dd's own count and time, before each note
@@ -88,6 +90,8 @@ def parse_storage_io(output: str) -> dict[str, Any]:
             figures["verified"] = m.group(1) == "yes"
         elif m := _FAILED.match(line):
             figures["failed_step"] = m.group(1).strip()
+        elif m := _TRIES.match(line):
+            figures[f"{m.group(1)}_tries"] = int(m.group(2))
         elif m := _DEVICE.match(line):
             figures["target"] = m.group(1)
     return figures

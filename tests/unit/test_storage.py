@@ -204,8 +204,9 @@ def _fake_lab(monkeypatch: pytest.MonkeyPatch, replies: dict[str, tuple[int, str
     monkeypatch.setattr(storage, "snapshot", lambda *a: "state")
     stopped = SimpleNamespace(name="rxe1", state="stopped", reason="qemu gone")
     nodes = [stopped] if replies.get("setup", (0,))[0] == 255 else []
-    handle = SimpleNamespace(lab=load_lab(ROOT / "topologies" / topology), run=run,
-                             provider=SimpleNamespace(nodes=lambda: nodes))
+    lab = load_lab(ROOT / "topologies" / topology)
+    handle = SimpleNamespace(lab=lab, run=run, provider=SimpleNamespace(nodes=lambda: nodes),
+                             node_names=lambda: [n.name for n in lab.nodes])
     return handle, steps
 
 
@@ -269,4 +270,11 @@ def test_a_node_without_the_package_is_refused(monkeypatch: pytest.MonkeyPatch) 
     handle, steps = _fake_lab(monkeypatch, {}, topology="two-node.yaml")
     with pytest.raises(UsageError, match="nvme-cli"):
         run_storage(handle, WORKLOADS[("nvmeof", "rdma")], "node1", "node2", {})
+    assert steps == []
+
+
+def test_an_unknown_node_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    handle, steps = _fake_lab(monkeypatch, {})
+    with pytest.raises(UsageError, match="has no node 'rxe9'"):
+        run_storage(handle, WORKLOADS[("nfs", "tcp")], "rxe1", "rxe9", {})
     assert steps == []
