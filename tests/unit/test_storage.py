@@ -3,9 +3,9 @@ of real runs, the step order and the failure paths, the scripts' shapes.
 
 The files tests/unit/outputs/nvmeof-*.txt and nfs-*.txt are `labctl run nvmeof|nfs --json`
 records' client and server outputs from two-node rxe and siw labs of the trixie-workloads
-image (qemu TCG, kernel 7.3.4, nvme-cli 2.13): passed runs, a run whose server node was
-stopped mid-write (`labctl stop`), and a run that found the previous run's target and
-connection still there.
+image (qemu TCG, kernel 7.3.4, nvme-cli 2.13): passed runs, one that needed a second
+connect on siw, a run whose server node was stopped mid-write (`labctl stop`), and a run
+that found the previous run's target and connection still there.
 """
 
 from __future__ import annotations
@@ -54,6 +54,18 @@ def test_a_passed_run_gives_dd_s_own_times_and_the_check(name: str, target: str,
     # the wall time adds dd's start and the open: never less than dd's own
     assert figures["write_wall_seconds"] >= write_s and figures["read_wall_seconds"] >= read_s
     assert len(figures["sha256"]) == 64
+
+
+def test_the_tries_a_connect_or_mount_took() -> None:
+    """siw under a loaded host: discovery's and the subsystem's first Connect went
+    unanswered (nvme-cli: "could not add new controller"), each second try passed."""
+    text = output("nvmeof-rdma.client.siw-retry.txt")
+    assert "could not add new controller: failed to write to nvme-fabrics device" in text
+    assert "(try 2)" in text
+    figures = parse_storage_io(text)
+    assert figures["connect_tries"] == 2 and figures["verified"] is True
+    assert parse_storage_io(output("nfs-tcp.client.rxe.txt"))["mount_tries"] == 1
+    assert "connect_tries" not in parse_storage_io(output("nvmeof-rdma.client.siw.txt"))
 
 
 def test_the_nfs_mount_is_the_one_asked_for() -> None:
