@@ -196,11 +196,14 @@ def _steps(handle: LabHandle, workload: StorageWorkload, ctx: RunContext, result
     code, out = _step(handle, client, result.client_argv, timeout)
     result.client_output += out
     result.figures = workload.spec.parse(result.client_output)
-    verified = result.figures.get("verified") is True
-    if code != 0 or not verified:
-        result.reason = _why(f"the client on {client}", code, result.figures)
-        if code == 0:
+    verified = result.figures.get("verified")
+    if code != 0 or verified is not True:
+        if verified is False:
             result.reason = "the bytes read back differ from those written"
+        elif code != 0:
+            result.reason = _why(f"the client on {client}", code, result.figures)
+        else:
+            result.reason = f"the client on {client} printed no check of the bytes read back"
         _diagnose(handle, ctx, result)
         cleanup_code, cleanup_out = _step(handle, client, workload.client_cleanup(ctx),
                                           CLEANUP_SECONDS)

@@ -290,3 +290,14 @@ def test_an_unknown_node_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(UsageError, match="has no node 'rxe9'"):
         run_storage(handle, WORKLOADS[("nfs", "tcp")], "rxe1", "rxe9", {})
     assert steps == []
+
+
+def test_bytes_that_differ_fail_the_run_and_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = output("nfs-rdma.client.siw.txt").splitlines()
+    sha = next(i for i, line in enumerate(lines) if line.startswith("labctl: sha256 "))
+    lines[sha + 1] = "labctl: verified no"
+    handle, steps = _fake_lab(monkeypatch, {"client": (1, "\n".join(lines))})
+    result = run_storage(handle, WORKLOADS[("nfs", "rdma")], "siw1", "siw2", {})
+    assert result.status == "failed" and result.figures["verified"] is False
+    assert result.reason == "the bytes read back differ from those written"
+    assert steps[-1] == "teardown siw1"
