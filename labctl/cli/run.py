@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from labctl.capture.runhook import capture_line, captured_runner
+from labctl.capture.runhook import capture_line, captured_runner, capturing_run
 from labctl.cli import complete
 from labctl.cli.capture import CaptureDirOption, CaptureOption
 from labctl.cli.common import (
@@ -39,6 +39,7 @@ from labctl.runners.options import (
     PAIRS,
     RUN_COMMANDS,
     SERVER,
+    STORAGE_COMMANDS,
     TIMEOUT,
     RunCommand,
     RunOption,
@@ -46,6 +47,8 @@ from labctl.runners.options import (
 from labctl.runners.pairs import check_selection, select_pairs
 from labctl.runners.schedule import pair_group, run_pairs
 from labctl.runners.spec import ExampleSpec, check_options
+from labctl.runners.storage import TEACHES as STORAGE_TEACHES
+from labctl.runners.storage import WORKLOADS, run_storage, transports
 
 run_app = typer.Typer(help="Run rdma-core example programs across the lab's nodes.",
                       invoke_without_command=True, context_settings=HELP_SETTINGS)
@@ -327,6 +330,73 @@ for _command in RUN_COMMANDS:
 add_command(run_app, CUSTOM_COMMAND, _run_custom)
 
 
+def _run_storage(command: RunCommand, values: dict[str, Any]) -> None:
+    """`run nvmeof`, `run nfs`: each transport (rdma, then tcp) between each pair, one table;
+    exit 1 on a failure, 2 when nothing could run (the reasons said)."""
+    chosen_transports = transports(values["transport"])
+    options = check_options(command.run_options(values))
+    handle, chosen = _lab_and_pairs(values)
+    as_json, capture, capture_dir = values["as_json"], values["capture"], values["capture_dir"]
+    multi = len(chosen) > 1
+
+    def pair(index: int, server: str, client: str) -> list[RunResult]:
+        results = []
+        for transport in chosen_transports:
+            workload = WORKLOADS[(command.name, transport)]
+            label = f"{command.name} {transport}" + (f" {server}-{client}" if multi else "")
+            with capturing_run(handle, server, label, capture, capture_dir, client) as cap:
+                result = run_storage(handle, workload, server, client, options)
+            result.capture = cap.record() if cap else None
+            if not as_json:
+                _progress(result)
+            results.append(result)
+        return results
+
+    results = [r for rs in run_pairs(chosen, values["jobs"], pair) for r in rs]
+    if as_json:
+        print(json.dumps([r.to_dict() for r in results], indent=2))
+    else:
+        _print_storage_table(command.name, results)
+        for r in results:
+            if r.capture:
+                console.print(capture_line(r), markup=False, soft_wrap=True)
+    for r in results:
+        if r.status == "failed":
+            err_console.print(f"[bold red]{r.label} {r.server} -> {r.client} failed[/]: "
+                              f"{escape(r.reason)}")
+            err_console.print(failure_details(r), markup=False, soft_wrap=True)
+    if any(r.status == "failed" for r in results):
+        raise typer.Exit(1)
+    if all(r.status == "skipped" for r in results):
+        err_console.print(f"[bold red]refused:[/] {command.name}: "
+                          + "; ".join(dict.fromkeys(r.reason for r in results)))
+        raise typer.Exit(2)
+
+
+def _print_storage_table(name: str, results: list[RunResult]) -> None:
+    """One row per transport and pair: MB/s each way and whether the bytes came back."""
+    table = Table(title=f"{name}: RDMA vs TCP (MB/s: 10^6 bytes/s, O_DIRECT, TCG)")
+    for column in ("transport", "server", "client", "result", "MiB", "write MB/s",
+                   "read MB/s", "verified"):
+        table.add_column(column)
+    for r in results:
+        f = r.figures
+        mib = f.get("write_bytes", 0) / 1048576 if "write_bytes" in f else None
+        verified = {True: "yes", False: "no"}.get(f["verified"], "") if "verified" in f else ""
+        table.add_row(r.variant, r.server, r.client, _outcome(r),
+                      "" if mib is None else f"{mib:g}",
+                      _number(f.get("write_mb_s")), _number(f.get("read_mb_s")), verified)
+    console.print(table)
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, int | float) else ""
+
+
+for _command in STORAGE_COMMANDS:
+    add_command(run_app, _command, _run_storage)
+
+
 def example_list() -> list[ExampleRow]:
     """Every example: its command, variants, what it teaches, the devices it runs on."""
     rows: dict[str, ExampleRow] = {}
@@ -337,6 +407,14 @@ def example_list() -> list[ExampleRow]:
         for device in ("rxe", "siw"):
             row["devices"].setdefault(device, [])
             if spec.supports(device):
+                row["devices"][device].append(variant)
+    for (name, variant), workload in WORKLOADS.items():  # `run nvmeof`, `run nfs`
+        row = rows.setdefault(name, {"example": name, "variants": [], "devices": {},
+                                     "teaches": STORAGE_TEACHES.get(name, "")})
+        row["variants"].append(variant)
+        for device in ("rxe", "siw"):
+            row["devices"].setdefault(device, [])
+            if workload.spec.supports(device):
                 row["devices"][device].append(variant)
     return list(rows.values())
 

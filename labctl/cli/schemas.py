@@ -143,6 +143,8 @@ OUTPUTS: tuple[Output, ...] = (
     Output("image-list", ("image list",), ImageListOutput),
     Output("doctor", ("doctor",), DoctorOutput),
     Output("run", RUN_EXAMPLES, RunResult | list[RunResult]),
+    # `run nvmeof`, `run nfs`: a record per transport and pair, always a list
+    Output("run-storage", ("run nvmeof", "run nfs"), list[RunResult]),
     Output("run-all", ("run all",), list[RunResult]),
     Output("run-list", ("run list",), list[ExampleRow]),
     Output("run-ucx", ("run ucx",), list[RunResult]),

@@ -162,7 +162,7 @@ def _bounded(argv: list[str], seconds: float) -> list[str]:
     return ["timeout", "--kill-after=5", f"{seconds:.0f}", "stdbuf", "-oL", "-eL", *argv]
 
 
-def _lost_nodes(handle: LabHandle, nodes: tuple[str, str]) -> dict[str, str]:
+def lost_nodes(handle: LabHandle, nodes: tuple[str, str]) -> dict[str, str]:
     """Why each of a run's nodes that is no longer running is not (empty when both run)."""
     try:
         runtimes = handle.provider.nodes()
@@ -326,7 +326,7 @@ def _attempt(handle: LabHandle, spec: ExampleSpec, ctx: RunContext, result: RunR
         result.client_output = client.stdout + client.stderr
         grace = 15 + float(options.get("wait") or 0) if client.returncode == 0 else 3
         ended = server.wait(grace)
-        lost = {} if ended and client.returncode == 0 else _lost_nodes(
+        lost = {} if ended and client.returncode == 0 else lost_nodes(
             handle, (server_node, client_node))
         if client.returncode != 0 or not ended or server.returncode != 0:
             _diagnose(handle, ctx, result, lost)
@@ -352,7 +352,7 @@ def _attempt(handle: LabHandle, spec: ExampleSpec, ctx: RunContext, result: RunR
             if lost:
                 result.reason += "; " + "; ".join(lost.values())
     except RuntimeError as exc:
-        _diagnose(handle, ctx, result, _lost_nodes(handle, (server_node, client_node)))
+        _diagnose(handle, ctx, result, lost_nodes(handle, (server_node, client_node)))
         server.stop(in_node=True)
         result.server_output = server.output()
         result.reason = str(exc)

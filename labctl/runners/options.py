@@ -315,3 +315,18 @@ MPI_COMMAND = RunCommand(
         RunOption("max_size", ("--size", "-s"), int, "Largest pingpong message (sizes double "
                   "from 8).", default=1024, metavar="BYTES", bounds=(8, 1 << 24)),
     ))
+# `labctl run nvmeof` and `labctl run nfs`: storage over RDMA beside storage over TCP, run as
+# steps (labctl.runners.storage), one table for both transports.
+STORAGE_TRANSPORT = RunOption("transport", ("--transport", "-t"), str, "rdma, tcp or both "
+                              "(rdma, then tcp beside it for comparison).", default="both",
+                              choices=("rdma", "tcp", "both"), leading=True)
+SIZE_MIB = RunOption("size_mib", ("--size-mib",), int, "MiB written and read back (they "
+                     "sit in the nodes' RAM).", default=8, metavar="MIB")
+STORAGE_COMMANDS: tuple[RunCommand, ...] = (
+    RunCommand("nvmeof", "NVMe over Fabrics: a kernel nvmet target (configfs) on the server, "
+               "nvme discover/connect\non the client, a written and read-back pattern "
+               "compared; over RDMA and TCP.", (STORAGE_TRANSPORT, SIZE_MIB)),
+    RunCommand("nfs", "NFS 4.2 over RDMA (proto=rdma, port 20049) and over TCP: nfsd started "
+               "by hand on the\nserver, a mount on the client, a written and read-back "
+               "file compared.", (STORAGE_TRANSPORT, SIZE_MIB)),
+)

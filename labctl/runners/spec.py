@@ -111,6 +111,9 @@ _INT_RANGES: dict[str, tuple[int, int, int]] = {
     # power of two (300): a failed run (exit 1) the integration tests rely on.
     "mtu": (256, 4096, 1024),
     "duration": (1, 600, 2),
+    # The storage workloads' data (labctl.runners.storage): it sits in the nodes' RAM
+    # (/dev/shm, tmpfs) twice on the client and once on the server, in 1 GiB nodes.
+    "size_mib": (1, 128, 8),
 }
 _EXAMPLES = {"timeout": "60", "group": "239.1.1.1", "tests": "rc_lat,tcp_lat",
              **{k: str(v[2]) for k, v in _INT_RANGES.items()}}

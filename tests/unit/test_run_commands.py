@@ -11,6 +11,7 @@ import typer
 from typer.main import get_command
 from typer.testing import CliRunner
 
+import labctl.cli.app  # noqa: F401  (registers every module's commands: run_workloads' too)
 from labctl.cli.run import add_command, run_app
 from labctl.errors import UsageError
 from labctl.runners.examples import EXAMPLES, pingpong_variant
@@ -19,6 +20,7 @@ from labctl.runners.options import (
     CUSTOM_COMMAND,
     RUN_COMMANDS,
     SIZE,
+    STORAGE_COMMANDS,
     RunCommand,
     RunOption,
 )
@@ -30,11 +32,13 @@ EVERY_RUN_OPTION = ("timeout", "as_json", "capture", "capture_dir", "pairs", "jo
 
 def test_every_example_of_the_catalogue_has_its_command_in_order() -> None:
     assert [c.name for c in RUN_COMMANDS] == list(dict.fromkeys(n for n, _ in EXAMPLES))
-    assert list(COMMANDS) == [*(c.name for c in RUN_COMMANDS), "custom", "list", "all",
+    assert list(COMMANDS) == [*(c.name for c in RUN_COMMANDS), "custom",
+                              *(c.name for c in STORAGE_COMMANDS), "list", "all",
                               "ucx", "ucx-info", "mpi"]  # the workloads (run_workloads.py)
 
 
-@pytest.mark.parametrize("command", [*RUN_COMMANDS, CUSTOM_COMMAND, ALL_COMMAND],
+@pytest.mark.parametrize("command", [*RUN_COMMANDS, CUSTOM_COMMAND, ALL_COMMAND,
+                                     *STORAGE_COMMANDS],
                          ids=lambda c: c.name)
 def test_each_command_takes_what_its_entry_declares(command: RunCommand) -> None:
     params = {p.name: p for p in COMMANDS[command.name].params}
