@@ -47,6 +47,7 @@ from labctl.rdmafault.apply import FaultAdded, FaultList
 from labctl.rdmafault.counters import CountersRecord
 from labctl.runners.bench import BenchReport
 from labctl.runners.execute import RunResult
+from labctl.runners.rdma_core_tests import SuiteReport
 from labctl.topology.graph import Graph
 from labctl.topology.resolved import Lab, Node
 from labctl.verbs import records
@@ -143,6 +144,7 @@ OUTPUTS: tuple[Output, ...] = (
     Output("run", RUN_EXAMPLES, RunResult | list[RunResult]),
     Output("run-all", ("run all",), list[RunResult]),
     Output("run-list", ("run list",), list[ExampleRow]),
+    Output("run-rdma-core-tests", ("run rdma-core-tests",), SuiteReport),
     Output("bench", ("bench",), BenchReport),
     Output("link-show", ("link show",), LinkShowOutput),
     Output("link-set", ("link set",), LinkSetOutput),
