@@ -187,8 +187,8 @@ def _hold_against_known(run: ModuleRun) -> None:
         outcomes.append(("", "no-result", "no unittest summary" if run.ran is None
                          else "the node did not report python's exit status"))
     elif run.status == "failed" and not any(o[1] in ("failed", "errored") for o in outcomes):
-        outcomes.append(("", "failed", f"python exited {run.exit_code} after unittest's "
-                         f"{run.verdict or 'summary'}"))
+        outcomes.append(("", "failed", f"python exited {run.exit_code} after its "
+                         f"{run.ran} tests"))
     for test, outcome, detail in outcomes:
         known = known_failure(run.module, test, run.device_kind, outcome)
         if known is not None:
