@@ -26,7 +26,8 @@ from labctl.runners.rdma_core_tests import (
 )
 
 COMMAND = "rdma-core-tests"
-_GENERIC = ", ".join(name.removeprefix("test_") for name in GENERIC_MODULES)
+_MODULE_WORDS = tuple(name.removeprefix("test_") for name in GENERIC_MODULES)
+_GENERIC = ", ".join(_MODULE_WORDS)
 _COLORS = {"passed": "green", "failed": "red", "crashed": "red", "timeout": "red",
            "no-result": "red"}
 
@@ -53,6 +54,8 @@ def _result_text(run: ModuleRun) -> str:
         text += f" ({run.signal})"
     if run.known and not run.new_failures:
         text += " [yellow]known[/]"
+    if run.attempts > 1:  # say it: a pass that needed a second run is not a clean pass
+        text += f" [yellow](attempt {run.attempts})[/]"
     return text
 
 
@@ -91,6 +94,9 @@ def print_report(report: SuiteReport) -> None:
             what = f"{run.module}.{note.test}" if note.test else run.module
             console.print(f"[yellow]known failure[/] {run.node}: {what} {note.outcome}: "
                           f"{escape(note.reason)}", soft_wrap=True)
+    for run in report.modules:
+        for retry in run.retried:
+            console.print(f"[yellow]retried[/] {run.node}: {escape(retry)}", soft_wrap=True)
     for passing in report.now_passing:
         console.print(f"[yellow]{escape(passing)}[/]", soft_wrap=True)
     for run in report.modules:
@@ -112,9 +118,10 @@ def _progress(run: ModuleRun) -> None:
 def rdma_core_tests(
     node: str = typer.Option(None, "--node", help="Node(s) to run the suite in, A or A,B "
                              "(at once; default: the first node with an RDMA device).",
-                             metavar="NODE[,NODE]", autocompletion=complete.node_names),
+                             metavar="NODE,...", autocompletion=complete.node_names),
     modules: str = typer.Option(None, "--modules", help="Test modules, e.g. cq,qp "
-                                f"(default: the generic ones: {_GENERIC}).", metavar="A,B"),
+                                f"(default: the generic ones: {_GENERIC}).", metavar="MODULE,...",
+                                autocompletion=complete.comma_choices(*_MODULE_WORDS)),
     timeout: float = typer.Option(DEFAULT_TIMEOUT, "--timeout", metavar="SECONDS",
                                   help="Seconds each module may run.",
                                   callback=seconds("timeout")),

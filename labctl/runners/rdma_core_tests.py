@@ -25,6 +25,7 @@ from labctl.data.rdma_core_tests import (
     KNOWN_FAILURES,
     TESTS_DIR,
     known_failure,
+    known_race,
 )
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
@@ -36,6 +37,9 @@ DEFAULT_TIMEOUT = 600.0  # seconds per module; the slowest generic module takes 
 # longer for the node's answer before it gives up on the node.
 HOST_MARGIN = 60.0
 LISTING_SECONDS = 60.0
+# A module that failed only by known races (labctl.data.rdma_core_tests.KNOWN_RACES) is run
+# again, at most this often in all; the record says how many attempts it took and why.
+MAX_ATTEMPTS = 2
 EXIT_MARKER = "labctl-exit="
 MAX_TAIL_LINES = 30
 _MODULE_NAME = re.compile(r"^test_[a-z0-9_]{1,60}$")
@@ -79,6 +83,8 @@ class ModuleRun:
     known: list[KnownNote] = field(default_factory=list)  # known failures seen
     new_failures: list[str] = field(default_factory=list)  # failures the table does not know
     output_tail: str = ""  # the run's last lines when it did not pass
+    attempts: int = 1  # > 1: an earlier run failed by a known race only
+    retried: list[str] = field(default_factory=list)  # why each earlier run did not count
 
     @property
     def ok(self) -> bool:
@@ -263,7 +269,34 @@ def check_available(targets: list[SuiteTarget], modules: list[str]) -> None:
 
 def run_module(handle: LabHandle, target: SuiteTarget, module: str,
                timeout: float) -> ModuleRun:
-    """One module of the suite in one node, bounded by `timeout` seconds."""
+    """One module of the suite in one node, each run bounded by `timeout` seconds; run
+    again when it failed by known races only (race_reasons)."""
+    retried: list[str] = []
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        run = _run_once(handle, target, module, timeout)
+        races = race_reasons(run)
+        if not races or attempt == MAX_ATTEMPTS:
+            run.attempts, run.retried = attempt, retried
+            return run
+        retried.extend(f"attempt {attempt}: {race}" for race in races)
+    raise AssertionError("unreachable: the last attempt returns")
+
+
+def race_reasons(run: ModuleRun) -> list[str]:
+    """Why each failed test of `run` failed by a known race; [] when a failure is not one
+    (or nothing failed): only a run whose every new failure is a known race is retried."""
+    if run.status != "failed" or not run.new_failures:
+        return []
+    failed = [t for t in run.tests if t.status in ("failed", "errored")]
+    races = [(t, known_race(t.reason)) for t in failed]
+    if len(failed) != len(run.new_failures) or any(r is None for _, r in races):
+        return []
+    return [f"{run.module}.{t.test} {t.status}: {t.reason} (known race: {r.reason})"
+            for t, r in races if r is not None]
+
+
+def _run_once(handle: LabHandle, target: SuiteTarget, module: str,
+              timeout: float) -> ModuleRun:
     started = time.monotonic()
     result = handle.run(target.node, ["sh", "-c", _RUN_SCRIPT, "sh", TESTS_DIR,
                                       f"{timeout:g}", target.device, module],

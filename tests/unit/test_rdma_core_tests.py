@@ -4,21 +4,31 @@ test by test, and each module's run held against the known failures.
 The files under tests/unit/outputs/rdma-core-tests/ are real runs in the nodes of a
 trixie-workloads lab (qemu TCG, kernel 7.3.4, rdma-core 56.1-1): `labctl exec NODE -- sh -c
 'cd /usr/share/rdma-core-tests && python3 -u tests/run_tests.py --dev DEV -v MODULE 2>&1;
-echo "labctl-exit=$?"'`, named MODULE.NODE.txt (rxe1: rxe0, siw1: siw0).
+echo "labctl-exit=$?"'`, named MODULE.NODE.txt (rxe1: rxe0, siw1: siw0); test_pd.rxe1-nodev
+with `--dev nosuch0` (every test errors), test_odp.rxe1-timeout under the runner's own
+script with a 15 s timeout(1) (python ended mid-module, exit 124). test_cq.rxe1-polltimeout
+is a `labctl run rdma-core-tests` run on a loaded host (load 14): the whole output as the
+runner printed it (its output_tail, 23 lines) and the marker line the runner had cut.
 """
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from labctl.data.rdma_core_tests import GENERIC_MODULES, KNOWN_FAILURES
 from labctl.errors import UsageError
 from labctl.runners.rdma_core_tests import (
+    ModuleRun,
+    SuiteTarget,
     check_modules,
     now_passing,
+    race_reasons,
     read_module_run,
+    run_module,
     signal_name,
 )
 from labctl.runners.unittest_output import parse_unittest
@@ -31,11 +41,13 @@ def output(name: str) -> str:
     return (OUTPUTS / f"{name}.txt").read_text()
 
 
-def module_run(name: str, kind: str | None = None, seconds: float = 1.0):  # type: ignore[no-untyped-def]
-    """The module's run from its captured output; `kind` overrides the node's device kind."""
+def module_run(name: str, kind: str | None = None) -> ModuleRun:
+    """The module's run from its captured output (MODULE.NODE[-how]); `kind` overrides the
+    node's device kind."""
     module, node = name.split(".")
+    node = node.split("-")[0]
     device, node_kind = DEVICES[node]
-    return read_module_run(node, device, kind or node_kind, module, output(name), seconds)
+    return read_module_run(node, device, kind or node_kind, module, output(name), 1.0)
 
 
 # --- unittest's output -------------------------------------------------------------------
@@ -87,6 +99,37 @@ def test_the_parent_domain_segfault_on_rxe_is_a_known_crash_with_its_reason() ->
     assert now_passing([run]) == []
 
 
+def test_test_flow_segfaults_at_exit_on_rxe_too_and_is_known() -> None:
+    run = module_run("test_flow.rxe1")
+    assert (run.status, run.signal, run.ran, run.skipped) == ("crashed", "SIGSEGV", 5, 5)
+    assert run.skip_reasons == {"Create QP type 8 is not supported": 5}
+    assert [(k.test, k.outcome) for k in run.known] == [("", "crashed")]
+    assert "Failed to close CQ" in run.known[0].reason and run.ok
+
+
+def test_errored_tests_are_new_failures_with_their_tracebacks_last_line() -> None:
+    run = module_run("test_pd.rxe1-nodev")
+    assert (run.status, run.exit_code, run.ran, run.errored, run.passed) == \
+        ("failed", 1, 4, 4, 0)
+    assert [t.test for t in run.tests] == [
+        "PDTest.test_alloc_pd", "PDTest.test_dealloc_pd", "PDTest.test_destroy_pd_twice",
+        "PDTest.test_multiple_pd_creation"]
+    last = "pyverbs.pyverbs_error.PyverbsRDMAError: Failed to find device nosuch0"
+    assert {t.reason for t in run.tests} == {last}
+    assert run.new_failures[0] == f"test_pd.PDTest.test_alloc_pd errored: {last}"
+    assert len(run.new_failures) == 4 and run.known == []
+    assert "FAILED (errors=4)" in run.output_tail
+
+
+def test_a_module_past_its_timeout_keeps_the_tests_it_finished() -> None:
+    run = module_run("test_odp.rxe1-timeout")
+    assert (run.status, run.exit_code, run.ran) == ("timeout", 124, None)
+    # the second test was under way: no status, so not counted at all
+    assert [(t.test, t.status) for t in run.tests] == [
+        ("OdpTestCase.test_odp_async_prefetch_rc_traffic", "skipped")]
+    assert run.new_failures == ["test_odp timeout: ran into its timeout"]
+
+
 def test_the_same_crash_on_a_device_kind_the_table_does_not_name_is_a_new_failure() -> None:
     run = module_run("test_parent_domain.rxe1", kind="siw")
     assert run.known == []
@@ -124,6 +167,61 @@ def test_no_exit_marker_means_the_node_did_not_finish_the_run() -> None:
                                             (128, ""), (255, "")])
 def test_signal_names_from_a_shell_exit_status(code: int, name: str) -> None:
     assert signal_name(code) == name
+
+
+# --- a run that failed by a known race is run again ------------------------------------
+def test_a_poll_timeout_under_load_is_a_known_race() -> None:
+    run = module_run("test_cq.rxe1-polltimeout")
+    assert (run.status, run.errored, run.passed) == ("failed", 1, 3)
+    reasons = race_reasons(run)
+    assert len(reasons) == 1
+    assert reasons[0].startswith("test_cq.CQTest.test_resize_cq errored: pyverbs.pyverbs_error"
+                                 ".PyverbsError: Got timeout on polling (1 CQEs remaining) "
+                                 "(known race: the suite polls a CQ")
+
+
+def test_other_failures_are_no_race() -> None:
+    assert race_reasons(module_run("test_pd.rxe1-nodev")) == []
+    assert race_reasons(module_run("test_parent_domain.rxe1")) == []  # a known crash
+    assert race_reasons(module_run("test_cq.siw1")) == []
+
+
+class ReplayedNode:
+    """A lab handle whose node answers each run with the next captured output."""
+
+    def __init__(self, *names: str) -> None:
+        self.outputs = [output(name) for name in names]
+        self.commands: list[list[str]] = []
+
+    def run(self, node: str, command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        self.commands.append(command)
+        return subprocess.CompletedProcess(command, 0, self.outputs.pop(0), "")
+
+
+TARGET = SuiteTarget("rxe1", "rxe0", "rxe", "56.1-1", frozenset({"test_cq", "test_pd"}))
+
+
+def test_a_module_that_failed_by_a_race_only_is_run_again_and_says_so() -> None:
+    node = ReplayedNode("test_cq.rxe1-polltimeout", "test_cq.rxe1")
+    run = run_module(node, TARGET, "test_cq", 60.0)  # type: ignore[arg-type]
+    assert (run.status, run.attempts, run.passed, run.new_failures) == ("passed", 2, 4, [])
+    assert len(run.retried) == 1
+    assert run.retried[0].startswith("attempt 1: test_cq.CQTest.test_resize_cq errored: ")
+    assert node.commands[0][-2:] == ["rxe0", "test_cq"] and len(node.commands) == 2
+
+
+def test_a_race_in_the_last_attempt_stays_a_failure() -> None:
+    node = ReplayedNode("test_cq.rxe1-polltimeout", "test_cq.rxe1-polltimeout")
+    run = run_module(node, TARGET, "test_cq", 60.0)  # type: ignore[arg-type]
+    assert (run.status, run.attempts, len(run.retried)) == ("failed", 2, 1)
+    assert run.new_failures[0].startswith("test_cq.CQTest.test_resize_cq errored")
+
+
+def test_a_failure_that_is_no_race_is_not_run_again() -> None:
+    node = ReplayedNode("test_pd.rxe1-nodev")
+    run = run_module(node, TARGET, "test_pd", 60.0)  # type: ignore[arg-type]
+    assert (run.status, run.attempts, run.retried, len(run.new_failures)) == \
+        ("failed", 1, [], 4)
 
 
 # --- the modules asked for and the table -------------------------------------------------
