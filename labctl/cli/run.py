@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from labctl.capture.runhook import capture_line, captured_runner, capturing_run
-from labctl.cli import complete
+from labctl.cli import complete, rdma_core_tests
 from labctl.cli.capture import CaptureDirOption, CaptureOption
 from labctl.cli.common import (
     HELP_SETTINGS,
@@ -465,6 +465,7 @@ def _run_all(command: RunCommand, values: dict[str, Any]) -> None:
 
 
 add_command(run_app, ALL_COMMAND, _run_all)
+rdma_core_tests.register(run_app)  # one node's test suite, not a pair's example
 
 
 def _print_pair_matrix(results: list[RunResult], pairs: list[tuple[str, str]]) -> None:

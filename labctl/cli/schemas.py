@@ -48,6 +48,7 @@ from labctl.rdmafault.counters import CountersRecord
 from labctl.runners.bench import BenchReport
 from labctl.runners.execute import RunResult
 from labctl.runners.mpi import MpiReport
+from labctl.runners.rdma_core_tests import SuiteReport
 from labctl.runners.ucx import UcxInfo
 from labctl.topology.graph import Graph
 from labctl.topology.resolved import Lab, Node
@@ -150,6 +151,7 @@ OUTPUTS: tuple[Output, ...] = (
     Output("run-ucx", ("run ucx",), list[RunResult]),
     Output("run-ucx-info", ("run ucx-info",), list[UcxInfo]),
     Output("run-mpi", ("run mpi",), MpiReport),
+    Output("run-rdma-core-tests", ("run rdma-core-tests",), SuiteReport),
     Output("bench", ("bench",), BenchReport),
     Output("link-show", ("link show",), LinkShowOutput),
     Output("link-set", ("link set",), LinkSetOutput),

@@ -22,6 +22,9 @@ class Recipe:
     suite: str  # userland
     kernel_suite: str  # where linux-image-amd64 comes from
     packages: tuple[str, ...]
+    # Customize hooks of this recipe alone (labctl/images/hooks/NAME), run after the ones
+    # every image gets and before the trim; part of the image's key.
+    hooks: tuple[str, ...] = ()
 
 
 DOCKER_HOST_PACKAGES = ("docker.io", "docker-cli", "containerd", "runc")
@@ -33,6 +36,8 @@ DEV_PACKAGES = ("gcc", "libc6-dev", "make", "pkg-config", "libibverbs-dev", "lib
 # across a lab (docs/workloads.md). An image of its own so the default node stays small.
 WORKLOAD_PACKAGES = ("openmpi-bin", "python3-mpi4py", "ucx-utils", "libfabric-bin",
                      "nvme-cli", "fio", "nfs-kernel-server", "qperf")
+# rdma-core's own test suite at the nodes' version (`labctl run rdma-core-tests`).
+WORKLOAD_HOOKS = ("rdma-core-tests.sh",)
 
 # trixie userland (rdma-core 56.1) with the trixie-backports 7.x kernel, whose rxe works
 # per network namespace (needed by the Docker provider, see docs/docker.md).
@@ -41,7 +46,8 @@ RECIPES: dict[str, Recipe] = {
     "trixie-dev": Recipe("trixie-dev", "trixie", "trixie-backports",
                          (*node_packages(), *DEV_PACKAGES)),
     "trixie-workloads": Recipe("trixie-workloads", "trixie", "trixie-backports",
-                               (*node_packages(), *WORKLOAD_PACKAGES)),
+                               (*node_packages(), *WORKLOAD_PACKAGES),
+                               hooks=WORKLOAD_HOOKS),
     "sid": Recipe("sid", "sid", "sid", node_packages()),
     # The Docker host VM (labctl docker-host): a node image plus a Docker engine, for hosts
     # whose kernel cannot give containers their own working rxe (see docs/docker.md).

@@ -118,6 +118,8 @@ def image_key(recipe: Recipe, mirror: str | None) -> str:
         "init": _resource_text("initramfs-init.sh"),
         "modules": [STAGE1_MODULES, NODE_MODULES],
     }
+    if recipe.hooks:  # only then: the keys of images without hooks of their own stay
+        inputs["recipe_hooks"] = [[h, _resource_text("hooks", h)] for h in recipe.hooks]
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -195,6 +197,8 @@ def _mmdebstrap(
         f'--customize-hook=sh {kernel_hook} "$1" {recipe.kernel_suite}',
         # soft-iWARP (Debian's kernels lack it) and labctl's compiled inspector client
         f'--customize-hook=sh {build_hook} "$1" {recipe.kernel_suite} {shlex.quote(str(client))}',
+        *(f'--customize-hook=sh {shlex.quote(str(hooks.joinpath(h)))} "$1"'
+          for h in recipe.hooks),
         f'--customize-hook=sh {trim_hook} "$1"',
         # Options end here: no suite, path or mirror after it is ever read as an option
         # (mmdebstrap's Getopt reads options after its arguments too).

@@ -32,9 +32,11 @@ EVERY_RUN_OPTION = ("timeout", "as_json", "capture", "capture_dir", "pairs", "jo
 
 def test_every_example_of_the_catalogue_has_its_command_in_order() -> None:
     assert [c.name for c in RUN_COMMANDS] == list(dict.fromkeys(n for n, _ in EXAMPLES))
+    # rdma-core-tests: one node's test suite, not a pair's example (labctl/cli/rdma_core_tests);
+    # ucx, ucx-info, mpi: the workloads of labctl/cli/run_workloads.py
     assert list(COMMANDS) == [*(c.name for c in RUN_COMMANDS), "custom",
                               *(c.name for c in STORAGE_COMMANDS), "list", "all",
-                              "ucx", "ucx-info", "mpi"]  # the workloads (run_workloads.py)
+                              "rdma-core-tests", "ucx", "ucx-info", "mpi"]
 
 
 @pytest.mark.parametrize("command", [*RUN_COMMANDS, CUSTOM_COMMAND, ALL_COMMAND,
