@@ -61,7 +61,8 @@ def test_roce_v2_and_iwarp_steps() -> None:
 
 def test_every_example_is_on_the_path() -> None:
     named = {words[1] for words in run_commands()}
-    assert set(TEACHES) - {"perftest"} <= named | {"list"}
+    # the workloads (qperf, fabric) are in docs/workloads.md, beyond the path
+    assert set(TEACHES) - {"perftest", "qperf", "fabric"} <= named | {"list"}
     assert "list" in named and "perftest" in named
 
 

@@ -190,7 +190,9 @@ def test_siw_runs_rdma_cm_rc_programs_only() -> None:
     on_siw = {key for key, spec in EXAMPLES.items() if spec.supports("siw")}
     assert on_siw == {("rping", "rc"), *(("perftest", t) for t in PERFTESTS),
                       ("rdma-server", "rc"), ("ucmatose", "rc"), ("riostream", "rsocket"),
-                      ("rcopy", "rsocket")}
+                      ("rcopy", "rsocket"),
+                      # the workloads (tests/integration/workloads/test_qperf_fabric.py)
+                      ("qperf", "rdma-tcp"), ("fabric", "pingpong")}
 
 
 def test_perftest_argv() -> None:
