@@ -111,7 +111,8 @@ def _ucx_spec(test: str, transport: str) -> ExampleSpec:
         unsupported_reason=UCX_ON_IWARP if transport == "rdma" else "",
         ready_probe=lambda ctx: listening_probe(ctx.opt("port", UCX_PORT)),
         key_figure="usec_percentile" if test == "tag_lat" else "mb_per_sec_overall",
-        timeout=120.0,
+        # UCX's start alone took a minute in a loaded host, then 40 ms an iteration
+        timeout=300.0,
         ready_seconds=UCX_READY_SECONDS,
         packages=UCX_PACKAGES,
     )

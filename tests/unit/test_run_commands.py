@@ -11,7 +11,7 @@ import typer
 from typer.main import get_command
 from typer.testing import CliRunner
 
-import labctl.cli.app  # noqa: F401  (registers every module's commands: run_workloads' too)
+import labctl.cli.app  # noqa: F401  (registers every run command: the workloads' too)
 from labctl.cli.run import add_command, run_app
 from labctl.errors import UsageError
 from labctl.runners.examples import EXAMPLES, pingpong_variant
