@@ -58,6 +58,14 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "is not supported', rxe has no raw packet QP): pyverbs' CQ close fails with EBADF "
         "('Failed to close CQ. Errno: 9') as the module's objects are freed, then python "
         "segfaults (rdma-core 56.1, 3 runs of 3; on siw the tests skip earlier)"),
+    KnownFailure(
+        "test_cq", "CQTest.test_resize_cq", ("rxe",), "errored",
+        "'Got timeout on polling (1 CQEs remaining)': the test posts 6 UD sends, then resizes "
+        "the CQ to 1 and expects EINVAL because 6 completions are unpolled; rxe compares the "
+        "new size with the completions present at that moment (rxe_cq_chk_attr), and under "
+        "TCG its kernel worker has not completed the sends yet, so the resize succeeds and a "
+        "later completion overruns the small CQ and is lost (2 of 5 runs at load 7-14, 3 of 3 "
+        "at load 4, 2026-11-26; on siw the test passes)"),
 )
 
 

@@ -170,6 +170,27 @@ def test_signal_names_from_a_shell_exit_status(code: int, name: str) -> None:
 
 
 # --- a run that failed by a known race is run again ------------------------------------
+# The captured race is test_resize_cq's poll timeout, which the table now names as a known
+# failure on rxe: the race tests below take that entry out, so that what they test is the
+# race mechanism on this real output, not the table.
+RESIZE_CQ = ("test_cq", "CQTest.test_resize_cq")
+
+
+@pytest.fixture
+def resize_cq_not_known(monkeypatch: pytest.MonkeyPatch) -> None:
+    from labctl.data import rdma_core_tests as table
+    monkeypatch.setattr(table, "KNOWN_FAILURES", tuple(
+        k for k in table.KNOWN_FAILURES if (k.module, k.test) != RESIZE_CQ))
+
+
+def test_rxe_s_resize_cq_poll_timeout_is_a_known_failure() -> None:
+    run = module_run("test_cq.rxe1-polltimeout")
+    assert run.new_failures == []
+    assert [(k.test, k.outcome) for k in run.known] == [("CQTest.test_resize_cq", "errored")]
+    assert "rxe_cq_chk_attr" in run.known[0].reason
+
+
+@pytest.mark.usefixtures("resize_cq_not_known")
 def test_a_poll_timeout_under_load_is_a_known_race() -> None:
     run = module_run("test_cq.rxe1-polltimeout")
     assert (run.status, run.errored, run.passed) == ("failed", 1, 3)
@@ -201,6 +222,7 @@ class ReplayedNode:
 TARGET = SuiteTarget("rxe1", "rxe0", "rxe", "56.1-1", frozenset({"test_cq", "test_pd"}))
 
 
+@pytest.mark.usefixtures("resize_cq_not_known")
 def test_a_module_that_failed_by_a_race_only_is_run_again_and_says_so() -> None:
     node = ReplayedNode("test_cq.rxe1-polltimeout", "test_cq.rxe1")
     run = run_module(node, TARGET, "test_cq", 60.0)  # type: ignore[arg-type]
@@ -210,6 +232,7 @@ def test_a_module_that_failed_by_a_race_only_is_run_again_and_says_so() -> None:
     assert node.commands[0][-2:] == ["rxe0", "test_cq"] and len(node.commands) == 2
 
 
+@pytest.mark.usefixtures("resize_cq_not_known")
 def test_a_race_in_the_last_attempt_stays_a_failure() -> None:
     node = ReplayedNode("test_cq.rxe1-polltimeout", "test_cq.rxe1-polltimeout")
     run = run_module(node, TARGET, "test_cq", 60.0)  # type: ignore[arg-type]

@@ -34,24 +34,37 @@ def test_the_suite_on_rxe_and_siw_matches_the_known_failures(workloads_lab: Modu
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(result.stdout)
     assert report["rdma_core"] == {"rxe1": "56.1-1", "siw1": "56.1-1"}
-    assert (report["status"], report["new_failures"], report["now_passing"]) == \
-        ("passed", 0, [])
+    assert (report["status"], report["new_failures"]) == ("passed", 0)
     runs = {(r["node"], r["module"]): r for r in report["modules"]}
     assert sorted(runs) == sorted((n, m) for n in ("rxe1", "siw1") for m in CI_MODULES)
+    # rxe's test_resize_cq loses a completion when the CQ is resized before rxe's worker
+    # completed the sends (known, labctl/data/rdma_core_tests.py): most runs under TCG, not
+    # all. Either way the report says which.
+    resize = known_failure("test_cq", "CQTest.test_resize_cq", "rxe", "errored")
+    assert resize is not None
+    resize_seen = runs["rxe1", "test_cq"]["errored"] == 1
     for (node, module), run in runs.items():
         kind = "rxe" if node == "rxe1" else "siw"
         assert run["device_kind"] == kind
         assert run["ran"] == TEST_COUNTS[module], run
-        assert run["failed"] == run["errored"] == 0, run
-        assert run["passed"] + run["skipped"] == run["ran"]
+        assert run["passed"] + run["skipped"] + run["errored"] == run["ran"]
         expected = known_failure(module, "", kind, "crashed")
         if expected is not None:
             assert (run["status"], run["signal"]) == ("crashed", "SIGSEGV"), run
             assert run["known"] == [{"test": "", "outcome": "crashed",
                                      "reason": expected.reason}]
+        elif (node, module) == ("rxe1", "test_cq") and resize_seen:
+            assert (run["status"], run["failed"]) == ("failed", 0), run
+            assert run["known"] == [{"test": "CQTest.test_resize_cq", "outcome": "errored",
+                                     "reason": resize.reason}]
         else:
             assert (run["status"], run["exit_code"], run["known"]) == ("passed", 0, [])
-    assert report["known_failures"] == 2  # flow and parent_domain on rxe
+            assert run["failed"] == run["errored"] == 0, run
+    # flow and parent_domain crash at exit on rxe; resize_cq when it lost its completion
+    assert report["known_failures"] == 2 + resize_seen
+    now_passing = [] if resize_seen else ["test_cq.CQTest.test_resize_cq on rxe1 (rxe)"]
+    assert [entry.split(": known")[0] for entry in report["now_passing"]] == now_passing, \
+        report["now_passing"]
     # rxe runs traffic where siw skips: what each device can do, in figures
     assert runs["rxe1", "test_qp"]["passed"] >= 20
     assert runs["rxe1", "test_rdmacm"]["passed"] == 10
