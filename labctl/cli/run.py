@@ -218,12 +218,16 @@ def print_results(results: list[RunResult], as_json: bool, *, summary: bool = Fa
     for r in results if not as_json else []:
         if r.capture:
             console.print(capture_line(r), markup=False, soft_wrap=True)
-    for r in results:
-        if r.status == "failed":
-            err_console.print(f"[bold red]{r.example} {r.variant} failed[/]: "
-                              f"{escape(r.reason)}")
-            err_console.print(failure_details(r), markup=False, soft_wrap=True)
-    if any(r.status == "failed" for r in results):
+    _fail_on_failures(results, lambda r: f"{r.example} {r.variant}")
+
+
+def _fail_on_failures(results: list[RunResult], label: Callable[[RunResult], str]) -> None:
+    """Each failed run's reason and details on stderr, then exit 1 if any failed."""
+    failed = [r for r in results if r.status == "failed"]
+    for r in failed:
+        err_console.print(f"[bold red]{label(r)} failed[/]: {escape(r.reason)}")
+        err_console.print(failure_details(r), markup=False, soft_wrap=True)
+    if failed:
         raise typer.Exit(1)
 
 
@@ -360,13 +364,7 @@ def _run_storage(command: RunCommand, values: dict[str, Any]) -> None:
         for r in results:
             if r.capture:
                 console.print(capture_line(r), markup=False, soft_wrap=True)
-    for r in results:
-        if r.status == "failed":
-            err_console.print(f"[bold red]{r.label} {r.server} -> {r.client} failed[/]: "
-                              f"{escape(r.reason)}")
-            err_console.print(failure_details(r), markup=False, soft_wrap=True)
-    if any(r.status == "failed" for r in results):
-        raise typer.Exit(1)
+    _fail_on_failures(results, lambda r: f"{r.label} {r.server} -> {r.client}")
     if all(r.status == "skipped" for r in results):
         err_console.print(f"[bold red]refused:[/] {command.name}: "
                           + "; ".join(dict.fromkeys(r.reason for r in results)))

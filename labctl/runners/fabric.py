@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labctl.errors import UsageError
+from labctl.runners import spec
 from labctl.runners.probes import ports_listening_probe
 from labctl.runners.spec import ExampleSpec, RunContext
 
@@ -43,13 +44,7 @@ PINGPONGS: dict[str, Pingpong] = {
 
 def chosen_pingpongs(ctx_or_value: RunContext | str | None) -> list[str]:
     """The provider/endpoint pairs asked for (--tests), each a known one."""
-    value = ctx_or_value.opt("tests") if isinstance(ctx_or_value, RunContext) else ctx_or_value
-    names = value.split(",") if value else list(PINGPONGS)
-    unknown = [n for n in names if n not in PINGPONGS]
-    if unknown:
-        raise UsageError(f"fabric: unknown test {', '.join(unknown)}",
-                         hint=f"tests: {', '.join(PINGPONGS)}")
-    return names
+    return spec.chosen_tests("fabric", ctx_or_value, PINGPONGS, PINGPONGS)
 
 
 def _ports(ctx: RunContext) -> list[int]:

@@ -11,7 +11,7 @@ import re
 import shlex
 from typing import Any, Literal
 
-from labctl.errors import UsageError
+from labctl.runners import spec
 from labctl.runners.probes import ports_listening_probe
 from labctl.runners.spec import ExampleSpec, RunContext
 
@@ -68,13 +68,7 @@ def unsupported_reason(test: str, device_type: str) -> str:
 
 def chosen_tests(ctx_or_value: RunContext | str | None) -> list[str]:
     """The tests asked for (--tests), each a known one; UsageError names the known ones."""
-    value = ctx_or_value.opt("tests") if isinstance(ctx_or_value, RunContext) else ctx_or_value
-    names = value.split(",") if value else list(DEFAULT_TESTS)
-    unknown = [n for n in names if n not in QPERF_TESTS]
-    if unknown:
-        raise UsageError(f"qperf: unknown test {', '.join(unknown)}",
-                         hint=f"tests: {', '.join(QPERF_TESTS)}")
-    return names
+    return spec.chosen_tests("qperf", ctx_or_value, QPERF_TESTS, DEFAULT_TESTS)
 
 
 def _refuse(ctx: RunContext) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,6 +175,20 @@ def check_test_list(value: Any) -> str:
     if not names or len(names) > MAX_TESTS or not all(_TEST_NAME.fullmatch(n) for n in names):
         raise _bad("tests", value, f"a comma-separated list of at most {MAX_TESTS} test names")
     return ",".join(dict.fromkeys(names))  # each test once, in the order given
+
+
+def chosen_tests(program: str, ctx_or_value: RunContext | str | None,
+                 known: Iterable[str], default: Iterable[str]) -> list[str]:
+    """The tests of a workload asked for with --tests (comma-separated; `default` when
+    none), each one of `known`; UsageError (exit 2) names the known ones."""
+    value = ctx_or_value.opt("tests") if isinstance(ctx_or_value, RunContext) else ctx_or_value
+    names = value.split(",") if value else list(default)
+    known = list(known)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UsageError(f"{program}: unknown test {', '.join(unknown)}",
+                         hint=f"tests: {', '.join(known)}")
+    return names
 
 
 def check_multicast_group(value: Any) -> str:
