@@ -106,24 +106,33 @@ def _rdma_node(handle: LabHandle, node: str) -> Node:
     return lab_node
 
 
-def check_image_packages(spec: ExampleSpec, node: Node) -> None:
-    """UsageError (exit 2) when `node`'s image lacks a package `spec` needs: the program is
-    not there, so the run could only fail. Names the images that have them, and the
-    `packages:` key that adds them to the node's own image."""
+def missing_packages(spec: ExampleSpec, node: Node) -> UsageError | None:
+    """Why `node`'s image cannot run `spec` (a package it needs is not there), as the
+    refusal to raise or the reason to skip it with; None when it can (or when the image is
+    not one labctl builds, whose packages labctl cannot know). The hint names the images
+    that have them, and the `packages:` key that adds them to the node's own image."""
     if not spec.packages or node.image not in RECIPES:
-        return
+        return None
     have = set(node_recipe(node.image, node.packages).packages)
     missing = [p for p in spec.packages if p not in have]
     if not missing:
-        return
+        return None
     images = [name for name, recipe in RECIPES.items()
               if set(spec.packages) <= set(recipe.packages)]
     where = f"image: {' or '.join(images)}, or " if images else ""
-    raise UsageError(
+    return UsageError(
         f"{spec.label}: node {node.name}'s image {node.image} lacks "
         f"{', '.join(missing)}",
         hint=f"give the nodes {where}packages: [{', '.join(missing)}] in the topology, "
              "then labctl down and up (topologies/workloads.yaml has them all)")
+
+
+def check_image_packages(spec: ExampleSpec, node: Node) -> None:
+    """UsageError (exit 2) when `node`'s image lacks a package `spec` needs: the program is
+    not there, so the run could only fail."""
+    refusal = missing_packages(spec, node)
+    if refusal is not None:
+        raise refusal
 
 
 def endpoint(handle: LabHandle, node: str, iface: Interface | None = None) -> Endpoint:

@@ -38,8 +38,11 @@ def assert_passed(result: RunResult) -> None:
     assert result.status == "passed", explain(result)
 
 
+# The workloads (spec.packages: qperf, libfabric) run on their own image, in
+# tests/integration/workloads; on this lab's default image `run all` skips them (below).
 ON_RXE = sorted(key for key, spec in EXAMPLES.items()
-                if spec.supports("rxe") and key not in KNOWN_LIMITATIONS)
+                if spec.supports("rxe") and key not in KNOWN_LIMITATIONS and not spec.packages)
+WORKLOADS = sorted(key for key, spec in EXAMPLES.items() if spec.packages)
 
 
 @pytest.mark.parametrize(("name", "variant"), ON_RXE, ids=[f"{n}-{v}" for n, v in ON_RXE])
@@ -107,6 +110,11 @@ def test_run_all_summary(lab_handle: LabHandle) -> None:
     assert set(by_key) == set(EXAMPLES)
     assert by_key[("mckey", "ud-1qp")]["status"] == "skipped"
     assert all(by_key[("perftest", t)]["status"] == "passed" for t in PERFTESTS)
+    assert WORKLOADS
+    for key in WORKLOADS:  # not on this image: skipped with the image that has them
+        assert by_key[key]["status"] == "skipped", by_key[key]
+        assert "'s image trixie lacks " in by_key[key]["reason"], by_key[key]
+        assert "image: trixie-workloads" in by_key[key]["reason"], by_key[key]
 
 
 def test_run_all_between_explicit_pairs(lab_handle: LabHandle) -> None:
