@@ -162,13 +162,15 @@ def _gid(ep: Endpoint) -> str | None:
     return f"::ffff:{ep.address}" if ep.gid_index is not None else None
 
 
-def _bounded(argv: list[str], seconds: float) -> list[str]:
+def bounded_in_node(argv: list[str], seconds: float, line_buffered: bool = True) -> list[str]:
     # The bound runs inside the node, so a stuck program dies even if ssh is cut. TERM first
     # (KILL 5 s later): `timeout` then exits 124; with --signal=KILL it killed its own process
     # group, itself included, and ssh reported a bare 255 instead of a timeout.
     # stdbuf: the examples print through stdio into a pipe (block-buffered); line buffering
-    # keeps what a program printed before the bound ended it, for the record.
-    return ["timeout", "--kill-after=5", f"{seconds:.0f}", "stdbuf", "-oL", "-eL", *argv]
+    # keeps what a program printed before the bound ended it, for the record. The storage
+    # steps are shell scripts that print their own lines and need none.
+    buffering = ["stdbuf", "-oL", "-eL"] if line_buffered else []
+    return ["timeout", "--kill-after=5", f"{seconds:.0f}", *buffering, *argv]
 
 
 def lost_nodes(handle: LabHandle, nodes: tuple[str, str]) -> dict[str, str]:
@@ -326,11 +328,11 @@ def _attempt(handle: LabHandle, spec: ExampleSpec, ctx: RunContext, result: RunR
     result.diagnostics = {}
     # The server's bound outlasts the client's and the failure snapshot after it: a server
     # still in its wait shows in `rdma res show`. The runner stops it sooner in any case.
-    server = ServerProcess(handle, server_node, _bounded(result.server_argv, timeout + 30))
+    server = ServerProcess(handle, server_node, bounded_in_node(result.server_argv, timeout + 30))
     try:
         _wait_listening(handle, spec, ctx, server)
         client = handle.run(
-            client_node, _bounded(result.client_argv, timeout), timeout=timeout + 15
+            client_node, bounded_in_node(result.client_argv, timeout), timeout=timeout + 15
         )
         result.client_output = client.stdout + client.stderr
         grace = 15 + float(options.get("wait") or 0) if client.returncode == 0 else 3

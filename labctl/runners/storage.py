@@ -29,6 +29,7 @@ from labctl.runners.diagnose import snapshot
 from labctl.runners.execute import (
     COUNTERS_SECONDS,
     RunResult,
+    bounded_in_node,
     check_image_packages,
     endpoint,
     lost_nodes,
@@ -105,18 +106,15 @@ def transports(choice: str) -> tuple[str, ...]:
     raise UsageError(f"unknown transport {choice!r}", hint="use rdma, tcp or both")
 
 
-def _bounded(argv: list[str], seconds: float) -> list[str]:
-    # The bound runs in the node (a stuck step dies even if ssh is cut); ssh's own bound is
-    # 15 s longer. A process in D state on a dead server cannot die: the cleanup steps
-    # (disconnect, umount -f -l) are what free it.
-    return ["timeout", "--kill-after=5", f"{seconds:.0f}", *argv]
-
-
 def _step(handle: LabHandle, node: str, argv: list[str], seconds: float) -> tuple[int, str]:
     """Run one bounded step in `node`: its exit status (124: it ran into the bound) and
     output; a node that cannot be reached gives 255 and the reason as output."""
     try:
-        done = handle.run(node, _bounded(argv, seconds), timeout=seconds + 15)
+        # The bound runs in the node (a stuck step dies even if ssh is cut); ssh's own bound
+        # is 15 s longer. A process in D state on a dead server cannot die: the cleanup
+        # steps (disconnect, umount -f -l) are what free it.
+        bounded = bounded_in_node(argv, seconds, line_buffered=False)
+        done = handle.run(node, bounded, timeout=seconds + 15)
     except LabctlError as exc:
         return 255, exc.message
     return done.returncode, done.stdout + done.stderr

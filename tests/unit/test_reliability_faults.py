@@ -21,7 +21,7 @@ import labctl.providers.qemu as qemu_module
 import labctl.vm.machine as machine_module
 from labctl import faults
 from labctl.providers.qemu import QemuProvider
-from labctl.runners.execute import _bounded
+from labctl.runners.execute import bounded_in_node
 from labctl.store.labdir import LabDir
 from labctl.store.state import LabState, Phase
 from labctl.topology.load import load_lab
@@ -83,7 +83,7 @@ def test_in_node_bound_exits_124_through_a_shell() -> None:
     # sshd runs the command through a shell that execs it, as here. With the former
     # `timeout --signal=KILL`, timeout killed its own process group: the shell died of
     # SIGKILL and ssh reported 255, so a timed-out run never said "timed out".
-    argv = _bounded(["sleep", "30"], 1)
+    argv = bounded_in_node(["sleep", "30"], 1)
     started = time.monotonic()
     result = subprocess.run(["bash", "-c", " ".join(argv)], check=False,
                             start_new_session=True)
