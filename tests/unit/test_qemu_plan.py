@@ -56,6 +56,7 @@ def test_restore_plan_matches_golden(accel: str) -> None:
 def test_restore_plan_is_the_cold_plan_plus_identity_port_and_state() -> None:
     cold = json.loads(_plan_json("two-node.yaml", "tcg"))
     restored = json.loads(_plan_json("two-node.yaml", "tcg", restore=True))
+    assert len(restored["nodes"]) == len(cold["nodes"]) == 2
     for before, after in zip(cold["nodes"], restored["nodes"], strict=True):
         kept = len(before["argv"]) - 4  # the rest: -qmp and -pidfile, each with its value
         added = after["argv"][kept:-4]
