@@ -81,6 +81,7 @@ def restored_pair(topology: Path) -> Iterator[tuple[dict, dict]]:
 
 
 def test_restored_labs_are_up_like_cold_ones(restored_pair: tuple[dict, dict]) -> None:
+    assert [record["lab"] for record in restored_pair] == list(LABS)
     for record in restored_pair:
         nodes = record["status"]["nodes"]
         assert [n["name"] for n in nodes] == ["node1", "node2"]
