@@ -5,6 +5,9 @@
 Run as root from the repository:  python3 benchmarks/bringup.py --runs 3
 Under another lab name:           python3 benchmarks/bringup.py --lab perf topologies/two-node.yaml
 Cold image build:                 python3 benchmarks/bringup.py --cold-image
+Cold boot against restore:        python3 benchmarks/bringup.py --runs 5 --boot cold,restore
+  (the modes take turns, run by run: a shared host's load falls on both alike; the saved
+  machine is made before the first measured run)
 Prints a Markdown table (min / median / max over the runs) for docs/performance.md, with
 memory measured right after the pingpong and again --settle seconds later (the node has
 reclaimed its page cache after the helper's import, and the balloon has reported the freed
@@ -108,13 +111,17 @@ def pingpong_usec(lab: str, iters: int) -> list[float]:
     return [json.loads(run.stdout)["figures"]["usec_per_iter"]] if run.returncode == 0 else []
 
 
+def new_figures() -> dict[str, list[float]]:
+    return {"up": [], "ready": [], "rss": [], "pss": [], "down": [], "rss_settled": [],
+            "pss_settled": [], "usec_settled": [], "rss_used": [], "pss_used": [],
+            "usec_per_iter": [], "load": []}
+
+
 def bench_topology(topology: str, runs: int, iters: int, settle: float,
-                   profile: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
+                   profile: dict[str, list[float]] | None = None, boot: str = "cold",
+                   figures: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
     lab = json.loads(labctl("validate", topology, "--json").stdout)["name"]
-    figures: dict[str, list[float]] = {"up": [], "ready": [], "rss": [], "pss": [], "down": [],
-                                       "rss_settled": [], "pss_settled": [], "usec_settled": [],
-                                       "rss_used": [], "pss_used": [],
-                                       "usec_per_iter": [], "load": []}
+    figures = new_figures() if figures is None else figures
 
     def add_memory(suffix: str) -> None:
         rss, pss = qemu_memory_mib(lab)
@@ -124,7 +131,7 @@ def bench_topology(topology: str, runs: int, iters: int, settle: float,
     for _ in range(runs):
         labctl("down", "--lab", lab)
         figures["load"].append(os.getloadavg()[0])
-        figures["up"].append(timed("up", topology))
+        figures["up"].append(timed("up", topology, "--boot", boot))
         figures["ready"].append(float(LabDir(lab).load_state().ready_seconds or 0))
         if profile is not None:
             for stage, values in stage_profile(lab).items():
@@ -163,6 +170,8 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=15.0,
                         help="seconds after the pingpong before memory is measured again")
     parser.add_argument("--lab", help="run each topology under this lab name")
+    parser.add_argument("--boot", default="cold",
+                        help="cold, restore or both (cold,restore): taking turns run by run")
     parser.add_argument("topologies", nargs="*",
                         default=["topologies/two-node.yaml", "topologies/four-node.yaml"])
     args = parser.parse_args()
@@ -176,14 +185,25 @@ def main() -> None:
             name = Path(topology).stem  # the file's, also under --lab
             if args.lab:
                 topology = renamed(topology, args.lab, Path(workdir))
+            boots = args.boot.split(",")
+            if "restore" in boots:  # the saved machine is made once, before any measure
+                timed("up", topology, "--boot", "restore")
             profile: dict[str, list[float]] = {}
-            f = bench_topology(topology, args.runs, args.iters, args.settle, profile)
-            rows.append(f"| {name} | {fmt(f['up'])} | {fmt(f['ready'])} | "
-                        f"{fmt(f['rss'], 'MiB')} | {fmt(f['pss'], 'MiB')} | "
-                        f"{fmt(f['rss_settled'], 'MiB')} | {fmt(f['pss_settled'], 'MiB')} | "
-                        f"{fmt(f['down'])} | {fmt(f['usec_per_iter'], 'us')} | "
-                        f"{fmt(f['usec_settled'], 'us')} | {fmt(f['rss_used'], 'MiB')} | "
-                        f"{fmt(f['load'], '')} |")
+            per_boot = {boot: new_figures() for boot in boots}
+            for _ in range(args.runs):
+                for boot in boots:
+                    bench_topology(topology, 1, args.iters, args.settle,
+                                   profile if boot == "cold" else None, boot, per_boot[boot])
+            labctl("down", "--lab", json.loads(labctl("validate", topology, "--json")
+                                                .stdout)["name"])
+            for boot, f in per_boot.items():
+                rows.append(
+                    f"| {name} ({boot}) | {fmt(f['up'])} | {fmt(f['ready'])} | "
+                    f"{fmt(f['rss'], 'MiB')} | {fmt(f['pss'], 'MiB')} | "
+                    f"{fmt(f['rss_settled'], 'MiB')} | {fmt(f['pss_settled'], 'MiB')} | "
+                    f"{fmt(f['down'])} | {fmt(f['usec_per_iter'], 'us')} | "
+                    f"{fmt(f['usec_settled'], 'us')} | {fmt(f['rss_used'], 'MiB')} | "
+                    f"{fmt(f['load'], '')} |")
             profiles[name] = profile
     print("| topology | labctl up (to ACTIVE) | boot to ready | qemu RSS per node | "
           f"qemu PSS per node | RSS {args.settle:.0f} s later | PSS {args.settle:.0f} s later | "

@@ -24,6 +24,7 @@ from labctl.lab import lifecycle
 # Choices of the options (shown in --help, completed); checked below, with these messages.
 ACCELS = ("auto", "kvm", "tcg")
 ENGINES = ("vm", "local")
+BOOTS = lifecycle.BOOTS
 
 
 def up(
@@ -55,6 +56,11 @@ def up(
     recreate: bool = typer.Option(
         False, "--recreate", help="If the lab is up, take it down first and make it again "
         "(needed when its topology changed)."),
+    boot: str = typer.Option(
+        None, "--boot", help="qemu: restore (nodes restored from a saved machine, made once "
+        "per image and node shape; cold where one cannot serve) or cold (every node boots); "
+        "also LABCTL_BOOT; default cold.",
+        metavar=choice_metavar(*BOOTS), autocompletion=choices(*BOOTS)),
 ) -> None:
     """Start the lab described by TOPOLOGY and wait until every RDMA device is ACTIVE."""
     from labctl.cli.status import collect_status, print_status
@@ -65,7 +71,7 @@ def up(
                                   provider=provider_name, engine=engine,
                                   mounts=tuple(mounts or ()),
                                   allow_host_mounts=tuple(allow_mounts or ()),
-                                  name=name, recreate=recreate)
+                                  name=name, recreate=recreate, boot=boot)
     options.check()
     path = find_topology(topology)
     for line in mount_lines(lifecycle.resolve(path, options)):  # refused here: exit 2

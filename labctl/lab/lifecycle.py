@@ -25,6 +25,7 @@ leaves `status` and `down` a pid or container to find.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ ACCELS = ("auto", "kvm", "tcg")
 ENGINES = ("vm", "local")
 # A node in one of these is not running: a repair (or `labctl start`) starts it again.
 DOWN_STATES = (NodeStatus.STOPPED, NodeStatus.ABSENT)
+BOOTS = ("restore", "cold")
+BOOT_ENV = "LABCTL_BOOT"
 MAX_CHANGES_SHOWN = 20  # a rewritten topology is not listed line by line to the end
 
 
@@ -66,12 +69,21 @@ class UpOptions:
     # --allow-host-mount PATH: host folders mounts may share although they are the host's own
     allow_host_mounts: tuple[str, ...] = ()
     recreate: bool = False  # a lab that is up is taken down first, changed or not
+    # qemu: restore nodes from a saved machine, or boot them cold; None: $LABCTL_BOOT, else
+    # cold (docs/lifecycle.md, "Restored nodes")
+    boot: str | None = None
+
+    def boot_mode(self) -> str:
+        return self.boot or os.environ.get(BOOT_ENV) or "cold"
 
     def check(self) -> None:
         if self.accel not in ACCELS:
             raise UsageError(f"--accel must be auto, kvm or tcg (got {self.accel!r})")
         if self.engine is not None and self.engine not in ENGINES:
             raise UsageError(f"--engine must be vm or local (got {self.engine!r})")
+        if self.boot_mode() not in BOOTS:
+            where = "--boot" if self.boot else BOOT_ENV
+            raise UsageError(f"{where} must be restore or cold (got {self.boot_mode()!r})")
         if self.provider is not None and self.provider not in PROVIDERS:
             raise UsageError(
                 f"--provider must be qemu, docker or vagrant (got {self.provider!r})")
@@ -111,6 +123,8 @@ def resolve(topology: Path, options: UpOptions) -> Lab:
     lab = with_extra_mounts(lab, options.mounts, Path.cwd(), allowances)
     provider_options = dict(lab.provider_options)
     provider_options["accel"] = options.accel
+    if options.boot_mode() == "restore":  # only then: every other lab.json stays as it was
+        provider_options["boot"] = "restore"
     if options.mirror:
         provider_options["mirror"] = options.mirror
     if options.engine is not None:

@@ -66,10 +66,6 @@ if [ "$ACTION" = stop ]; then  # vagrant: the unit's ExecStop
     trap - EXIT
     exit 0
 fi
-if [ "$KIND" = vm ]; then
-    echo "$LABCTL_NODE" > /proc/sys/kernel/hostname || fail "hostname $LABCTL_NODE"
-    echo "$LABCTL_NODE" > /etc/hostname
-fi
 # labctl-devinfo & co, and `python3 -m labctl.verbs` without PYTHONPATH (a Vagrant node
 # has labctl's code only where the Vagrantfile put it).
 if [ "$KIND" != vagrant ] || [ -f /opt/labctl/labctl/nodeside/node-commands.sh ]; then
@@ -99,6 +95,29 @@ if [ -n "$modules" ]; then
         done
         fail "modprobe -a $modules (kernel $(uname -r))"
     fi
+fi
+
+# A machine labctl saves for restores (labctl/vm/saved.py) stops here, before anything
+# node-specific: its inspector's helper imports pyverbs (a restored node's is warm), the
+# page cache goes back (a smaller saved state), then identity.py waits on the second serial
+# port. labctl saves the machine while it waits; each node restored from it gets its own
+# identity there (node.env, ssh keys, MACs, clock) and goes on from here as a cold boot does.
+restored=0
+if [ "$KIND" = vm ] && [ "${LABCTL_SAVE:-0}" = 1 ]; then
+    step saving
+    LABCTL_HELPER_AFTER=/run/labctl/node.ready setsid -f nice -n 19 \
+        python3 -m labctl.verbs helper </dev/null >>/run/labctl-verbs-helper.log 2>&1
+    must "reclaim the page cache" sh /opt/labctl/labctl/nodeside/start-helper.sh \
+        --reclaim-after-helper
+    STEP=identity
+    python3 /opt/labctl/labctl/nodeside/identity.py /dev/ttyS1 /dev/ttyS0 \
+        || fail "identity from labctl on ttyS1 (see the line above)"
+    . /etc/labctl/node.env
+    restored=1
+fi
+if [ "$KIND" = vm ]; then
+    echo "$LABCTL_NODE" > /proc/sys/kernel/hostname || fail "hostname $LABCTL_NODE"
+    echo "$LABCTL_NODE" > /etc/hostname
 fi
 
 # Host folders (qemu nodes): virtio-9p shares named labctlN, "TAG,DST,MODE" words.
@@ -274,6 +293,8 @@ EOF_DEVINFO
     read -r state < "$ports/state"
     facts="$facts mtu=${mtu:-?} state=${state#*: }"
 fi
+# A restored node's helper lists the devices now (it waited for them: see above).
+if [ "$restored" = 1 ]; then : > /run/labctl/node.ready; fi
 trap - EXIT
 say "ready $facts"
 if [ "$KIND" = vagrant ]; then exit 0; fi

@@ -18,7 +18,10 @@
 if [ "${1:-}" = --reclaim-after-helper ]; then
     [ -e /run/labctl/reclaim.log ] && exit 0
     tries=0
-    while [ ! -S /run/labctl/verbs.sock ] && [ "$tries" -lt 600 ]; do
+    # a helper started for a saved machine says when its imports are done: it serves once
+    # the restored node has its devices (node-init.sh)
+    while [ ! -S /run/labctl/verbs.sock ] && [ ! -e /run/labctl/helper.preloaded ] \
+        && [ "$tries" -lt 600 ]; do
         sleep 0.1
         tries=$((tries + 1))
     done

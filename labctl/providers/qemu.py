@@ -9,6 +9,8 @@ port forward listens on 127.0.0.1 only (user-mode networking with restrict=on).
 
 from __future__ import annotations
 
+import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,7 @@ from labctl.vm.accel import choose_accel
 from labctl.vm.machine import (
     START_HELPER,
     QemuMachine,
+    Restore,
     check_qemu_host,
     free_port,
     machine_payload,
@@ -41,6 +44,14 @@ from labctl.vm.machine import (
     start_detached,
     tail,
     wait_machines_ready,
+)
+from labctl.vm.restore import REFUSED, give_identities, restored_macs
+from labctl.vm.saved import (
+    MachineShape,
+    SavedMachine,
+    discard,
+    find_or_make,
+    identity_message,
 )
 
 
@@ -73,23 +84,33 @@ def plan_lab(
     images: dict[str, Image],
     accel: str,
     ports: dict[str, int],
+    saved: dict[str, Path] | None = None,
 ) -> LabPlan:
-    """Everything `create` will make, as data (golden-tested)."""
+    """Everything `create` will make, as data (golden-tested). `saved`: the nodes restored
+    from a saved machine, each with its state file (the others boot cold)."""
     bridges = [(labnet.bridge_name(s.index), s.mtu) for s in lab.segments]
     plans = [plan_node(lab, node, node_dirs[node.name],
-                       images[image_label(node.image, node.packages)], accel, ports[node.name])
+                       images[image_label(node.image, node.packages)], accel, ports[node.name],
+                       (saved or {}).get(node.name))
              for node in lab.nodes]
     return LabPlan(labnet.netns_name(lab.name), bridges, plans)
 
 
 def plan_node(lab: Lab, node: Node, node_dir: Path, image: Image, accel: str,
-              port: int) -> NodePlan:
-    """One node's part of plan_lab: what `create` starts, and what a repair starts again."""
+              port: int, saved_state: Path | None = None) -> NodePlan:
+    """One node's part of plan_lab: what `create` starts, and what a repair starts again
+    (always cold: a repair boots the node's own disk)."""
     machine = node_machine(lab.name, node.name, node_dir)
-    argv = node_argv(lab, node, machine, image, accel, port)
+    restore = Restore(saved_state) if saved_state is not None else None
+    argv = node_argv(lab, node, machine, image, accel, port, restore=restore)
     taps = [TapPlan(labnet.tap_name(node.index, i.name), labnet.bridge_name(i.segment),
                     i.mtu, i.name) for i in node.interfaces]
     return NodePlan(node.name, argv, taps, node_env(lab, node) | mounts_env(node))
+
+
+def note(line: str) -> None:
+    """One line the user should see whatever the progress display (why a node boots cold)."""
+    print(f"labctl: {line}", file=sys.stderr, flush=True)
 
 
 def _prefixed(progress: Progress, prefix: str) -> Progress:
@@ -129,7 +150,10 @@ class QemuProvider(Provider):
         public_key = ssh.make_key(self.labdir.ssh_key)
         ports = {n.name: free_port() for n in self.lab.nodes}
         node_dirs = {n.name: self.labdir.node_dir(n.name) for n in self.lab.nodes}
-        lab_plan = plan_lab(self.lab, node_dirs, images, accel, ports)
+        saved = (self._saved_machines(images, accel, progress)
+                 if self.lab.provider_options.get("boot") == "restore" else {})
+        lab_plan = plan_lab(self.lab, node_dirs, images, accel, ports,
+                            {name: m.state for name, m in saved.items()})
         plans = {p.node: p for p in lab_plan.nodes}
         machines = {n.name: self.machine(n.name) for n in self.lab.nodes}
         host_keys = {name: m.make_host_key() for name, m in machines.items()}
@@ -147,8 +171,13 @@ class QemuProvider(Provider):
         for node in self.lab.nodes:
             plan, machine = plans[node.name], machines[node.name]
             image = images[image_label(node.image, node.packages)]
-            machine.make_disk(image.rootfs)
+            if node.name in saved:  # the saved machine's disk, as its RAM knows it
+                machine.dir.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(saved[node.name].disk, machine.disk)
+            else:
+                machine.make_disk(image.rootfs)
             fault_point("disk", node.name)
+            # a restored node's too: a repair boots it cold
             machine.make_initrd(image.initrd, machine_payload(
                 plan.env, public_key, machine.host_key.read_bytes()))
             info = NodeState(
@@ -158,8 +187,52 @@ class QemuProvider(Provider):
                 argv=plan.argv,
                 taps=[TapState(t.name, t.bridge, t.mtu) for t in plan.taps],
             )
-            progress(f"{node.name}: starting qemu ({accel})")
+            how = "restoring the saved machine" if node.name in saved else "booting"
+            progress(f"{node.name}: starting qemu ({accel}, {how})")
             self._launch(node.name, info, record)
+        if saved:
+            identities = {name: identity_message(
+                plans[name].env, public_key, machines[name].host_key.read_bytes(),
+                restored_macs(self.lab, self.lab.node(name))) for name in saved}
+            for name, why in give_identities(machines, record.state, identities).items():
+                self._boot_cold(name, why, saved[name], images, record, progress)
+
+    def _saved_machines(self, images: dict[str, Image], accel: str,
+                        progress: Progress) -> dict[str, SavedMachine]:
+        """The saved machine each node is restored from; a node left out boots cold (one
+        line says why)."""
+        found: dict[str, SavedMachine] = {}
+        by_shape: dict[tuple[str, MachineShape], SavedMachine | None] = {}
+        for node in self.lab.nodes:
+            if node.mounts:
+                note(f"{node.name}: booting cold: its host folders are virtio-9p devices, "
+                     "which a saved machine does not have")
+                continue
+            label = image_label(node.image, node.packages)
+            shape = MachineShape.of(node, accel)
+            if (label, shape) not in by_shape:
+                by_shape[label, shape] = find_or_make(
+                    images[label], shape, _prefixed(progress, f"{node.name}: "), note)
+            saved = by_shape[label, shape]
+            if saved is not None:
+                found[node.name] = saved
+        return found
+
+    def _boot_cold(self, name: str, why: str, saved: SavedMachine, images: dict[str, Image],
+                   record: StateRecorder, progress: Progress) -> None:
+        """A node whose restore failed starts again, cold, on a fresh disk."""
+        note(f"{name}: {why}: booting it cold")
+        if why.startswith(REFUSED):
+            discard(saved.path)  # made again at the next restore
+        node = self.lab.node(name)
+        info = record.state.nodes[name]
+        machine = self.machine(name)
+        machine.stop(info.pid)
+        machine.make_disk(images[image_label(node.image, node.packages)].rootfs)
+        plan = self._replan(name, record.state.accel, info.ssh_port)
+        info.argv = plan.argv
+        progress(f"{name}: starting qemu ({record.state.accel}, booting)")
+        self._launch(name, info, record)
 
     def _launch(self, node: str, info: NodeState, record: StateRecorder) -> None:
         """Start (or restart) a node's qemu with fresh taps; record its pid at once."""

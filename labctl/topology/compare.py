@@ -22,6 +22,8 @@ MOUNT_SHOWN = 160  # characters of a mount: a path cut at 60 hides which folder 
 # derives (MACs, a segment's place) is compared where it shows.
 _NODE_SKIPPED = {"name", "index", "interfaces"}
 _SEGMENT_SKIPPED = {"name", "index"}
+# How the nodes were started (restored or cold): the same lab either way.
+_HOW_BOOTED = {"boot"}
 _INTERFACE_SKIPPED = {"name", "segment"}
 
 
@@ -30,7 +32,7 @@ def lab_changes(old: Lab, new: Lab) -> list[str]:
     changes: list[str] = []
     if old.provider != new.provider:
         changes.append(f"provider: {old.provider} → {new.provider}")
-    for key in sorted(set(old.provider_options) | set(new.provider_options)):
+    for key in sorted((set(old.provider_options) | set(new.provider_options)) - _HOW_BOOTED):
         was, now = old.provider_options.get(key), new.provider_options.get(key)
         if was != now:
             changes.append(f"provider option {key}: {_shown(was)} → {_shown(now)}")

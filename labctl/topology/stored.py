@@ -153,6 +153,7 @@ def _check_options(options: dict[str, Any]) -> None:
     lab's hosts and placement; each reaches an argv or an engine connection."""
     checks: dict[str, Callable[[Any], bool]] = {
         "accel": lambda v: v in ACCELS,
+        "boot": lambda v: v == "restore",
         "mirror": lambda v: isinstance(v, str) and re.fullmatch(MIRROR_RE, v) is not None,
         "engine": lambda v: isinstance(v, str) and re.fullmatch(ENGINE_RE, v) is not None,
         "hosts": lambda v: isinstance(v, dict) and all(

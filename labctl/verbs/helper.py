@@ -35,6 +35,8 @@ MAGIC = b"LVH1\0"
 # Commands the helper runs; asyncwatch streams until Ctrl-C and stays a process of its own.
 COMMANDS: tuple[str, ...] = ("devinfo", "devices", "capture")
 DIRECT_ENV = "LABCTL_VERBS_DIRECT"  # set to 1: never use the helper
+AFTER_ENV = "LABCTL_HELPER_AFTER"  # a file: serve only once it exists (see wait_for)
+PRELOADED = "/run/labctl/helper.preloaded"
 VERBS_SYSFS = "/sys/class/infiniband_verbs"
 MAX_REQUEST = 1 << 20
 REQUEST_TIMEOUT = 10.0  # seconds a client may take to send its request
@@ -369,6 +371,18 @@ def _child(argv: list[str], env: dict[str, str], fds: list[int],
     return status & 0xFF
 
 
+def wait_for(path: str) -> None:
+    """A machine saved for restores (labctl/vm/saved.py): its helper imports before the
+    save, says so (PRELOADED, for start-helper.sh's reclaim), then waits until the restored
+    node has its devices and node-init.sh makes `path`."""
+    import time
+
+    with open(PRELOADED, "w"):
+        pass
+    while not os.path.exists(path):
+        time.sleep(0.05)
+
+
 def single_instance_lock(path: str) -> int | None:
     """Hold `PATH.lock` for the helper's life; None if another helper holds it.
 
@@ -401,6 +415,9 @@ def main(argv: list[str], run: Callable[[list[str]], int]) -> int:
         sys.stderr.write(f"labctl.verbs helper: one already serves {path}\n")
         return 0
     preload()
+    after = os.environ.get(AFTER_ENV)
+    if after:
+        wait_for(after)
     devices = device_signature()  # before the warm-up lists them (see device_signature)
     warm_up()
     # Started at low priority so that it does not slow the node's bring-up; the children

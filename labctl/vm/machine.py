@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -99,8 +100,10 @@ def tail(path: Path, lines: int = 25) -> str:
     return "".join(text.splitlines(keepends=True)[-lines:])
 
 
-def machine_payload(env: dict[str, str], authorized_key: str, host_key: bytes) -> bytes:
-    """The cpio appended to the image's initrd: stage 1 copies payload/ onto the root disk."""
+def machine_payload(env: dict[str, str], authorized_key: str | None,
+                    host_key: bytes | None) -> bytes:
+    """The cpio appended to the image's initrd: stage 1 copies payload/ onto the root disk.
+    Without keys (a machine saved for restores): they come with the node's identity."""
     archive = CpioWriter()
     for rel, path in node_code_files():
         mode = 0o755 if path.suffix == ".sh" else 0o644
@@ -110,9 +113,11 @@ def machine_payload(env: dict[str, str], authorized_key: str, host_key: bytes) -
     # (each costs a node tens of ms under TCG). Parents first, else /root would get 0755.
     archive.directory("payload/root", 0o700)
     archive.directory("payload/root/.ssh", 0o700)
-    archive.file("payload/root/.ssh/authorized_keys", (authorized_key + "\n").encode(), 0o600)
-    # the host key labctl made for this node: its known_hosts pins it
-    archive.file("payload/etc/ssh/ssh_host_ed25519_key", host_key, 0o600)
+    if authorized_key is not None:
+        archive.file("payload/root/.ssh/authorized_keys", (authorized_key + "\n").encode(),
+                     0o600)
+    if host_key is not None:  # the host key labctl made for this node: known_hosts pins it
+        archive.file("payload/etc/ssh/ssh_host_ed25519_key", host_key, 0o600)
     archive.file("payload/etc/ssh/sshd_config.d/00-labctl.conf", SSHD_CONFIG.encode())
     return archive.render()
 
@@ -155,6 +160,23 @@ def inherit_thp(*, enabled: bool) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_THP_DISABLE, int(not enabled), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_THP_DISABLE)")
+
+
+@dataclass(frozen=True)
+class Restore:
+    """What a saved machine (labctl.vm.saved) adds to a node's argv: the serial port its
+    identity comes through, and, when restoring, the saved state qemu loads (-incoming)
+    instead of booting. Saving and restoring machines have the same devices, in order."""
+
+    state: Path | None  # None: the machine that is being saved
+
+    def argv(self, identity_socket: Path) -> list[str]:
+        argv = ["-chardev", f"socket,id=identity,path={_qemu_value(identity_socket)},"
+                "server=on,wait=off", "-serial", "chardev:identity"]
+        if self.state is not None:
+            # exec: runs /bin/sh -c: the path is quoted for it
+            argv += ["-incoming", f"exec:cat {shlex.quote(str(self.state))}"]
+        return argv
 
 
 class QemuMachine:
@@ -200,13 +222,20 @@ class QemuMachine:
         return self.dir / "disk.qcow2"
 
     @property
+    def identity_socket(self) -> Path:
+        """A saved or restored machine's second serial port (ttyS1): labctl sends the node
+        its identity there (labctl/nodeside/identity.py)."""
+        return self.dir / "identity.sock"
+
+    @property
     def host_key(self) -> Path:
         return self.dir / "ssh_host_ed25519_key"
 
     # --- the argv plan -------------------------------------------------------------------
     def argv(self, *, accel: str, memory_mib: int, cpus: int, kernel: Path, append: str,
              ssh_port: int, mgmt_mac: str, nics: list[Nic],
-             extra_drives: tuple[str, ...] = (), shares: tuple[Share, ...] = ()) -> list[str]:
+             extra_drives: tuple[str, ...] = (), shares: tuple[Share, ...] = (),
+             restore: Restore | None = None) -> list[str]:
         accel_args = (["-accel", "kvm", "-cpu", "host"] if accel == "kvm"
                       else ["-accel", f"tcg,tb-size={TB_SIZE_MIB}"])
         argv = [
@@ -239,6 +268,10 @@ class QemuMachine:
                      "-device", virtio_nic(nic.netdev, nic.mac)]
         argv += [
             "-serial", f"file:{self.console_log}",
+        ]
+        if restore is not None:
+            argv += restore.argv(self.identity_socket)
+        argv += [
             "-qmp", f"unix:{_qemu_value(self.qmp_socket)},server=on,wait=off",
             "-pidfile", str(self.pidfile),
         ]
@@ -444,15 +477,17 @@ KERNEL_APPEND = ("console=ttyS0 quiet loglevel=3 panic=-1 cryptomgr.notests"
 
 
 def node_argv(lab: Lab, node: Node, machine: QemuMachine, image: Image, accel: str,
-              port: int, extra_drives: tuple[str, ...] = ()) -> list[str]:
-    """One node's qemu argv (the Docker host VM adds its data disk)."""
+              port: int, extra_drives: tuple[str, ...] = (),
+              restore: Restore | None = None) -> list[str]:
+    """One node's qemu argv (the Docker host VM adds its data disk; a restored node its
+    saved state)."""
     nics = [Nic(i.name, i.mac, labnet.tap_name(node.index, i.name)) for i in node.interfaces]
     shares = tuple(Share(share_tag(i), m.source, m.readonly) for i, m in enumerate(node.mounts))
     return machine.argv(
         accel=accel, memory_mib=node.memory_mib, cpus=node.cpus, kernel=image.kernel,
         append=KERNEL_APPEND + f" labctl.node={node.name}",
         ssh_port=port, mgmt_mac=mgmt_mac(lab.name, node), nics=nics, extra_drives=extra_drives,
-        shares=shares)
+        shares=shares, restore=restore)
 
 
 # The inspector's helper is started by labctl in VM nodes once every node is ready (the

@@ -17,13 +17,15 @@ REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def _plan_json(topology: str, accel: str) -> str:
+def _plan_json(topology: str, accel: str, restore: bool = False) -> str:
     lab = load_lab(REPO / "topologies" / topology)
     image = Image(Path("/cache/img"), Path("/cache/img/vmlinuz"), Path("/cache/img/initrd.cpio"),
                   Path("/cache/img/root.ext4"), {})
     node_dirs = {n.name: Path("/labs") / lab.name / "nodes" / n.name for n in lab.nodes}
     ports = {n.name: 40000 + n.index for n in lab.nodes}
-    plan = plan_lab(lab, node_dirs, {"trixie": image}, accel, ports)
+    saved = ({n.name: Path("/cache/saved/trixie-0123456789abcdef/state") for n in lab.nodes}
+             if restore else None)
+    plan = plan_lab(lab, node_dirs, {"trixie": image}, accel, ports, saved)
     return json.dumps(dataclasses.asdict(plan), indent=2, sort_keys=True) + "\n"
 
 
@@ -38,6 +40,34 @@ def test_plan_matches_golden(topology: str, accel: str) -> None:
     if os.environ.get("UPDATE_GOLDEN") == "1":
         golden.write_text(actual)
     assert actual == golden.read_text()
+
+
+@pytest.mark.parametrize("accel", ["tcg", "kvm"])
+def test_restore_plan_matches_golden(accel: str) -> None:
+    """A node restored from a saved machine: the cold argv plus its identity port (ttyS1)
+    and the saved state qemu loads instead of booting."""
+    golden = GOLDEN / f"qemu-plan-two-node-restore-{accel}.json"
+    actual = _plan_json("two-node.yaml", accel, restore=True)
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        golden.write_text(actual)
+    assert actual == golden.read_text()
+
+
+def test_restore_plan_is_the_cold_plan_plus_identity_port_and_state() -> None:
+    cold = json.loads(_plan_json("two-node.yaml", "tcg"))
+    restored = json.loads(_plan_json("two-node.yaml", "tcg", restore=True))
+    assert len(restored["nodes"]) == len(cold["nodes"]) == 2
+    for before, after in zip(cold["nodes"], restored["nodes"], strict=True):
+        kept = len(before["argv"]) - 4  # the rest: -qmp and -pidfile, each with its value
+        added = after["argv"][kept:-4]
+        assert after["argv"][:kept] == before["argv"][:kept]
+        assert after["argv"][-4:] == before["argv"][-4:]
+        assert added[0:2] == ["-chardev", "socket,id=identity,path=/labs/two-node/nodes/"
+                              f"{before['node']}/identity.sock,server=on,wait=off"]
+        assert added[2:4] == ["-serial", "chardev:identity"]
+        assert added[4:] == ["-incoming",
+                             "exec:cat /cache/saved/trixie-0123456789abcdef/state"]
+        assert after["env"] == before["env"] and after["taps"] == before["taps"]
 
 
 def test_plan_keeps_management_on_loopback_with_restrict() -> None:

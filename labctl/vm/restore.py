@@ -1,0 +1,106 @@
+"""Restored nodes get their identity: once qemu has loaded the saved machine and runs it,
+labctl sends each node its message on the node's ttyS1 (labctl/nodeside/identity.py) and
+reads its answer. A node whose qemu refused the state, or that does not answer, is named
+with the reason: the caller boots it cold."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+
+from labctl.errors import LabctlError
+from labctl.node.env import mgmt_mac
+from labctl.store.state import LabState
+from labctl.topology.resolved import Lab, Node
+from labctl.vm.machine import QemuMachine, tail
+from labctl.vm.saved import TEMPLATE_MGMT_MAC, template_mac
+
+RESTORE_SECONDS = 60.0  # qemu loading the state, under TCG load
+ANSWER_SECONDS = 60.0  # the node's answer to its identity
+ANSWER_BYTES = 512
+REFUSED = "qemu refused the saved machine"
+
+
+def restored_macs(lab: Lab, node: Node) -> list[tuple[str, str]]:
+    """(saved machine's MAC, node's MAC) of each NIC, management NIC first."""
+    return [(TEMPLATE_MGMT_MAC, mgmt_mac(lab.name, node))] + [
+        (template_mac(k), iface.mac) for k, iface in enumerate(node.interfaces)]
+
+
+def _running(machine: QemuMachine, pid: int, deadline: float) -> str | None:
+    """None once qemu runs the restored machine; else why not."""
+    while time.monotonic() < deadline:
+        if not machine.owns(pid):
+            log = tail(machine.qemu_log, 3).strip().replace("\n", " / ")
+            return f"{REFUSED} ({log[:300] or 'qemu exited'})"
+        with contextlib.suppress(LabctlError):  # its QMP socket may not be there yet
+            status = machine.qmp("query-status")
+            now = status.get("status") if isinstance(status, dict) else None
+            if now == "running":
+                return None
+            if now == "paused":  # loaded: the machine was saved stopped (one pass)
+                machine.qmp("cont")
+        time.sleep(0.05)
+    return f"qemu did not run the saved machine within {RESTORE_SECONDS:.0f} s"
+
+
+def _send(machine: QemuMachine, message: bytes) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(10)
+        sock.connect(str(machine.identity_socket))
+        sock.sendall(message)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _answer(sock: socket.socket, deadline: float) -> str | None:
+    """None when the node said ok; else why not (its answer is data: bounded, one line)."""
+    data = b""
+    while b"\n" not in data and len(data) < ANSWER_BYTES:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return f"no answer to its identity within {ANSWER_SECONDS:.0f} s"
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(ANSWER_BYTES)
+        except TimeoutError:
+            continue
+        except OSError as exc:
+            return f"its identity port failed: {exc}"
+        if not chunk:
+            return "its identity port closed without an answer"
+        data += chunk
+    line = data.split(b"\n")[0].decode("utf-8", "replace")[:300]
+    return None if line == "ok" else f"it refused its identity: {line!r}"
+
+
+def give_identities(machines: dict[str, QemuMachine], state: LabState,
+                    identities: dict[str, bytes]) -> dict[str, str]:
+    """Send each restored node (the keys of `identities`) its identity; the nodes that
+    failed, with why."""
+    failed: dict[str, str] = {}
+    sockets: dict[str, socket.socket] = {}
+    deadline = time.monotonic() + RESTORE_SECONDS
+    try:
+        for name, message in identities.items():
+            why = _running(machines[name], state.nodes[name].pid, deadline)
+            if why is None:
+                try:
+                    sockets[name] = _send(machines[name], message)
+                except OSError as exc:
+                    why = f"cannot send its identity: {exc}"
+            if why is not None:
+                failed[name] = why
+        deadline = time.monotonic() + ANSWER_SECONDS
+        for name, sock in sockets.items():
+            why = _answer(sock, deadline)
+            if why is not None:
+                failed[name] = why
+    finally:
+        for sock in sockets.values():
+            sock.close()
+    return failed

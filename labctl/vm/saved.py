@@ -1,0 +1,330 @@
+"""Saved machines: a node booted once, saved with qemu's own migration, restored per node.
+
+A saved machine is kept per key (image, kernel, qemu's version, labctl's restore format and
+node-side code, accelerator, memory, CPUs, number of data NICs, RDMA kind, the argv's
+shape) in the image cache, beside the image: cache/saved/IMAGE-KEY/ holds
+  state       the machine's RAM and devices as `migrate` wrote them (exec:cat > state)
+  disk.qcow2  its root disk's overlay at that moment (backed by the image's root.ext4):
+              each restored node starts from a copy (a few MiB), never from it, so a saved
+              machine can be replaced while labs restored from it run
+  meta.json   format, key, the files' sizes and SHA-256, when it was made and how long
+  console.log its boot
+The machine boots with neutral settings up to the point where node-init.sh waits for its
+identity (labctl/nodeside/identity.py on ttyS1), and is saved there: nothing
+node-specific has happened yet. Its files are data, never authority: read bounded, sizes
+and checksums checked before any use; anything else is a reason to boot cold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from labctl import bounded
+from labctl.errors import LabctlError
+from labctl.images.builder import Image
+from labctl.locks import blocking_lock
+from labctl.net import labnet
+from labctl.node.env import env_file, node_code_files
+from labctl.paths import cache_root
+from labctl.progress import Progress
+from labctl.store.state import TapState
+from labctl.topology.resolved import Node
+from labctl.vm.machine import (
+    KERNEL_APPEND,
+    Nic,
+    QemuMachine,
+    Restore,
+    free_port,
+    machine_payload,
+)
+
+# Bump when what a saved machine holds or how it is restored changes: older ones are then
+# not used (their key differs, and meta.json says their format).
+RESTORE_FORMAT = "1"
+META_BYTES = 64 << 10
+SAVE_BOOT_SECONDS = 300.0  # the template's boot to its wait for identity, under TCG load
+MIGRATE_SECONDS = 120.0
+WAITING = "labctl: waiting for identity"  # identity.py's line on the console
+TEMPLATE_NAME = "labctl-saved"  # the saved machine's host name until a node's identity
+TEMPLATE_MGMT_MAC = "02:00:00:00:00:00"
+NETNS_SAVING = "labctl-.saving-"  # + pid: no lab's namespace (a lab name has no dot)
+
+
+def template_mac(index: int) -> str:
+    """The saved machine's data NIC `index` (a restored node gets its own MAC there)."""
+    return f"02:00:00:00:{index + 1:02x}:00"
+
+
+@dataclass(frozen=True)
+class MachineShape:
+    """What a saved machine is made for: the nodes it can become."""
+
+    accel: str
+    memory_mib: int
+    cpus: int
+    nics: int  # data NICs
+    rdma: str  # rxe, siw or none: the modules node-init.sh loaded before the save
+
+    @classmethod
+    def of(cls, node: Node, accel: str) -> MachineShape:
+        return cls(accel, node.memory_mib, node.cpus, len(node.interfaces), node.rdma)
+
+
+@dataclass(frozen=True)
+class SavedMachine:
+    path: Path
+
+    @property
+    def state(self) -> Path:
+        return self.path / "state"
+
+    @property
+    def disk(self) -> Path:
+        return self.path / "disk.qcow2"
+
+    @property
+    def meta(self) -> Path:
+        return self.path / "meta.json"
+
+
+class Unusable(Exception):
+    """A saved machine labctl will not restore from; str() says why."""
+
+
+def template_argv(machine: QemuMachine, image: Image, shape: MachineShape, port: int,
+                  restore: Restore) -> list[str]:
+    nics = [Nic(f"eth{k + 1}", template_mac(k), labnet.tap_name(0, f"eth{k + 1}"))
+            for k in range(shape.nics)]
+    return machine.argv(accel=shape.accel, memory_mib=shape.memory_mib, cpus=shape.cpus,
+                        kernel=image.kernel, append=KERNEL_APPEND + " labctl.node=saved",
+                        ssh_port=port, mgmt_mac=TEMPLATE_MGMT_MAC, nics=nics,
+                        restore=restore)
+
+
+@cache
+def qemu_version() -> str:
+    try:
+        out = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True,
+                             text=True, check=False, stdin=subprocess.DEVNULL).stdout
+    except OSError:
+        return "?"
+    return out.splitlines()[0][:200] if out else "?"
+
+
+@cache
+def node_code_digest() -> str:
+    digest = hashlib.sha256()
+    for rel, path in node_code_files():
+        digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def saved_key(image: Image, shape: MachineShape) -> str:
+    """Every input that changes what a saved machine is (its argv with placeholder paths
+    stands for the devices, their order and the kernel's command line)."""
+    placeholder = QemuMachine(Path("/saved"), "saved")
+    inputs = {
+        "format": RESTORE_FORMAT, "image": image.path.name,
+        "kernel": str(image.manifest.get("kernel", "")), "qemu": qemu_version(),
+        "node_code": node_code_digest(), "shape": shape.__dict__,
+        "argv": template_argv(placeholder, image, shape, 0, Restore(None)),
+    }
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def saved_dir(image: Image, shape: MachineShape) -> Path:
+    return cache_root() / "saved" / f"{image.path.name}-{saved_key(image, shape)}"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_saved(path: Path, key: str) -> SavedMachine:
+    """The saved machine in `path` if labctl can restore from it; Unusable (why) if not;
+    FileNotFoundError when there is none."""
+    saved = SavedMachine(path)
+    try:
+        meta = bounded.load_object(bounded.read_regular(saved.meta, META_BYTES))
+    except bounded.BoundedError as exc:
+        raise Unusable(f"meta.json: {exc}") from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise FileNotFoundError(path) from None
+    except OSError as exc:
+        raise Unusable(f"meta.json: {exc.strerror or exc}") from None
+    if meta.get("format") != RESTORE_FORMAT:
+        raise Unusable(f"made by another labctl (restore format {str(meta.get('format'))[:20]!r},"
+                       f" this labctl's is {RESTORE_FORMAT!r})")
+    if meta.get("key") != key:
+        raise Unusable("its meta.json names another key")
+    for name, file in (("state", saved.state), ("disk", saved.disk)):
+        size, digest = meta.get(f"{name}_bytes"), meta.get(f"{name}_sha256")
+        if not isinstance(size, int) or isinstance(size, bool) or not isinstance(digest, str):
+            raise Unusable(f"meta.json has no valid {name} size and checksum")
+        try:
+            if not file.is_file() or file.is_symlink():
+                raise Unusable(f"{file.name} is missing or not a regular file")
+            if file.stat().st_size != size:
+                raise Unusable(f"{file.name} is {file.stat().st_size} bytes, meta.json says "
+                               f"{size}")
+            if _sha256(file) != digest:
+                raise Unusable(f"{file.name} does not match its checksum (corrupt)")
+        except OSError as exc:
+            raise Unusable(f"{file.name}: {exc.strerror or exc}") from None
+    return saved
+
+
+def discard(path: Path) -> None:
+    """Remove a saved machine (restores already started read their own open files)."""
+    if not path.exists():
+        return
+    gone = path.with_name(f".gone-{path.name}-{os.getpid()}")
+    with contextlib.suppress(OSError):
+        path.rename(gone)
+        shutil.rmtree(gone, ignore_errors=True)
+
+
+def find_or_make(image: Image, shape: MachineShape, progress: Progress,
+                 note: Progress) -> SavedMachine | None:
+    """The saved machine for `shape` on `image`, made now when there is none (once per
+    key; concurrent `up`s wait for the one making it). None when it cannot be used or
+    made: `note` gets the one line saying why (the caller boots cold)."""
+    path = saved_dir(image, shape)
+    key = path.name.rsplit("-", 1)[1]
+    with blocking_lock(path.with_name(f".{path.name}.lock")):
+        try:
+            return check_saved(path, key)
+        except FileNotFoundError:
+            pass
+        except Unusable as why:
+            note(f"saved machine {path} is unusable ({why}): booting cold; it is made "
+                 "again at the next `up --boot restore`")
+            discard(path)
+            return None
+        progress(f"saving a machine for restores ({path.name}, once per image and shape)")
+        work = path.with_name(f".make-{path.name}-{os.getpid()}")
+        try:
+            return make_saved(path, work, key, image, shape, progress)
+        except (LabctlError, OSError) as exc:
+            first = (exc.message if isinstance(exc, LabctlError) else str(exc)).splitlines()
+            note(f"could not save a machine for restores ({first[0] if first else '?'}; "
+                 f"its boot: {work / 'console.log'}): booting cold")
+            return None
+
+
+def template_env(shape: MachineShape) -> dict[str, str]:
+    return {"LABCTL_LAB": "", "LABCTL_NODE": TEMPLATE_NAME, "LABCTL_RDMA": shape.rdma,
+            "LABCTL_RDMA_DEV": "", "LABCTL_RDMA_NETDEV": "",
+            "LABCTL_MGMT_MAC": TEMPLATE_MGMT_MAC, "LABCTL_IFACES": "", "LABCTL_SAVE": "1"}
+
+
+def make_saved(path: Path, work: Path, key: str, image: Image, shape: MachineShape,
+               progress: Progress) -> SavedMachine:
+    """Boot the template in `work` to its wait for identity, save it, keep its state and
+    disk in `path` (`work` stays for diagnosis when that fails)."""
+    started = time.monotonic()
+    shutil.rmtree(work, ignore_errors=True)
+    machine = QemuMachine(work, f"labctl-saving-{path.name}")
+    machine.make_disk(image.rootfs)
+    machine.make_initrd(image.initrd, machine_payload(template_env(shape), None, None))
+    argv = template_argv(machine, image, shape, free_port(), Restore(None))
+    taps = [TapState(labnet.tap_name(0, f"eth{k + 1}"), "br0", 1500) for k in range(shape.nics)]
+    netns = f"{NETNS_SAVING}{os.getpid()}"
+    labnet.delete_netns(netns)  # one left by a killed labctl of this pid
+    labnet.create_netns(netns)
+    pid = 0
+    try:
+        labnet.add_bridge(netns, "br0", 1500)
+        pid = machine.launch(argv, taps, netns, "saving")
+        _wait_waiting(machine, pid, progress)
+        machine.qmp("stop")  # one pass: nothing dirtied while it is written
+        # qemu's default migration speed limit is 32 MiB/s
+        machine.qmp("migrate-set-parameters", **{"max-bandwidth": 1 << 40})
+        machine.qmp("migrate", uri=f"exec:cat > {shlex.quote(str(work / 'state'))}")
+        _wait_migrated(machine)
+    finally:
+        if pid:
+            machine.stop(pid)
+        labnet.delete_netns(netns)
+    for leftover in ("boot", "initrd", "identity.sock", "qmp.sock", "qemu.pid"):
+        target = work / leftover
+        if target.is_dir():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
+    state, disk = work / "state", work / "disk.qcow2"
+    meta = {"format": RESTORE_FORMAT, "key": key,
+            "state_bytes": state.stat().st_size, "state_sha256": _sha256(state),
+            "disk_bytes": disk.stat().st_size, "disk_sha256": _sha256(disk),
+            "made": time.time(), "seconds": round(time.monotonic() - started, 1)}
+    (work / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    work.rename(path)
+    return SavedMachine(path)
+
+
+def _wait_waiting(machine: QemuMachine, pid: int, progress: Progress) -> None:
+    deadline = time.monotonic() + SAVE_BOOT_SECONDS
+    started = time.monotonic()
+    while True:
+        console = machine.console()
+        if WAITING in console:
+            return
+        failed = machine.boot_failed(console)
+        if failed is not None:
+            raise machine.failure("the machine to save", failed)
+        if not machine.owns(pid):
+            raise machine.failure("the machine to save", "qemu exited")
+        if time.monotonic() > deadline:
+            raise machine.failure("the machine to save",
+                                  f"not waiting for its identity after {SAVE_BOOT_SECONDS:.0f} s")
+        progress(f"booting the machine to save ({time.monotonic() - started:.0f} s): "
+                 f"{machine.stage(console)}")
+        time.sleep(0.1)
+
+
+def _wait_migrated(machine: QemuMachine) -> None:
+    deadline = time.monotonic() + MIGRATE_SECONDS
+    while True:
+        info: Any = machine.qmp("query-migrate")
+        status = info.get("status") if isinstance(info, dict) else None
+        if status == "completed":
+            return
+        if status in ("failed", "cancelled"):
+            raise LabctlError(f"qemu could not save the machine: {info.get('error-desc', '?')}")
+        if time.monotonic() > deadline:
+            raise LabctlError(f"saving the machine took over {MIGRATE_SECONDS:.0f} s")
+        time.sleep(0.05)
+
+
+def identity_message(env: dict[str, str], authorized_key: str, host_key: bytes,
+                     macs: list[tuple[str, str]]) -> bytes:
+    """What identity.py reads on a restored node's ttyS1 (its docstring has the format)."""
+    import base64
+
+    def item(path: str, mode: int, data: bytes) -> dict[str, Any]:
+        return {"path": path, "mode": mode, "data": base64.b64encode(data).decode()}
+
+    body = json.dumps({
+        "files": [item("/etc/labctl/node.env", 0o644, env_file(env)),
+                  item("/root/.ssh/authorized_keys", 0o600, (authorized_key + "\n").encode()),
+                  item("/etc/ssh/ssh_host_ed25519_key", 0o600, host_key)],
+        "macs": [list(pair) for pair in macs],
+        "time": time.time(),
+        "entropy": base64.b64encode(os.urandom(64)).decode(),
+    }).encode()
+    return b"LABCTL-IDENTITY %d\n" % len(body) + body

@@ -1,0 +1,249 @@
+"""Saved machines and restored nodes (labctl/vm/saved.py, restore.py, nodeside/identity.py)
+without a VM: the checks a saved machine passes before any restore, its key, the identity
+message as the node reads it, the node's answer, and how `up` is told to restore."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from labctl.errors import UsageError
+from labctl.images.builder import Image
+from labctl.lab import lifecycle
+from labctl.nodeside import identity
+from labctl.topology.compare import lab_changes
+from labctl.topology.load import load_lab
+from labctl.topology.stored import check_stored_lab
+from labctl.vm import restore, saved
+from labctl.vm.machine import QemuMachine, Restore
+from labctl.vm.saved import MachineShape, Unusable, check_saved
+
+REPO = Path(__file__).resolve().parents[2]
+KEY = "0123456789abcdef"
+
+
+def _image(name: str = "trixie-aaaa") -> Image:
+    path = Path("/cache/images") / name
+    return Image(path, path / "vmlinux", path / "initrd.cpio", path / "root.ext4",
+                 {"kernel": "7.3.4+deb13-amd64"})
+
+
+def _write_saved(path: Path, state: bytes = b"QEVM" + b"\x01" * 4096,
+                 disk: bytes = b"QFI\xfb" + b"\0" * 512, **meta_changes: object) -> Path:
+    path.mkdir(parents=True)
+    (path / "state").write_bytes(state)
+    (path / "disk.qcow2").write_bytes(disk)
+    meta = {"format": saved.RESTORE_FORMAT, "key": KEY,
+            "state_bytes": len(state), "state_sha256": hashlib.sha256(state).hexdigest(),
+            "disk_bytes": len(disk), "disk_sha256": hashlib.sha256(disk).hexdigest(),
+            "made": 1.0, "seconds": 2.0} | meta_changes
+    (path / "meta.json").write_text(json.dumps(meta))
+    return path
+
+
+def test_a_whole_saved_machine_is_used(tmp_path: Path) -> None:
+    path = _write_saved(tmp_path / "m")
+    machine = check_saved(path, KEY)
+    assert machine.state == path / "state" and machine.disk == path / "disk.qcow2"
+
+
+def test_no_saved_machine_is_not_a_reason_but_absence(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        check_saved(tmp_path / "none", KEY)
+
+
+@pytest.mark.parametrize(("damage", "reason"), [
+    (lambda p: (p / "state").write_bytes(b"QEVM" + b"\x02" * 4096), "does not match its checksum"),
+    (lambda p: (p / "state").write_bytes(b"QEVM"), "state is 4 bytes, meta.json says 4100"),
+    (lambda p: (p / "disk.qcow2").unlink(), "disk.qcow2 is missing"),
+    (lambda p: (p / "meta.json").write_text("{not json"), "meta.json"),
+    (lambda p: (p / "meta.json").write_text("x" * (saved.META_BYTES + 1)), "meta.json"),
+    (lambda p: (p / "meta.json").write_text(json.dumps({"format": "0", "key": KEY})),
+     "made by another labctl (restore format '0', this labctl's is '1')"),
+    (lambda p: (p / "meta.json").write_text(json.dumps({"format": "1", "key": "other"})),
+     "names another key"),
+    (lambda p: (p / "meta.json").write_text(json.dumps({"format": "1", "key": KEY,
+                                                         "state_bytes": True})),
+     "no valid state size"),
+])
+def test_a_damaged_or_foreign_saved_machine_is_unusable_with_a_reason(
+        tmp_path: Path, damage: object, reason: str) -> None:
+    path = _write_saved(tmp_path / "m")
+    damage(path)  # type: ignore[operator]
+    with pytest.raises(Unusable) as caught:
+        check_saved(path, KEY)
+    assert reason in str(caught.value)
+
+
+def test_a_state_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    path = _write_saved(tmp_path / "m")
+    target = tmp_path / "elsewhere"
+    (path / "state").rename(target)
+    (path / "state").symlink_to(target)
+    with pytest.raises(Unusable, match="not a regular file"):
+        check_saved(path, KEY)
+
+
+def test_discard_removes_a_saved_machine(tmp_path: Path) -> None:
+    path = _write_saved(tmp_path / "m")
+    saved.discard(path)
+    assert not path.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_the_key_changes_with_every_part_of_the_shape_and_the_qemu(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(saved, "qemu_version", lambda: "QEMU emulator version 7.2.22")
+    base = MachineShape("tcg", 512, 1, 1, "rxe")
+    key = saved.saved_key(_image(), base)
+    assert key == saved.saved_key(_image(), base) and len(key) == 16
+    others = {saved.saved_key(_image(), shape) for shape in (
+        MachineShape("kvm", 512, 1, 1, "rxe"), MachineShape("tcg", 1024, 1, 1, "rxe"),
+        MachineShape("tcg", 512, 2, 1, "rxe"), MachineShape("tcg", 512, 1, 2, "rxe"),
+        MachineShape("tcg", 512, 1, 1, "siw"))}
+    others.add(saved.saved_key(_image("trixie-bbbb"), base))
+    monkeypatch.setattr(saved, "qemu_version", lambda: "QEMU emulator version 8.2.2")
+    others.add(saved.saved_key(_image(), base))
+    monkeypatch.setattr(saved, "RESTORE_FORMAT", "2")
+    others.add(saved.saved_key(_image(), base))
+    assert len(others) == 8 and key not in others
+
+
+def test_the_saved_machine_has_the_same_devices_as_a_restored_node() -> None:
+    """Same device options in the same order (the PCI slots and serial ports the saved
+    state describes); only values qemu does not save differ (paths, MACs, ports, name)."""
+    from labctl.providers.qemu import plan_lab
+    lab = load_lab(REPO / "topologies" / "two-node.yaml")
+    image = _image()
+    node = lab.nodes[0]
+    plan = plan_lab(lab, {n.name: Path("/labs/x") / n.name for n in lab.nodes},
+                    {"trixie": image}, "tcg", {n.name: 40000 for n in lab.nodes},
+                    {n.name: Path("/s/state") for n in lab.nodes})
+    node_argv = plan.nodes[0].argv
+    template = saved.template_argv(QemuMachine(Path("/t"), "t"), image,
+                                   MachineShape.of(node, "tcg"), 40001, Restore(None))
+
+    varying = ("file=", "mac=", "path=", "hostfwd=", "fd=", "id=", "netdev=")
+
+    def devices(argv: list[str]) -> list[str]:
+        return [a + " " + ",".join(v for v in argv[i + 1].split(",") if not v.startswith(varying))
+                .split(":")[0] for i, a in enumerate(argv)
+                if a in ("-device", "-serial", "-chardev", "-netdev", "-drive", "-m", "-smp",
+                         "-accel", "-machine")]
+    assert devices(template) == devices(node_argv)
+    assert devices(template).count("-device virtio-net-pci,romfile=") == 1 + len(node.interfaces)
+    assert devices(template)[-2:] == ["-chardev socket,server=on,wait=off",
+                                      "-serial chardev"]
+    assert "-incoming" in node_argv and "-incoming" not in template
+
+
+def test_the_identity_message_reads_back_in_the_node(tmp_path: Path) -> None:
+    macs = [("02:00:00:00:00:00", "02:5f:eb:d7:01:00"), ("02:00:00:00:01:00", "02:5f:eb:d7:01:01")]
+    before = time.time()
+    message = saved.identity_message({"LABCTL_NODE": "node1", "LABCTL_IFACES": "a b"},
+                                     "ssh-ed25519 AAAA labctl", b"PRIVATE KEY\n", macs)
+    assert message.startswith(b"LABCTL-IDENTITY ")
+    read, write = os.pipe()
+    os.write(write, message)
+    os.close(write)
+    try:
+        got = identity.read_message(read)
+    finally:
+        os.close(read)
+    files = {f["path"]: (f["mode"], base64.b64decode(f["data"])) for f in got["files"]}
+    assert files["/etc/labctl/node.env"] == (0o644, b"LABCTL_NODE=node1\nLABCTL_IFACES='a b'\n")
+    assert files["/root/.ssh/authorized_keys"] == (0o600, b"ssh-ed25519 AAAA labctl\n")
+    assert files["/etc/ssh/ssh_host_ed25519_key"] == (0o600, b"PRIVATE KEY\n")
+    assert got["macs"] == [list(pair) for pair in macs]
+    assert before <= got["time"] <= time.time()
+    assert len(base64.b64decode(got["entropy"])) == 64
+
+
+@pytest.mark.parametrize(("data", "reason"), [
+    (b"HELLO 12\n{}", "no identity header"),
+    (b"LABCTL-IDENTITY 99999999\n", "bad identity length"),
+    (b"LABCTL-IDENTITY x1\n", "bad identity length"),
+    (b"LABCTL-IDENTITY 10\n{}", "closed mid-message"),
+    (b"LABCTL-IDENTITY 2\n[]", "not an object"),
+    (b"LABCTL-IDENTITY" + b"9" * 100, "no identity header"),
+])
+def test_the_node_refuses_a_malformed_identity(data: bytes, reason: str) -> None:
+    read, write = os.pipe()
+    os.write(write, data)
+    os.close(write)
+    try:
+        with pytest.raises(ValueError, match=reason):
+            identity.read_message(read)
+    finally:
+        os.close(read)
+
+
+def test_the_node_writes_only_its_identity_files(tmp_path: Path) -> None:
+    for path in ("/bin/sh", "/etc/../bin/sh", "relative"):
+        with pytest.raises(ValueError, match="refusing to write"):
+            identity.write_file(path, 0o644, b"x")
+
+
+def test_restored_macs_map_the_saved_machines_nics_to_the_nodes() -> None:
+    lab = load_lab(REPO / "topologies" / "two-node.yaml")
+    node = lab.nodes[1]
+    pairs = restore.restored_macs(lab, node)
+    assert pairs[0] == (saved.TEMPLATE_MGMT_MAC, "02:5f:eb:d7:02:00")
+    assert pairs[1:] == [("02:00:00:00:01:00", node.interfaces[0].mac)]
+    assert node.interfaces[0].mac == "02:5f:eb:d7:02:01"
+
+
+@pytest.mark.parametrize(("answer", "why"), [
+    (b"ok\n", None),
+    (b"fail ValueError: no NIC\n", "it refused its identity: 'fail ValueError: no NIC'"),
+    (b"", "its identity port closed without an answer"),
+    (b"x" * 600, "it refused its identity: '" + "x" * 300 + "'"),
+])
+def test_the_nodes_answer_is_read_bounded(answer: bytes, why: str | None) -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(answer)
+        theirs.close()
+        assert restore._answer(ours, time.monotonic() + 5) == why
+
+
+def test_no_answer_is_a_reason_after_the_deadline() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        assert restore._answer(ours, time.monotonic() + 0.2) == \
+            f"no answer to its identity within {restore.ANSWER_SECONDS:.0f} s"
+
+
+def test_boot_mode_comes_from_the_option_then_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LABCTL_BOOT", raising=False)
+    assert lifecycle.UpOptions().boot_mode() == "cold"
+    monkeypatch.setenv("LABCTL_BOOT", "restore")
+    assert lifecycle.UpOptions().boot_mode() == "restore"
+    assert lifecycle.UpOptions(boot="cold").boot_mode() == "cold"
+    monkeypatch.setenv("LABCTL_BOOT", "fast")
+    with pytest.raises(UsageError, match="LABCTL_BOOT must be restore or cold"):
+        lifecycle.UpOptions().check()
+    with pytest.raises(UsageError, match="--boot must be restore or cold"):
+        lifecycle.UpOptions(boot="warm").check()
+
+
+def test_a_restored_lab_is_the_same_lab(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LABCTL_BOOT", raising=False)
+    topology = REPO / "topologies" / "two-node.yaml"
+    cold = lifecycle.resolve(topology, lifecycle.UpOptions())
+    restored = lifecycle.resolve(topology, lifecycle.UpOptions(boot="restore"))
+    assert "boot" not in cold.provider_options
+    assert restored.provider_options["boot"] == "restore"
+    assert lab_changes(cold, restored) == [] and lab_changes(restored, cold) == []
+    assert check_stored_lab(restored) is restored
+    import dataclasses
+    bad = dataclasses.replace(restored, provider_options={"accel": "auto", "boot": "$(x)"})
+    with pytest.raises(ValueError, match=r"provider_options\.boot"):
+        check_stored_lab(bad)
