@@ -170,7 +170,7 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=15.0,
                         help="seconds after the pingpong before memory is measured again")
     parser.add_argument("--lab", help="run each topology under this lab name")
-    parser.add_argument("--boot", default="cold",
+    parser.add_argument("--boot", default="restore",
                         help="cold, restore or both (cold,restore): taking turns run by run")
     parser.add_argument("topologies", nargs="*",
                         default=["topologies/two-node.yaml", "topologies/four-node.yaml"])

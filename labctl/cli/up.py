@@ -19,6 +19,7 @@ from labctl.cli.common import (
 from labctl.cli.complete import choice_metavar, choices
 from labctl.cli.shapes import UpOutput
 from labctl.cli.validate import mount_lines
+from labctl.errors import UsageError
 from labctl.lab import lifecycle
 
 # Choices of the options (shown in --help, completed); checked below, with these messages.
@@ -59,8 +60,10 @@ def up(
     boot: str = typer.Option(
         None, "--boot", help="qemu: restore (nodes restored from a saved machine, made once "
         "per image and node shape; cold where one cannot serve) or cold (every node boots); "
-        "also LABCTL_BOOT; default cold.",
+        "also LABCTL_BOOT; default restore.",
         metavar=choice_metavar(*BOOTS), autocompletion=choices(*BOOTS)),
+    cold: bool = typer.Option(
+        False, "--cold", help="qemu: every node boots its kernel (the same as --boot cold)."),
 ) -> None:
     """Start the lab described by TOPOLOGY and wait until every RDMA device is ACTIVE."""
     from labctl.cli.status import collect_status, print_status
@@ -71,7 +74,8 @@ def up(
                                   provider=provider_name, engine=engine,
                                   mounts=tuple(mounts or ()),
                                   allow_host_mounts=tuple(allow_mounts or ()),
-                                  name=name, recreate=recreate, boot=boot)
+                                  name=name, recreate=recreate,
+                                  boot=_boot_choice(boot, cold))
     options.check()
     path = find_topology(topology)
     for line in mount_lines(lifecycle.resolve(path, options)):  # refused here: exit 2
@@ -109,3 +113,12 @@ def up(
 
 def register(app: typer.Typer) -> None:
     app.command()(up)
+
+
+def _boot_choice(boot: str | None, cold: bool) -> str | None:
+    if not cold:
+        return boot
+    if boot not in (None, "cold"):
+        raise UsageError(f"--cold and --boot {boot} contradict each other",
+                         hint="give one of them")
+    return "cold"

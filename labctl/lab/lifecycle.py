@@ -70,11 +70,11 @@ class UpOptions:
     allow_host_mounts: tuple[str, ...] = ()
     recreate: bool = False  # a lab that is up is taken down first, changed or not
     # qemu: restore nodes from a saved machine, or boot them cold; None: $LABCTL_BOOT, else
-    # cold (docs/lifecycle.md, "Restored nodes")
+    # restore (docs/lifecycle.md, "Restored nodes")
     boot: str | None = None
 
     def boot_mode(self) -> str:
-        return self.boot or os.environ.get(BOOT_ENV) or "cold"
+        return self.boot or os.environ.get(BOOT_ENV) or "restore"
 
     def check(self) -> None:
         if self.accel not in ACCELS:
@@ -123,14 +123,15 @@ def resolve(topology: Path, options: UpOptions) -> Lab:
     lab = with_extra_mounts(lab, options.mounts, Path.cwd(), allowances)
     provider_options = dict(lab.provider_options)
     provider_options["accel"] = options.accel
-    if options.boot_mode() == "restore":  # only then: every other lab.json stays as it was
-        provider_options["boot"] = "restore"
     if options.mirror:
         provider_options["mirror"] = options.mirror
     if options.engine is not None:
         provider_options["engine"] = options.engine
     if options.provider is not None:
         lab = dataclasses.replace(lab, provider=options.provider)
+    # qemu only (the others have no saved machines); a cold lab's lab.json has no key
+    if lab.provider == "qemu" and options.boot_mode() == "restore":
+        provider_options["boot"] = "restore"
     if options.name is not None:
         lab = dataclasses.replace(lab, name=check_lab_name(options.name))
     return dataclasses.replace(lab, provider_options=provider_options)

@@ -213,7 +213,7 @@ def find_or_make(image: Image, shape: MachineShape, progress: Progress,
             pass
         except Unusable as why:
             note(f"saved machine {path} is unusable ({why}): booting cold; it is made "
-                 "again at the next `up --boot restore`")
+                 "again at the next `up`")
             discard(path)
             return None
         progress(f"saving a machine for restores ({path.name}, once per image and shape)")

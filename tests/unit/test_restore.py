@@ -223,10 +223,10 @@ def test_no_answer_is_a_reason_after_the_deadline() -> None:
 def test_boot_mode_comes_from_the_option_then_the_environment(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LABCTL_BOOT", raising=False)
-    assert lifecycle.UpOptions().boot_mode() == "cold"
-    monkeypatch.setenv("LABCTL_BOOT", "restore")
     assert lifecycle.UpOptions().boot_mode() == "restore"
-    assert lifecycle.UpOptions(boot="cold").boot_mode() == "cold"
+    monkeypatch.setenv("LABCTL_BOOT", "cold")
+    assert lifecycle.UpOptions().boot_mode() == "cold"
+    assert lifecycle.UpOptions(boot="restore").boot_mode() == "restore"
     monkeypatch.setenv("LABCTL_BOOT", "fast")
     with pytest.raises(UsageError, match="LABCTL_BOOT must be restore or cold"):
         lifecycle.UpOptions().check()
@@ -237,8 +237,8 @@ def test_boot_mode_comes_from_the_option_then_the_environment(
 def test_a_restored_lab_is_the_same_lab(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LABCTL_BOOT", raising=False)
     topology = REPO / "topologies" / "two-node.yaml"
-    cold = lifecycle.resolve(topology, lifecycle.UpOptions())
-    restored = lifecycle.resolve(topology, lifecycle.UpOptions(boot="restore"))
+    cold = lifecycle.resolve(topology, lifecycle.UpOptions(boot="cold"))
+    restored = lifecycle.resolve(topology, lifecycle.UpOptions())
     assert "boot" not in cold.provider_options
     assert restored.provider_options["boot"] == "restore"
     assert lab_changes(cold, restored) == [] and lab_changes(restored, cold) == []
@@ -247,3 +247,20 @@ def test_a_restored_lab_is_the_same_lab(monkeypatch: pytest.MonkeyPatch) -> None
     bad = dataclasses.replace(restored, provider_options={"accel": "auto", "boot": "$(x)"})
     with pytest.raises(ValueError, match=r"provider_options\.boot"):
         check_stored_lab(bad)
+
+
+def test_only_qemu_labs_record_a_boot_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LABCTL_BOOT", raising=False)
+    topology = REPO / "topologies" / "two-node.yaml"
+    docker = lifecycle.resolve(topology, lifecycle.UpOptions(provider="docker"))
+    assert "boot" not in docker.provider_options
+
+
+def test_cold_flag_and_a_contrary_boot_are_refused(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.unit.clirun import run_main
+    code, out, err = run_main(monkeypatch, capsys, "up", "two-node", "--cold",
+                              "--boot", "restore")
+    assert code == 2
+    assert "--cold and --boot restore contradict each other" in err
+    assert "Traceback" not in out + err
