@@ -37,6 +37,9 @@ class Capabilities:
     # root in a node may load eBPF programs (a VM's own kernel): what `labctl fault` needs;
     # containers have NET_ADMIN only
     node_bpf: bool
+    # `up` restores nodes from a saved machine unless --cold (docs/lifecycle.md, "Restored
+    # nodes"): booted VMs saved with the hypervisor's own migration
+    saved_machines: bool
 
     @property
     def link_set(self) -> bool:
@@ -53,25 +56,26 @@ QEMU = Capabilities(
     kind="qemu", link_device="tap", links="taps on the lab's bridges", netns=True,
     repair=True, node_stop=True, mounts=True, several_rdma_devices=True, pci_slots=True,
     own_memory=True, labctl_images=True, routing=True, node_setup="labctl's node init",
-    hosts=False, found_by_name=True, node_bpf=True)
+    hosts=False, found_by_name=True, node_bpf=True, saved_machines=True)
 DOCKER = Capabilities(
     kind="docker", link_device="veth", links="veths on the lab's bridges", netns=True,
     repair=True, node_stop=True, mounts=True, several_rdma_devices=False, pci_slots=False,
     own_memory=False, labctl_images=True, routing=True, node_setup="labctl's node init",
-    hosts=True, found_by_name=True, node_bpf=False)
+    hosts=True, found_by_name=True, node_bpf=False, saved_machines=False)
 # A docker lab whose nodes sit on two or more hosts (docs/multi-host.md).
 SWARM = Capabilities(
     kind="multi-host docker", link_device="",
     links="the swarm's overlay networks (an overlay network has no per-node cable)",
     netns=False, repair=False, node_stop=False, mounts=False, several_rdma_devices=False,
     pci_slots=False, own_memory=False, labctl_images=True, routing=True,
-    node_setup="labctl's node init", hosts=True, found_by_name=True, node_bpf=False)
+    node_setup="labctl's node init", hosts=True, found_by_name=True, node_bpf=False,
+    saved_machines=False)
 VAGRANT = Capabilities(
     kind="vagrant", link_device="",
     links="the hypervisor's own networks (VirtualBox or libvirt)", netns=False,
     repair=True, node_stop=True, mounts=True, several_rdma_devices=False, pci_slots=False,
     own_memory=True, labctl_images=False, routing=False, node_setup="the Vagrantfile",
-    hosts=False, found_by_name=False, node_bpf=True)
+    hosts=False, found_by_name=False, node_bpf=True, saved_machines=False)
 
 # The topology's `provider:` values, each with what a lab of it can do (a docker lab on
 # several hosts is SWARM: only its placement tells, see for_lab).

@@ -19,3 +19,20 @@ def blocking_lock(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def try_lock(path: Path) -> Iterator[bool]:
+    """The exclusive lock at `path` if no one holds it: True inside when taken, False when
+    another process holds it (nothing waits)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)

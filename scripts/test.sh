@@ -20,6 +20,15 @@ import sys
 import xml.etree.ElementTree as ET
 root = ET.parse(sys.argv[1]).getroot()
 suite = root if root.tag == "testsuite" else root.find("testsuite")
+# where the time went, by test module (setup, call and teardown: a module's lab counts)
+modules: dict[str, float] = {}
+for case in suite.iter("testcase"):
+    module = case.get("classname", "?")
+    module = ".".join(p for p in module.split(".") if not p[:1].isupper())
+    modules[module] = modules.get(module, 0.0) + float(case.get("time", 0) or 0)
+print("slowest test modules (seconds):")
+for module, seconds in sorted(modules.items(), key=lambda kv: -kv[1])[:15]:
+    print(f"  {seconds:7.1f}  {module}")
 n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
 failed = n["failures"] + n["errors"]
 print(f"tests: {n['tests'] - failed - n['skipped']} passed, {failed} failed, {n['skipped']} skipped")

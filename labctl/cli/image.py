@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -15,6 +16,9 @@ from labctl.cli.shapes import ImageRecord
 from labctl.data.recipes import RECIPES, recipe
 from labctl.images.builder import CorruptImage, Image, build_image, image_dir
 from labctl.paths import cache_root
+
+if TYPE_CHECKING:
+    from labctl.vm.saved import SavedListing
 
 image_app = typer.Typer(help="Build and list node images.", no_args_is_help=True,
                         context_settings=HELP_SETTINGS)
@@ -89,15 +93,21 @@ def list_images(
         help="Print JSON: an object whose list `images` has one record per image "
              "(docs/json.md)."),
 ) -> None:
-    """List cached images."""
+    """List cached images, and the saved machines qemu nodes are restored from."""
+    from labctl.vm.saved import list_saved
+
     base = cache_root() / "images"
     images, corrupt = cached_images(base)
+    saved = list_saved(cache_root() / "saved")
     if as_json:
         records = [{k: i.manifest.get(k) for k in IMAGE_KEYS}
                    | {"added_packages": added_packages(i), "path": str(i.path)}
                    for i in images]
         print(json.dumps({"images": records, "corrupt": [
-            {"path": str(c.path), "problem": c.problem} for c in corrupt]}, indent=2))
+            {"path": str(c.path), "problem": c.problem} for c in corrupt],
+            "saved": [{"path": str(s.path), "image": s.image, "shape": s.shape,
+                       "state_bytes": s.state_bytes, "made": s.made, "usable": s.usable}
+                      for s in saved]}, indent=2))
         return
     table = Table(title=f"images in {base}")
     for column in ("image", "recipe + packages", "kernel", "rdma-core", "root fs", "built in"):
@@ -113,9 +123,28 @@ def list_images(
             f"{m['build_seconds']} s",
         )
     console.print(table)
+    if saved:
+        console.print(saved_table(saved))
     for c in corrupt:  # one corrupt image does not hide the others
         err_console.print(f"[yellow]corrupt:[/] {escape(c.message)}\n  [yellow]hint:[/] "
                           f"{escape(c.hint or '')}", highlight=False, soft_wrap=True)
+
+
+def saved_table(saved: list[SavedListing]) -> Table:
+    table = Table(title="saved machines (qemu nodes are restored from them)")
+    for column in ("image", "shape", "state", "made", "used by this labctl"):
+        table.add_column(column)
+    for s in saved:
+        shape = ("not recorded" if s.shape is None else
+                 f"{s.shape.get('rdma')}, {s.shape.get('memory_mib')} MiB, "
+                 f"{s.shape.get('cpus')} CPU, {s.shape.get('nics')} NIC, "
+                 f"{s.shape.get('accel')}")
+        table.add_row(
+            s.image, escape(shape),
+            "?" if s.state_bytes is None else f"{s.state_bytes >> 20} MiB",
+            "?" if s.made is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(s.made)),
+            "yes" if s.usable else "no (removed at the next save)")
+    return table
 
 
 def cached_images(base: Path) -> tuple[list[Image], list[CorruptImage]]:

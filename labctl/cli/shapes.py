@@ -82,6 +82,8 @@ class UpOutput(TypedDict):
     lab: str
     seconds: float  # how long `up` took
     repaired: list[str]  # a lab that was up: the nodes started again ([] for a new lab)
+    # qemu: the nodes restored from a saved machine (the others booted their kernel)
+    restored: list[str]
     status: LabStatusRecord  # as in `status --json`, the nodes' reports from when ready
 
 
@@ -120,11 +122,31 @@ class CorruptImage(TypedDict):
     problem: str  # what is wrong with its manifest.json
 
 
+class SavedShape(TypedDict):
+    accel: str  # kvm or tcg
+    memory_mib: int
+    cpus: int
+    nics: int  # data NICs
+    rdma: str  # rxe, siw or none
+
+
+class SavedRecord(TypedDict):
+    """A saved machine qemu nodes are restored from (docs/lifecycle.md, "Restored nodes")."""
+
+    path: str
+    image: str  # the image's key (its cache directory's name)
+    shape: SavedShape | None  # None: not recorded (an older labctl)
+    state_bytes: int | None
+    made: float | None  # seconds since the epoch
+    usable: bool  # made by this labctl and qemu, its image cached: `up` restores from it
+
+
 class ImageListOutput(TypedDict):
     """`labctl image list --json`: the cached node images."""
 
     images: list[ImageRecord]
     corrupt: list[CorruptImage]  # images whose manifest labctl cannot use
+    saved: list[SavedRecord]  # saved machines for restored nodes, by image and shape
 
 
 # --- labctl doctor --json (its checks are labctl.cli.doctor.Check) -----------------------

@@ -69,6 +69,7 @@ def up(
     from labctl.cli.status import collect_status, print_status
     from labctl.lab.handle import LabHandle
     from labctl.topology.catalog import find_topology
+    from labctl.vm.restore import restored_nodes
 
     options = lifecycle.UpOptions(accel=accel, mirror=mirror, timeout=timeout,
                                   provider=provider_name, engine=engine,
@@ -83,9 +84,10 @@ def up(
     with progress_reporter(f"up {path.stem}") as progress:
         result = lifecycle.up(path, options, progress)
     lab = result.lab
+    restored = restored_nodes(result.labdir.load_state())
     if as_json:  # the status as `up` prints it: the nodes' reports from when they were ready
         output: UpOutput = {"lab": lab.name, "seconds": round(result.seconds, 1),
-                            "repaired": result.repaired,
+                            "repaired": result.repaired, "restored": restored,
                             "status": collect_status(LabHandle(result.labdir), live=False)}
         print(json.dumps(output, indent=2))
         return
@@ -101,7 +103,10 @@ def up(
                       f" in {result.seconds:.1f} s")
         print_status(result.labdir, live=False)
         return
-    console.print(f"[bold green]lab {lab.name} is up[/] in {result.seconds:.1f} s")
+    how = (f" ({len(restored)} of {len(lab.nodes)} nodes restored from a saved machine)"
+           if restored else "")
+    console.print(f"[bold green]lab {lab.name} is up[/] in {result.seconds:.1f} s{how}",
+                  highlight=False)
     print_status(result.labdir, live=False)
     # --lab in every hint: without it the commands fail as soon as a second lab is up.
     console.print(

@@ -129,8 +129,8 @@ def resolve(topology: Path, options: UpOptions) -> Lab:
         provider_options["engine"] = options.engine
     if options.provider is not None:
         lab = dataclasses.replace(lab, provider=options.provider)
-    # qemu only (the others have no saved machines); a cold lab's lab.json has no key
-    if lab.provider == "qemu" and options.boot_mode() == "restore":
+    # a cold lab's lab.json has no key (nor has a lab of a provider without saved machines)
+    if BY_PROVIDER[lab.provider].saved_machines and options.boot_mode() == "restore":
         provider_options["boot"] = "restore"
     if options.name is not None:
         lab = dataclasses.replace(lab, name=check_lab_name(options.name))

@@ -22,6 +22,12 @@ ANSWER_BYTES = 512
 REFUSED = "qemu refused the saved machine"
 
 
+def restored_nodes(state: LabState) -> list[str]:
+    """The nodes whose qemu was last started from a saved machine (a node that fell back
+    to a cold boot, or was started again by a repair, was started without -incoming)."""
+    return sorted(name for name, info in state.nodes.items() if "-incoming" in info.argv)
+
+
 def restored_macs(lab: Lab, node: Node) -> list[tuple[str, str]]:
     """(saved machine's MAC, node's MAC) of each NIC, management NIC first."""
     return [(TEMPLATE_MGMT_MAC, mgmt_mac(lab.name, node))] + [

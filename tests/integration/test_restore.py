@@ -83,6 +83,7 @@ def restored_pair(topology: Path) -> Iterator[tuple[dict, dict]]:
 def test_restored_labs_are_up_like_cold_ones(restored_pair: tuple[dict, dict]) -> None:
     assert [record["lab"] for record in restored_pair] == list(LABS)
     for record in restored_pair:
+        assert record["restored"] == ["node1", "node2"]
         nodes = record["status"]["nodes"]
         assert [n["name"] for n in nodes] == ["node1", "node2"]
         for node in nodes:
@@ -161,6 +162,7 @@ def _fallback_up(topology: Path, name: str, env: dict[str, str]) -> str:
         record, err = _finish(_up(topology, name, env))
         nodes = record["status"]["nodes"]
         assert [n["state"] for n in nodes] == ["running", "running"]
+        assert record["restored"] == []
         assert not any(_restored(name, n["name"]) for n in nodes)  # booted cold
     finally:
         nothing_left(name, lifecycle.destroy(name))

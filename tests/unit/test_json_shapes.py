@@ -210,6 +210,34 @@ def test_image_list_tells_package_lists_apart(
     assert "trixie + packages not recorded" in out
 
 
+def test_image_list_shows_saved_machines_and_which_this_labctl_uses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from labctl.vm import saved
+    from tests.unit.test_restore import SHAPE, _cached_image
+
+    monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path))
+    key = saved.saved_key(_cached_image(tmp_path), SHAPE)
+    shape = {"accel": "tcg", "memory_mib": 512, "cpus": 1, "nics": 1, "rdma": "rxe"}
+    for name, meta in ((f"trixie-aaaa-{key}", {"shape": shape, "state_bytes": 110 << 20,
+                                                "made": 1.5e9}),
+                       ("trixie-aaaa-2222", {"shape": [1], "state_bytes": True})):
+        (tmp_path / "saved" / name).mkdir(parents=True)
+        (tmp_path / "saved" / name / "meta.json").write_text(json.dumps(meta))
+    code, out, _ = _main(monkeypatch, capsys, "image", "list", "--json")
+    assert code == 0
+    listed = sorted(parsed("image-list", out).saved, key=lambda s: not s.usable)
+    assert [(s.image, s.usable, s.state_bytes) for s in listed] == [
+        ("trixie-aaaa", True, 110 << 20), ("trixie-aaaa", False, None)]
+    assert listed[0].shape is not None and listed[0].shape.nics == 1
+    assert listed[1].shape is None
+    monkeypatch.setenv("COLUMNS", "300")
+    code, out, _ = _main(monkeypatch, capsys, "image", "list")
+    assert code == 0
+    assert "rxe, 512 MiB, 1 CPU, 1 NIC, tcg" in out and "110 MiB" in out
+    assert "no (removed at the next save)" in out
+
+
 def test_image_list_real_cache(monkeypatch: pytest.MonkeyPatch,
                                capsys: pytest.CaptureFixture[str]) -> None:
     from labctl.paths import cache_root
@@ -485,7 +513,8 @@ def test_up_prints_the_lab_and_its_status(state_dir: Path, monkeypatch: pytest.M
     code, out, _ = _main(monkeypatch, capsys, "up", "two-node", "--json")
     assert code == 0
     record = parsed("up", out)
-    assert (record.lab, record.seconds, record.repaired) == ("ut-up", 12.3, [])
+    assert (record.lab, record.seconds, record.repaired, record.restored) == (
+        "ut-up", 12.3, [], [])
     assert record.status.lab == "ut-up" and [n.name for n in record.status.nodes] == [
         "node1", "node2"]
 

@@ -5,6 +5,7 @@ message as the node reads it, the node's answer, and how `up` is told to restore
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -80,6 +81,35 @@ def test_a_damaged_or_foreign_saved_machine_is_unusable_with_a_reason(
     with pytest.raises(Unusable) as caught:
         check_saved(path, KEY)
     assert reason in str(caught.value)
+
+
+def test_a_checked_saved_machine_is_not_hashed_again_until_a_file_changes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write_saved(tmp_path / "m")
+    check_saved(path, KEY)  # hashes both, then records their stamps
+    hashed: list[str] = []
+    real = saved._sha256
+    monkeypatch.setattr(saved, "_sha256", lambda f: hashed.append(f.name) or real(f))
+    check_saved(path, KEY)
+    assert hashed == []
+    (path / "state").write_bytes(b"QEVM" + b"\x02" * 4096)  # same size, other bytes
+    with pytest.raises(Unusable, match="state does not match its checksum"):
+        check_saved(path, KEY)
+    assert hashed == ["state"]
+
+
+@pytest.mark.parametrize("verified", [b"{not json", b"x" * (saved.META_BYTES + 1),
+                                      b'{"state": [1, 2, 3, 4, 5]}'])
+def test_an_unreadable_or_stale_verified_file_means_hashing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verified: bytes) -> None:
+    path = _write_saved(tmp_path / "m")
+    (path / "verified").write_bytes(verified)
+    hashed: list[str] = []
+    real = saved._sha256
+    monkeypatch.setattr(saved, "_sha256", lambda f: hashed.append(f.name) or real(f))
+    assert check_saved(path, KEY).path == path
+    assert hashed == ["state", "disk.qcow2"]
+    assert json.loads((path / "verified").read_text()).keys() == {"state", "disk"}
 
 
 def test_a_state_that_is_a_link_is_refused(tmp_path: Path) -> None:
@@ -264,3 +294,44 @@ def test_cold_flag_and_a_contrary_boot_are_refused(
     assert code == 2
     assert "--cold and --boot restore contradict each other" in err
     assert "Traceback" not in out + err
+
+
+SHAPE = saved.MachineShape("tcg", 512, 1, 1, "rxe")
+
+
+def _cached_image(cache: Path, key: str = "trixie-aaaa") -> Image:
+    """An image directory with a manifest as the builder writes it (files empty)."""
+    path = cache / "images" / key
+    path.mkdir(parents=True)
+    for name in ("vmlinux", "initrd.cpio", "root.ext4"):
+        (path / name).write_bytes(b"")
+    (path / "manifest.json").write_text(json.dumps({
+        "name": "trixie", "key": key, "suite": "trixie", "kernel_suite": "trixie",
+        "kernel": "6.12", "rdma_core": "56.1-1", "siw": True, "packages": {},
+        "rootfs_bytes": 1 << 20, "build_seconds": 1.0}))
+    return Image.at(path)
+
+
+def test_prune_removes_what_this_labctl_can_never_use(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from labctl.locks import blocking_lock
+    monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path))
+    image = _cached_image(tmp_path)
+    root = tmp_path / "saved"
+    key = saved.saved_key(image, SHAPE)
+    shape = dataclasses.asdict(SHAPE)
+    keep = _write_saved(root / f"trixie-aaaa-{key}", shape=shape)
+    other_key = _write_saved(root / "trixie-aaaa-2222", shape=shape)  # another labctl's
+    no_shape = _write_saved(root / "trixie-aaaa-3333")
+    bad_shape = _write_saved(root / "trixie-aaaa-8888", shape=shape | {"cpus": "1"})
+    image_gone = _write_saved(root / f"trixie-bbbb-{key}", shape=shape)
+    locked = _write_saved(root / "trixie-aaaa-5555", shape=shape)
+    dead_save = root / ".make-trixie-aaaa-6666-999999999"
+    live_save = root / f".make-trixie-aaaa-7777-{os.getpid()}"
+    dead_save.mkdir()
+    live_save.mkdir()
+    with blocking_lock(root / f".{locked.name}.lock"):
+        removed = saved.prune(root)
+    assert sorted(removed) == sorted([other_key, no_shape, bad_shape, image_gone, dead_save])
+    assert keep.exists() and locked.exists() and live_save.exists()
+    assert not any(p.exists() for p in removed)

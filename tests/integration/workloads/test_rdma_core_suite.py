@@ -43,13 +43,19 @@ def test_the_suite_on_rxe_and_siw_matches_the_known_failures(workloads_lab: Modu
     resize = known_failure("test_cq", "CQTest.test_resize_cq", "rxe", "errored")
     assert resize is not None
     resize_seen = runs["rxe1", "test_cq"]["errored"] == 1
-    for (node, module), run in runs.items():
+    crashes_not_seen: list[str] = []
+    for (node, module), run in sorted(runs.items()):
         kind = "rxe" if node == "rxe1" else "siw"
         assert run["device_kind"] == kind
         assert run["ran"] == TEST_COUNTS[module], run
         assert run["passed"] + run["skipped"] + run["errored"] == run["ran"]
         expected = known_failure(module, "", kind, "crashed")
-        if expected is not None:
+        if expected is not None and run["status"] == "passed":
+            # the crash at exit follows a use after free in pyverbs' teardown: most runs,
+            # not all (seen passing once on a restored node); the report says so
+            crashes_not_seen.append(f"{module} on {node} ({kind})")
+            assert (run["exit_code"], run["known"]) == (0, []), run
+        elif expected is not None:
             assert (run["status"], run["signal"]) == ("crashed", "SIGSEGV"), run
             assert run["known"] == [{"test": "", "outcome": "crashed",
                                      "reason": expected.reason}]
@@ -61,10 +67,11 @@ def test_the_suite_on_rxe_and_siw_matches_the_known_failures(workloads_lab: Modu
             assert (run["status"], run["exit_code"], run["known"]) == ("passed", 0, [])
             assert run["failed"] == run["errored"] == 0, run
     # flow and parent_domain crash at exit on rxe; resize_cq when it lost its completion
-    assert report["known_failures"] == 2 + resize_seen
-    now_passing = [] if resize_seen else ["test_cq.CQTest.test_resize_cq on rxe1 (rxe)"]
-    assert [entry.split(": known")[0] for entry in report["now_passing"]] == now_passing, \
-        report["now_passing"]
+    assert report["known_failures"] == 2 - len(crashes_not_seen) + resize_seen
+    now_passing = crashes_not_seen + (
+        [] if resize_seen else ["test_cq.CQTest.test_resize_cq on rxe1 (rxe)"])
+    assert sorted(entry.split(": known")[0] for entry in report["now_passing"]) == \
+        sorted(now_passing), report["now_passing"]
     # rxe runs traffic where siw skips: what each device can do, in figures
     assert runs["rxe1", "test_qp"]["passed"] >= 20
     assert runs["rxe1", "test_rdmacm"]["passed"] == 10
