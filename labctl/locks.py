@@ -9,11 +9,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def _lock_file(path: Path) -> int:
+    """The lock file at `path`, opened (made, with its folder, when missing)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
 @contextlib.contextmanager
 def blocking_lock(path: Path) -> Iterator[None]:
     """Wait for the exclusive lock at `path` (a file that outlives what it guards)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = _lock_file(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -25,8 +30,7 @@ def blocking_lock(path: Path) -> Iterator[None]:
 def try_lock(path: Path) -> Iterator[bool]:
     """The exclusive lock at `path` if no one holds it: True inside when taken, False when
     another process holds it (nothing waits)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = _lock_file(path)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -35,7 +35,7 @@ from typing import Any
 
 from labctl import bounded
 from labctl.errors import LabctlError
-from labctl.images.builder import Image
+from labctl.images.builder import CorruptImage, Image
 from labctl.locks import blocking_lock, try_lock
 from labctl.net import labnet
 from labctl.node.env import env_file, node_code_files
@@ -188,10 +188,10 @@ def check_saved(path: Path, key: str) -> SavedMachine:
         try:
             if not file.is_file() or file.is_symlink():
                 raise Unusable(f"{file.name} is missing or not a regular file")
-            if file.stat().st_size != size:
-                raise Unusable(f"{file.name} is {file.stat().st_size} bytes, meta.json says "
-                               f"{size}")
             stamps[name] = _stamp(file)
+            if stamps[name][2] != size:
+                raise Unusable(f"{file.name} is {stamps[name][2]} bytes, meta.json says "
+                               f"{size}")
         except OSError as exc:
             raise Unusable(f"{file.name}: {exc.strerror or exc}") from None
     if _verified(saved) == stamps:
@@ -211,6 +211,7 @@ def check_saved(path: Path, key: str) -> SavedMachine:
 # Any write since changes their mtime and ctime (ctime cannot be set back), so equal stamps
 # mean the very bytes that were checked; anything else is hashed again.
 def _stamp(path: Path) -> list[int]:
+    """device, inode, size (index 2), mtime and ctime"""
     st = path.stat()
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
@@ -307,10 +308,7 @@ def _shape(recorded: object) -> MachineShape | None:
     if not isinstance(recorded, dict) or set(recorded) != {
             f.name for f in dataclasses.fields(MachineShape)}:
         return None
-    try:
-        shape = MachineShape(**recorded)
-    except TypeError:
-        return None
+    shape = MachineShape(**recorded)  # exactly its fields (checked above)
     types_ok = all(isinstance(getattr(shape, f), str) for f in ("accel", "rdma")) and all(
         isinstance(getattr(shape, f), int) and not isinstance(getattr(shape, f), bool)
         for f in ("memory_mib", "cpus", "nics"))
@@ -320,8 +318,6 @@ def _shape(recorded: object) -> MachineShape | None:
 def _current_key(image_name: str, shape: MachineShape) -> str | None:
     """The key this labctl and qemu give `shape` on the cached image `image_name` (None:
     no such image): a saved machine under another key is one no `up` here restores."""
-    from labctl.images.builder import CorruptImage
-
     if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", image_name):
         return None
     try:
@@ -332,8 +328,8 @@ def _current_key(image_name: str, shape: MachineShape) -> str | None:
 
 
 def labctl_inputs() -> dict[str, str]:
-    """What, besides the image and the shape, makes a saved machine this labctl's: another
-    labctl (its node-side code, its restore format) or another qemu can never use it."""
+    """The labctl and qemu that made a saved machine, in its meta.json for whoever reads it
+    (no decision reads it back: they are in its key, which prune recomputes)."""
     return {"format": RESTORE_FORMAT, "node_code": node_code_digest(), "qemu": qemu_version()}
 
 
