@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -144,7 +145,8 @@ def exec_command(
     if not vm.running():
         raise LabctlError(f"{vm.title} is not running",
                           hint=f"`labctl docker-host up --name {vm.name}`")
-    argv = ssh.ssh_argv(vm.labdir.ssh_config, VM_NODE, command or [], tty=not command)
+    argv = ssh.ssh_argv(vm.labdir.ssh_config, VM_NODE, command or [],
+                        tty=not command and sys.stdin.isatty())  # as `labctl exec`
     os.execvp(argv[0], argv)
 
 

@@ -92,7 +92,9 @@ def exec_command(
                          hint="node names are a lowercase letter then up to 14 of a-z, 0-9 "
                          "and '-'")
     handle = open_lab(lab)
-    argv = handle.argv(node, command or [], tty=not command)
+    # A terminal only for a shell at a terminal: `labctl exec NODE < script` feeds the
+    # shell its input to the end, as `ssh NODE < script` does.
+    argv = handle.argv(node, command or [], tty=not command and sys.stdin.isatty())
     os.execvp(argv[0], argv)  # the command's exit code becomes ours
 
 

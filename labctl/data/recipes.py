@@ -28,6 +28,10 @@ class Recipe:
 
 
 DOCKER_HOST_PACKAGES = ("docker.io", "docker-cli", "containerd", "runc")
+# Lab nodes' management ssh server (node-init.sh says why not OpenSSH's sshd, which stays
+# for the data-address sshds of the MPI runs). Not in node-packages.txt: the Docker host VM
+# keeps OpenSSH's sshd (its engine's socket is forwarded), and Vagrant boxes their own.
+VM_NODE_PACKAGES = ("dropbear-bin",)
 # The development image (`image: trixie-dev`): build and debug RDMA code in the nodes.
 # libc6-dev: gcc only recommends it (crt files, libc headers) and images get no recommends.
 DEV_PACKAGES = ("gcc", "libc6-dev", "make", "pkg-config", "libibverbs-dev", "librdmacm-dev",
@@ -42,13 +46,14 @@ WORKLOAD_HOOKS = ("rdma-core-tests.sh",)
 # trixie userland (rdma-core 56.1) with the trixie-backports 7.x kernel, whose rxe works
 # per network namespace (needed by the Docker provider, see docs/docker.md).
 RECIPES: dict[str, Recipe] = {
-    "trixie": Recipe("trixie", "trixie", "trixie-backports", node_packages()),
+    "trixie": Recipe("trixie", "trixie", "trixie-backports",
+                     (*node_packages(), *VM_NODE_PACKAGES)),
     "trixie-dev": Recipe("trixie-dev", "trixie", "trixie-backports",
-                         (*node_packages(), *DEV_PACKAGES)),
+                         (*node_packages(), *VM_NODE_PACKAGES, *DEV_PACKAGES)),
     "trixie-workloads": Recipe("trixie-workloads", "trixie", "trixie-backports",
-                               (*node_packages(), *WORKLOAD_PACKAGES),
+                               (*node_packages(), *VM_NODE_PACKAGES, *WORKLOAD_PACKAGES),
                                hooks=WORKLOAD_HOOKS),
-    "sid": Recipe("sid", "sid", "sid", node_packages()),
+    "sid": Recipe("sid", "sid", "sid", (*node_packages(), *VM_NODE_PACKAGES)),
     # The Docker host VM (labctl docker-host): a node image plus a Docker engine, for hosts
     # whose kernel cannot give containers their own working rxe (see docs/docker.md).
     # trixie packages the docker client separately from the engine.

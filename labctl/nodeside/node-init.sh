@@ -48,6 +48,12 @@ must() {  # must WHAT COMMAND...: run COMMAND, or fail naming WHAT
     what=$1; shift
     "$@" || fail "$what"
 }
+listening() {  # listening ADDR:PORT (as /proc/net/tcp writes it): true once a socket does
+    while read -r _ local _ state _; do
+        if [ "$local" = "$1" ] && [ "$state" = 0A ]; then return 0; fi
+    done < /proc/net/tcp
+    return 1
+}
 
 if [ "$KIND" = vm ]; then
     STEP=mounts
@@ -109,6 +115,8 @@ if [ "$KIND" = vm ] && [ "${LABCTL_SAVE:-0}" = 1 ]; then
         python3 -m labctl.verbs helper </dev/null >>/run/labctl-verbs-helper.log 2>&1
     must "reclaim the page cache" sh /opt/labctl/labctl/nodeside/start-helper.sh \
         --reclaim-after-helper
+    must "warm the page cache" sh /opt/labctl/labctl/nodeside/start-helper.sh \
+        --warm-for-restore
     STEP=identity
     python3 /opt/labctl/labctl/nodeside/identity.py /dev/ttyS1 /dev/ttyS0 \
         || fail "identity from labctl on ttyS1 (see the line above)"
@@ -231,15 +239,36 @@ fi
 
 if [ "$KIND" = vm ]; then
     step sshd
-    # The payload put /root/.ssh/authorized_keys, the host key labctl made for this node
-    # (its known_hosts pins it) and sshd_config.d/00-labctl.conf (keys only, no PAM) in place.
-    # No PAM: its account and motd modules start programs at every login, seconds of an
-    # emulated node's time; root logs in by key, with no limits to apply.
-    must "mkdir /run/sshd" mkdir -p /run/sshd  # sshd's privilege separation directory
-    must "sshd did not start" /usr/sbin/sshd -o PasswordAuthentication=no \
-        -o KbdInteractiveAuthentication=no -o PermitRootLogin=prohibit-password -o UseDNS=no \
-        -o UsePAM=no -o PrintLastLog=no \
-        -o HostKey=/etc/ssh/ssh_host_ed25519_key -o ListenAddress=10.0.2.15
+    # The payload put /root/.ssh/authorized_keys and the host key labctl made for this node
+    # (its known_hosts pins it) in place. Node images serve ssh with dropbear: a login costs
+    # a TCG node about 0.3 s against about 1 s with OpenSSH 10's sshd, which execs two
+    # programs per login, each linking libcrypto and some twenty more libraries (labctl
+    # opens a master connection to every node at each `up`: docs/performance.md). Keys
+    # only (-s), no motd (-m). The Docker host VM's image has no dropbear: OpenSSH's sshd
+    # forwards its engine's unix socket, which dropbear does not (sshd_config.d/00-labctl.conf:
+    # keys only, no PAM; PAM's modules start programs at every login).
+    if [ -x /usr/sbin/dropbear ]; then
+        key=/run/labctl/dropbear_ed25519_host_key
+        must "mkdir /run/labctl" mkdir -p -m 700 /run/labctl
+        must "convert the host key for dropbear" dropbearconvert openssh dropbear \
+            /etc/ssh/ssh_host_ed25519_key "$key" 2>/dev/null
+        must "dropbear did not start" dropbear -r "$key" -p 10.0.2.15:22 -s -m \
+            -P /run/dropbear.pid
+        # dropbear binds its port after it forked into the background: `labctl up` opens
+        # its ssh master once this stage is over, and a refused connection costs it 0.5 s.
+        tries=0
+        until listening 0F02000A:0016; do
+            tries=$((tries + 1))
+            if [ "$tries" -gt 500 ]; then fail "dropbear does not listen on 10.0.2.15:22"; fi
+            sleep 0.01
+        done
+    else
+        must "mkdir /run/sshd" mkdir -p /run/sshd  # sshd's privilege separation directory
+        must "sshd did not start" /usr/sbin/sshd -o PasswordAuthentication=no \
+            -o KbdInteractiveAuthentication=no -o PermitRootLogin=prohibit-password \
+            -o UseDNS=no -o UsePAM=no -o PrintLastLog=no \
+            -o HostKey=/etc/ssh/ssh_host_ed25519_key -o ListenAddress=10.0.2.15
+    fi
 fi
 
 facts="dev=${LABCTL_RDMA_DEV:-none}"

@@ -41,6 +41,34 @@ if [ "${1:-}" = --reclaim-after-helper ]; then
     exit 0
 fi
 
+# A machine saved for restores (node-init.sh), once reclaimed: what a restored node runs
+# before the user's first command is read back into the page cache, and so saved with the
+# machine. A restored node would otherwise read it from its disk under emulation, while
+# labctl waits: the programs of its bring-up (ip, rdma, ibv_devinfo and the verbs
+# providers), of the ssh server and the login labctl opens at once (dropbear; OpenSSH's
+# sshd-session and sshd-auth where the image has no dropbear) and the files the waiting
+# helper maps (its first request runs in them).
+if [ "${1:-}" = --warm-for-restore ]; then
+    programs=""
+    if [ -x /usr/sbin/dropbear ]; then
+        programs="/usr/sbin/dropbear /usr/bin/dropbearconvert"
+    else
+        programs="/usr/sbin/sshd /usr/lib/openssh/sshd-session /usr/lib/openssh/sshd-auth"
+    fi
+    for name in ip rdma ibv_devinfo; do programs="$programs $(command -v "$name" || true)"; done
+    programs="$programs $(echo /usr/lib/*/libibverbs/*.so)"
+    helper=$(pgrep -o -f 'labctl[.]verbs helper' || true)
+    {
+        # shellcheck disable=SC2086  # one word per path (system paths: no blanks)
+        ldd $programs 2>/dev/null | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^\//) print $i }'
+        echo "$programs" | tr ' ' '\n'
+        if [ -n "$helper" ]; then awk '$6 ~ /^\// { print $6 }' "/proc/$helper/maps"; fi
+    } | sort -u | while read -r file; do
+        if [ -f "$file" ]; then cat "$file"; fi
+    done > /dev/null
+    exit 0
+fi
+
 setsid -f nice -n 19 python3 -m labctl.verbs helper </dev/null >>/run/labctl-verbs-helper.log 2>&1
 if [ "${1:-}" = --vm ]; then
     # detached too: the ssh session that started this ends at once

@@ -45,7 +45,7 @@ from labctl.vm.machine import (
     tail,
     wait_machines_ready,
 )
-from labctl.vm.restore import REFUSED, give_identities, restored_macs
+from labctl.vm.restore import REFUSED, give_identities, restored_macs, restored_nodes
 from labctl.vm.saved import (
     MachineShape,
     SavedMachine,
@@ -300,13 +300,18 @@ class QemuProvider(Provider):
                     if nodes is None or name in nodes}
         self._refresh_ssh_config()
         wait_machines_ready(machines, state, self.labdir.ssh_config, timeout, progress)
-        # Through the node's master; never as a master of its own (ControlMaster=no): a
-        # start that outlived `down`'s closing of the masters must not persist as one.
+        # A restored node's helper runs already (it was saved warm): starting another one
+        # only to find it there costs the node half a second of Python right when the
+        # user's first command comes. Through the node's master; never as a master of its
+        # own (ControlMaster=no): a start that outlived `down`'s closing of the masters
+        # must not persist as one.
+        warm = set(restored_nodes(state))
         start_detached({
             self.machine(name).helper_log: ssh.ssh_argv(self.labdir.ssh_config, name,
                                                         START_HELPER,
                                                         options={"ControlMaster": "no"})
-            for name, info in state.nodes.items() if info.rdma_dev and name in machines})
+            for name, info in state.nodes.items()
+            if info.rdma_dev and name in machines and name not in warm})
 
     # --- status, exec, destroy -----------------------------------------------------------
     def nodes(self) -> list[NodeRuntime]:

@@ -509,7 +509,7 @@ def start_detached(argvs: dict[Path, list[str]]) -> None:
                            stdout=subprocess.DEVNULL, stderr=err, check=False)
 
 
-# node-init.sh's stages after sshd started: the ssh master can connect.
+# node-init.sh's stages after its ssh server listens: the ssh master can connect.
 AFTER_SSHD = frozenset({"rdma"})
 
 
@@ -520,9 +520,10 @@ def wait_machines_ready(
     """Wait until every machine's console says ready (recording its facts) and its ssh
     master runs; raise with the console tail otherwise. Returns the seconds it took.
 
-    Each master starts as soon as its machine's sshd runs (the stages after "sshd"), while
-    that machine and the others finish booting: a master costs a node about a second of
-    emulated crypto, which then overlaps with the rest of the bring-up."""
+    Each master starts as soon as its machine's ssh server listens (the stages after
+    "sshd"), while that machine and the others finish booting: a login costs a node a few
+    tenths of a second under TCG (dropbear; about a second with OpenSSH's sshd), which then
+    overlaps with the rest of the bring-up."""
     deadline = time.monotonic() + timeout
     started = time.monotonic()
     pending = set(machines)

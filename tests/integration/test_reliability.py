@@ -193,6 +193,11 @@ def test_lab_files_key_and_password_login(lab_handle: LabHandle) -> None:
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
     assert attempt.returncode == 255
     assert "Permission denied (publickey)" in attempt.stderr  # the only method offered
+    # the management ssh server (dropbear) offers keys only: -s
+    server = _in_node(lab_handle, "node1",
+                      "tr '\\0' ' ' < /proc/$(cat /run/dropbear.pid)/cmdline").split()
+    assert server[0] == "dropbear" and "-s" in server, server
+    # the data-address sshds of MPI runs (OpenSSH) read the same policy from the payload
     config = _in_node(lab_handle, "node1", "sshd -T 2>/dev/null").splitlines()
     assert "passwordauthentication no" in config
     assert "kbdinteractiveauthentication no" in config
