@@ -206,7 +206,7 @@ def check_saved(path: Path, key: str) -> SavedMachine:
     return saved
 
 
-# Hashing the state costs every `up` about 0.2 s for a 512 MiB node (110 MiB at ~550 MiB/s):
+# Hashing the state costs every `up` about 0.2 s for a 512 MiB node (130 MiB at ~550 MiB/s):
 # once both files matched their checksums, `verified` keeps what stat said of them then.
 # Any write since changes their mtime and ctime (ctime cannot be set back), so equal stamps
 # mean the very bytes that were checked; anything else is hashed again.
@@ -334,7 +334,7 @@ def labctl_inputs() -> dict[str, str]:
 
 
 def prune(saved_root: Path) -> list[Path]:
-    """Remove what no `up` of this labctl can use (each saved machine is ~110 MiB): saved
+    """Remove what no `up` of this labctl can use (each saved machine is ~130 MiB): saved
     machines whose key is not the one this labctl and qemu give their image and shape (made
     by another labctl or qemu, or with no shape recorded), of an image no longer in the
     cache, and the work directories of failed saves whose labctl has exited. One whose lock
