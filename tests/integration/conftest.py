@@ -68,6 +68,11 @@ def in_ci() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # One at a time: they share lab names (and the session lab) and need the CPU. Only the
+    # unit tests run in pytest-xdist's workers (scripts/test.sh).
+    if os.environ.get("PYTEST_XDIST_WORKER") and any("integration" in i.keywords for i in items):
+        raise pytest.UsageError("the integration tests run one at a time, not in pytest-xdist "
+                                "workers: run them without -n (scripts/test.sh does)")
     if os.geteuid() != 0:
         skip = pytest.mark.skip(reason="integration tests boot VMs and need root")
         for item in items:
