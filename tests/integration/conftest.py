@@ -155,11 +155,17 @@ def no_programs_left_in_the_shared_lab(request: pytest.FixtureRequest) -> Iterat
     yield
     if "lab_handle" not in request.fixturenames:
         return
-    handle: LabHandle = request.getfixturevalue("lab_handle")
+    left = example_programs_left(request.getfixturevalue("lab_handle"))
+    assert not left, f"example programs left running in the shared lab's nodes: {left}"
+
+
+def example_programs_left(handle: LabHandle) -> dict[str, str]:
+    """The example programs still running in the lab's nodes (pgrep's lines, by node), each
+    killed."""
     left = {}
     for node in handle.lab.nodes:
         found = handle.run(node.name, ["pgrep", "-a", "-x", EXAMPLE_PROGRAMS], timeout=60)
         if found.returncode == 0 and found.stdout.strip():
             left[node.name] = found.stdout.strip()
             handle.run(node.name, ["pkill", "-KILL", "-x", EXAMPLE_PROGRAMS], timeout=60)
-    assert not left, f"example programs left running in the shared lab's nodes: {left}"
+    return left
