@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# The whole test suite: set up, lint and type-check, then unit and integration tests
-# (integration tests boot real qemu nodes with real rxe devices). Prints how long each
-# stage took at the end, also when a stage fails.
+# The whole test suite: set up, lint and type-check, then the unit tests (in parallel) and
+# the integration tests (one at a time: they boot real qemu nodes with real rxe devices).
+# Prints how long each stage took at the end, also when a stage fails.
+#   scripts/test.sh [PYTEST ARGS...]   paths pick the run (unit, integration) they belong to
 set -euo pipefail
 cd "$(dirname "$0")/.."
 report=$(mktemp -d)
 stages=()
 started=$SECONDS
+# The unit tests run in TEST_WORKERS processes (pytest-xdist; 0: in pytest's own process),
+# the integration tests after them, one at a time: they boot VMs, share lab names and need
+# the CPU.
+workers=${TEST_WORKERS:-2}
 
 print_timings() {
     local rc=$?
@@ -14,22 +19,28 @@ print_timings() {
     echo "stage timings (seconds):"
     for line in "${stages[@]}"; do echo "  $line"; done
     echo "  total $((SECONDS - started))"
-    if [ -s "$report/junit.xml" ]; then  # the counts last, for whoever reads the last line
-        python3 - "$report/junit.xml" <<'EOF'
+    local files=("$report"/*.xml)
+    if [ -s "${files[0]}" ]; then  # the counts last, for whoever reads the last line
+        python3 - "${files[@]}" <<'EOF'
 import sys
 import xml.etree.ElementTree as ET
-root = ET.parse(sys.argv[1]).getroot()
-suite = root if root.tag == "testsuite" else root.find("testsuite")
-# where the time went, by test module (setup, call and teardown: a module's lab counts)
+# each run's junit file (unit, integration), summed
+suites = []
+for path in sys.argv[1:]:
+    root = ET.parse(path).getroot()
+    suites += [root] if root.tag == "testsuite" else root.findall("testsuite")
+# where the time went, by test module (setup, call and teardown: a module's lab counts;
+# a unit module's tests may have run in two processes at once)
 modules: dict[str, float] = {}
-for case in suite.iter("testcase"):
-    module = case.get("classname", "?")
-    module = ".".join(p for p in module.split(".") if not p[:1].isupper())
-    modules[module] = modules.get(module, 0.0) + float(case.get("time", 0) or 0)
+for suite in suites:
+    for case in suite.iter("testcase"):
+        module = case.get("classname", "?")
+        module = ".".join(p for p in module.split(".") if not p[:1].isupper())
+        modules[module] = modules.get(module, 0.0) + float(case.get("time", 0) or 0)
 print("slowest test modules (seconds):")
 for module, seconds in sorted(modules.items(), key=lambda kv: -kv[1])[:15]:
     print(f"  {seconds:7.1f}  {module}")
-n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+n = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
 failed = n["failures"] + n["errors"]
 print(f"tests: {n['tests'] - failed - n['skipped']} passed, {failed} failed, {n['skipped']} skipped")
 EOF
@@ -40,16 +51,63 @@ EOF
 trap print_timings EXIT
 
 stage() {  # stage NAME COMMAND...: run it, remember how long it took
-    local name=$1 t0=$SECONDS
+    local name=$1 t0=$SECONDS rc=0
     shift
-    "$@" || { local rc=$?; stages+=("$name $((SECONDS - t0)) (failed)"); return "$rc"; }
-    stages+=("$name $((SECONDS - t0))")
+    "$@" || rc=$?
+    case $rc in
+        0) stages+=("$name $((SECONDS - t0))") ;;
+        5) stages+=("$name $((SECONDS - t0)) (no test selected)") ;;  # pytest's exit 5
+        *) stages+=("$name $((SECONDS - t0)) (failed)") ;;
+    esac
+    return "$rc"
 }
+
+# The arguments go to pytest. A path under tests/unit or tests/integration (a file, a
+# directory, FILE::TEST) goes to that run; another existing path (tests, .) means both; every
+# other argument (-x, -k EXPR...) goes to both runs. Without a path both runs run all their
+# tests; with paths of one kind only, only that run runs.
+unit=() integration=() common=()
+for arg in "$@"; do
+    path=${arg%%::*}
+    path=${path#./}
+    case "$path" in
+        tests/unit|tests/unit/*) unit+=("$arg") ;;
+        tests/integration|tests/integration/*) integration+=("$arg") ;;
+        *) if [[ $arg != -* && -e $path ]]; then
+               unit+=(tests/unit) integration+=(tests/integration)
+           else
+               common+=("$arg")
+           fi ;;
+    esac
+done
+if [ "${#unit[@]}" -eq 0 ] && [ "${#integration[@]}" -eq 0 ]; then
+    unit=(tests/unit) integration=(tests/integration)
+fi
 
 stage setup ./scripts/setup.sh  # everything the tests need (demo.sh: --minimal)
 stage lint .venv/bin/ruff check labctl tests
 stage typecheck .venv/bin/mypy labctl
 # -rs: every skipped test says why (in CI, as root, a skipped integration test fails:
-# tests/integration/conftest.py).
-stage tests .venv/bin/python -m pytest -q -rs -p no:cacheprovider --durations=15 \
-    --junitxml="$report/junit.xml" "$@"
+# tests/integration/conftest.py). A failed unit run does not stop the integration run; the
+# script exits with the first failed run's status. Exit 5 (no test selected: -k matching
+# tests of one run only) is a failure only when neither run selected a test.
+pytest=(.venv/bin/python -m pytest -q -rs -p no:cacheprovider --durations=15)
+codes=()
+if [ "${#unit[@]}" -gt 0 ]; then
+    rc=0
+    stage unit "${pytest[@]}" -n "$workers" --junitxml="$report/unit.xml" \
+        "${common[@]}" "${unit[@]}" || rc=$?
+    codes+=("$rc")
+fi
+if [ "${#integration[@]}" -gt 0 ]; then
+    rc=0
+    stage integration "${pytest[@]}" --junitxml="$report/integration.xml" \
+        "${common[@]}" "${integration[@]}" || rc=$?
+    codes+=("$rc")
+fi
+status=5
+for rc in "${codes[@]}"; do
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then status=$rc; break; fi
+    if [ "$rc" -eq 0 ]; then status=0; fi
+done
+exit "$status"

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import signal
+
+# pytest-xdist's workers (scripts/test.sh runs the unit tests in two) inherit COLUMNS=80 and
+# LINES=24 from their controller's C environment: GNU readline, once imported there, exports
+# the terminal size it assumed. A serial run's tests see neither. Rich reads a COLUMNS that is
+# set once, when a console is made (labctl.cli.common's, at import), and keeps that width for
+# good: a test's monkeypatch.setenv("COLUMNS", ...) would not widen it, and a long tmp_path
+# (a worker's is longer) folds inside an error message. Give the workers a serial run's
+# environment.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
 
 
 def pytest_configure() -> None:

@@ -68,6 +68,11 @@ def in_ci() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # One at a time: they share lab names (and the session lab) and need the CPU. Only the
+    # unit tests run in pytest-xdist's workers (scripts/test.sh).
+    if os.environ.get("PYTEST_XDIST_WORKER") and any("integration" in i.keywords for i in items):
+        raise pytest.UsageError("the integration tests run one at a time, not in pytest-xdist "
+                                "workers: run them without -n (scripts/test.sh does)")
     if os.geteuid() != 0:
         skip = pytest.mark.skip(reason="integration tests boot VMs and need root")
         for item in items:
@@ -150,11 +155,17 @@ def no_programs_left_in_the_shared_lab(request: pytest.FixtureRequest) -> Iterat
     yield
     if "lab_handle" not in request.fixturenames:
         return
-    handle: LabHandle = request.getfixturevalue("lab_handle")
+    left = example_programs_left(request.getfixturevalue("lab_handle"))
+    assert not left, f"example programs left running in the shared lab's nodes: {left}"
+
+
+def example_programs_left(handle: LabHandle) -> dict[str, str]:
+    """The example programs still running in the lab's nodes (pgrep's lines, by node), each
+    killed."""
     left = {}
     for node in handle.lab.nodes:
         found = handle.run(node.name, ["pgrep", "-a", "-x", EXAMPLE_PROGRAMS], timeout=60)
         if found.returncode == 0 and found.stdout.strip():
             left[node.name] = found.stdout.strip()
             handle.run(node.name, ["pkill", "-KILL", "-x", EXAMPLE_PROGRAMS], timeout=60)
-    assert not left, f"example programs left running in the shared lab's nodes: {left}"
+    return left

@@ -1,25 +1,36 @@
 """Every example the two-node rxe lab supports, run for real (small iteration counts: TCG).
 
-A failing example's command lines and outputs (both sides) are in the assertion message.
+The catalogue runs once per module, as `labctl run all --json` (the module-scoped `run_all`
+fixture): each example's test reads its record from that run, the summary test checks the
+run as a whole. What `run all` cannot ask for (perftest through RDMA CM, the Python/C
+interop, mckey's one-QP wait, bench) runs in its own test. A failing example's command
+lines and outputs (both sides) are in the assertion message.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from labctl.lab.handle import LabHandle
+from labctl.pytest_plugin import RdmaLab
 from labctl.runners.examples import EXAMPLES, KNOWN_LIMITATIONS, PERFTESTS
 from labctl.runners.execute import RunResult, command_line, run_example
 from labctl.runners.spec import ExampleSpec
-from tests.integration.conftest import LAB_NAME, labctl
+from tests.integration.conftest import LAB_NAME, example_programs_left, labctl
 
 pytestmark = pytest.mark.integration
 
 SERVER, CLIENT = "node1", "node2"
 SMALL = {"iters": 100, "size": 1024, "count": 4}
+# `run all -n 100`: every pingpong and perftest 100 iterations; every other option at the
+# example's default (`labctl run EXAMPLE --help`): rping 10 pings, rstream and riostream 100
+# transfers of 4 KiB, rcopy 64 KiB, mckey 4 messages, cmtime 10 connections.
+RUN_ALL_ITERS = 100
 
 
 def explain(result: RunResult) -> str:
@@ -45,29 +56,70 @@ ON_RXE = sorted(key for key, spec in EXAMPLES.items()
 WORKLOADS = sorted(key for key, spec in EXAMPLES.items() if spec.packages)
 
 
+@dataclass(frozen=True)
+class RunAll:
+    """One `labctl run all --json` of the module: what it exited with, printed on stderr,
+    its records, and the example programs it left running in the nodes (none, or killed)."""
+
+    proc: subprocess.CompletedProcess[str]
+    records: list[dict[str, Any]]
+    left: dict[str, str]
+
+    def result(self, name: str, variant: str) -> RunResult:
+        """The record of one example, as the RunResult it was printed from."""
+        found = [r for r in self.records if (r["example"], r["variant"]) == (name, variant)]
+        assert len(found) == 1, f"run all has {len(found)} records of {name} {variant}"
+        return RunResult(**found[0])
+
+
+@pytest.fixture(scope="module")
+def run_all(rdma_lab: RdmaLab) -> RunAll:
+    """The whole catalogue between node1 (server) and node2 (client), once for the module;
+    a failed example fails its own test (and the summary), not this fixture. The session
+    lab's plugin fixture, not lab_handle: the tests that only read a record start nothing in
+    the nodes, so the conftest's check for programs left after each test (two ssh runs) is
+    made once, here, and the summary test reports it."""
+    proc = labctl("run", "all", "--lab", LAB_NAME, "--json", "-n", str(RUN_ALL_ITERS))
+    left = example_programs_left(rdma_lab.handle)
+    try:
+        records = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"labctl run all --json exited {proc.returncode} without JSON:\n"
+                    f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    assert isinstance(records, list), proc.stdout
+    return RunAll(proc, records, left)
+
+
 @pytest.mark.parametrize(("name", "variant"), ON_RXE, ids=[f"{n}-{v}" for n, v in ON_RXE])
-def test_example_passes_on_rxe(lab_handle: LabHandle, name: str, variant: str) -> None:
-    result = run(lab_handle, name, variant)
+def test_example_passes_on_rxe(run_all: RunAll, name: str, variant: str) -> None:
+    result = run_all.result(name, variant)
+    assert (result.server, result.client) == (SERVER, CLIENT), explain(result)
     assert_passed(result)
     assert result.key_value() is not None, explain(result)
     if name == "pingpong":
-        assert result.figures["iters"] == 100 and result.server_figures["iters"] == 100
+        assert result.figures["iters"] == RUN_ALL_ITERS, explain(result)
+        assert result.server_figures["iters"] == RUN_ALL_ITERS, explain(result)
     elif name == "rping":
-        assert result.figures["pings"] == 4, explain(result)
+        assert result.figures["pings"] == 10, explain(result)
     elif name == "perftest":
-        assert result.figures["iterations"] == 100 and result.figures["gid_index"] == 1
-        assert result.figures["rdma_cm"] is False
+        assert result.figures["iterations"] == RUN_ALL_ITERS, explain(result)
+        assert result.figures["gid_index"] == 1, explain(result)
+        assert result.figures["rdma_cm"] is False, explain(result)
     elif name == "mckey":
-        assert result.server_figures["delivered"] == result.server_figures["expected"] == 4
+        assert result.server_figures["delivered"] == result.server_figures["expected"] == 4, (
+            explain(result))
     elif name in ("rdma-server", "udaddy", "ucmatose"):
         assert result.figures == result.server_figures, explain(result)
-        assert result.figures.get("end", result.figures.get("return_status")) == 0
+        assert result.figures.get("end", result.figures.get("return_status")) == 0, (
+            explain(result))
     elif name == "cmtime":
-        assert result.figures["connections"] == 10 and result.figures["full_connect_us"] > 0
+        assert result.figures["connections"] == 10, explain(result)
+        assert result.figures["full_connect_us"] > 0, explain(result)
     elif name in ("rstream", "riostream"):
-        assert result.figures["xfers"] == 4 and result.figures["size"] == "1k"
+        assert result.figures["xfers"] == 100, explain(result)
+        assert result.figures["size"] == "4k", explain(result)
     elif name == "rcopy":
-        assert result.figures["bytes"] == 1024, explain(result)
+        assert result.figures["bytes"] == 65536, explain(result)
         assert result.server_figures["identical"] is True, explain(result)
 
 
@@ -100,14 +152,14 @@ def test_mckey_from_one_qp_reports_its_shortfall(lab_handle: LabHandle) -> None:
     assert result.seconds < 60
 
 
-def test_run_all_summary(lab_handle: LabHandle) -> None:
-    proc = labctl("run", "all", "--lab", LAB_NAME, "--json", "-n", "50")
-    records = json.loads(proc.stdout)
+def test_run_all_summary(run_all: RunAll) -> None:
+    records, proc = run_all.records, run_all.proc
+    assert not run_all.left, f"example programs left running by run all: {run_all.left}"
     failed = [r for r in records if r["status"] == "failed"]
     assert proc.returncode == (1 if failed else 0), proc.stderr
     assert not failed, proc.stderr
     by_key = {(r["example"], r["variant"]): r for r in records}
-    assert set(by_key) == set(EXAMPLES)
+    assert set(by_key) == set(EXAMPLES) and len(records) == len(EXAMPLES)
     assert by_key[("mckey", "ud-1qp")]["status"] == "skipped"
     assert all(by_key[("perftest", t)]["status"] == "passed" for t in PERFTESTS)
     assert WORKLOADS

@@ -22,9 +22,13 @@ from labctl.wire.summary import decode_file
 
 REPO = Path(__file__).resolve().parents[2]
 CAPTURES = Path(__file__).parent / "captures"
-# Per process: two developers' unit runs at once must not see each other's namespace.
-# A lab name has at most 20 characters: "capture-offline-" left 4 digits for the pid.
+# Per process: two developers' unit runs at once (or two pytest-xdist workers) must not see
+# each other's namespace. A lab name has at most 20 characters: "capture-offline-" left 4
+# digits for the pid.
 OFFLINE_LAB = f"capoff-{os.getpid()}"
+# In parametrized messages, not the name itself: test ids must not depend on the pid
+# (pytest-xdist's workers must collect the same tests).
+NO_NETNS = "no network namespace {netns}"
 
 
 def labctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -97,7 +101,7 @@ def offline_lab(tmp_path: Path) -> dict[str, str]:
     ("node1", 2, "bad endpoint"),
     ("node9:eth1", 2, "has no node 'node9'"),
     ("node1:eth7", 2, "has no data interface 'eth7'"),
-    ("node1:eth1", 1, f"no network namespace labctl-{OFFLINE_LAB}"),  # lab not up
+    ("node1:eth1", 1, NO_NETNS),  # lab not up
     ("node1:eth1 -w /nonexistent/x.pcap", 2,
      "--write '/nonexistent/x.pcap': no directory '/nonexistent'"),
 ])
@@ -105,6 +109,7 @@ def test_bad_endpoints(offline_lab: dict[str, str], endpoint: str, code: int,
                        message: str) -> None:
     result = labctl(*endpoint.split(), "--count", "1", env=offline_lab)
     assert result.returncode == code, result.stderr
+    message = message.format(netns=f"labctl-{OFFLINE_LAB}")
     assert message in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
     assert f"labctl-{OFFLINE_LAB}" not in netns.listnetns()
 
@@ -128,7 +133,7 @@ def _lab_dir(tmp_path: Path, topology: str, provider: str,
 
 @pytest.mark.parametrize(("engine", "message"), [
     # A local engine: the lab netns is on this host, as a qemu lab's (and it is not up).
-    ("local", f"no network namespace labctl-{OFFLINE_LAB}"),
+    ("local", NO_NETNS),
     # The Docker host VM (none runs under this state directory).
     ("vm", "the Docker host VM is not running"),
 ])
@@ -138,6 +143,7 @@ def test_docker_lab_not_up(tmp_path: Path, engine: str, message: str) -> None:
     env = _lab_dir(tmp_path, "docker-two-node.yaml", "docker", state)
     result = labctl("node1:eth1", "--count", "1", env=env)
     assert result.returncode == 1, result.stderr
+    message = message.format(netns=f"labctl-{OFFLINE_LAB}")
     assert message in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
     assert f"labctl-{OFFLINE_LAB}" not in netns.listnetns()
 

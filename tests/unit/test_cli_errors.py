@@ -67,6 +67,9 @@ def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     state = tmp_path / "labs"
     state.mkdir()
     monkeypatch.setenv("LABCTL_STATE_DIR", str(state))
+    # Wide enough for any tmp_path (a pytest-xdist worker's is longer): rich folds a path
+    # longer than the line inside the path, which _flat cannot join again.
+    monkeypatch.setenv("COLUMNS", "200")
 
     def tripwire(*args: object, **kwargs: object) -> None:
         raise AssertionError("bad input reached the provider")

@@ -316,6 +316,9 @@ def test_a_root_only_file_linked_as_a_topology_is_not_shown(
     """labctl runs as root: a topology.yaml linked to a root-only file must not print it
     through its error (reading.py, "what is quoted")."""
     monkeypatch.setenv("LABCTL_STATE_DIR", str(tmp_path / "state"))
+    # Wide enough for any tmp_path (a pytest-xdist worker's is longer): rich folds a path
+    # longer than the line inside the path (and would fold a secret it showed in two).
+    monkeypatch.setenv("COLUMNS", "200")
     secret = tmp_path / "secret"
     secret.write_bytes(content.encode("utf-8", errors="surrogateescape")
                        if "\xff" not in content else content.encode("latin-1"))
