@@ -335,3 +335,27 @@ def test_prune_removes_what_this_labctl_can_never_use(
     assert sorted(removed) == sorted([other_key, no_shape, bad_shape, image_gone, dead_save])
     assert keep.exists() and locked.exists() and live_save.exists()
     assert not any(p.exists() for p in removed)
+
+
+def test_only_nodes_that_booted_get_the_helper_started(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restored node's helper runs already (saved warm): `up` starts it only in the
+    nodes that booted (cold, a fallback, a repair), whose argv has no -incoming."""
+    from labctl.providers import qemu
+    from labctl.store.labdir import LabDir
+    from labctl.store.state import LabState, NodeState
+
+    lab = load_lab(REPO / "topologies" / "two-node.yaml")
+    provider = qemu.QemuProvider(lab, LabDir(lab.name, tmp_path))
+    state = LabState(provider="qemu", nodes={
+        "node1": NodeState(ssh_port=2201, rdma_dev="rxe0",
+                           argv=["qemu-system-x86_64", "-incoming", "exec:cat STATE"]),
+        "node2": NodeState(ssh_port=2202, rdma_dev="rxe0", argv=["qemu-system-x86_64"])})
+    started: list[dict[Path, list[str]]] = []
+    monkeypatch.setattr(qemu, "wait_machines_ready", lambda *args, **kwargs: 0.0)
+    monkeypatch.setattr(qemu.QemuProvider, "_refresh_ssh_config", lambda self: None)
+    monkeypatch.setattr(qemu, "start_detached", started.append)
+    provider.wait_ready(state, 60, lambda message: None)
+    [argvs] = started
+    assert [provider.machine("node2").helper_log] == list(argvs)
+    assert "node2" in next(iter(argvs.values()))
