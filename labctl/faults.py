@@ -6,6 +6,9 @@ fail there (per-node steps only for NODE when given). MODE says how:
   raise   an unexpected exception (InjectedFault), as a bug in labctl would (default)
   int     SIGINT to itself: Ctrl-C at exactly that point
   kill    SIGKILL to itself: labctl dies at once, no cleanup code runs
+  hold    wait there (holding the lab's lock) until the file LABCTL_FAULT_RELEASE names
+          exists, at most HOLD_SECONDS, then go on: a test sees an `up` half-way however
+          fast the host brings the nodes up (a restored two-node lab is up in 2.6 s)
 
 Unset (always, outside tests), each point costs one environment lookup. The steps, in the
 order `up` reaches them, are STEPS; tests/integration/test_reliability_lifecycle.py injects
@@ -16,9 +19,12 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 ENV = "LABCTL_FAULT"
-MODES = ("raise", "int", "kill")
+RELEASE_ENV = "LABCTL_FAULT_RELEASE"
+HOLD_SECONDS = 120.0
+MODES = ("raise", "int", "kill", "hold")
 STEPS = (
     "image",  # node image built or found in the cache; nothing made but state.json (creating)
     "state",  # state.json records the accelerator; no key, netns or node yet
@@ -51,6 +57,12 @@ def fault_point(step: str, node: str | None = None) -> None:
     if want_step != step or (want_node is not None and want_node != node):
         return
     where = step + (f"@{node}" if node else "")
+    if mode == "hold":
+        release = os.environ.get(RELEASE_ENV, "")
+        deadline = time.monotonic() + HOLD_SECONDS
+        while release and not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return
     if mode == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     if mode == "int":

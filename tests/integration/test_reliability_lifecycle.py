@@ -137,13 +137,18 @@ def _crash_and_check(fault: str, mode: str, topology: Path) -> dict[str, str]:
 # --- 3. two labs at once; the lock ---------------------------------------------------------
 
 
-def test_two_labs_side_by_side_and_the_lock(topology: Path, lab_handle: LabHandle) -> None:
+def test_two_labs_side_by_side_and_the_lock(topology: Path, lab_handle: LabHandle,
+                                            tmp_path: Path) -> None:
     other = LabDir(LAB_NAME).load_state()
     other_pids = {n: i.pid for n, i in other.nodes.items()}
     host_before = host_snapshot()
+    # The first `up` holds its lock once the nodes are ready until the checks below are
+    # done: a restored lab is up in seconds, before a second labctl could find it busy.
+    release = tmp_path / "release"
+    env = {**os.environ, "LABCTL_FAULT": "booted:hold", "LABCTL_FAULT_RELEASE": str(release)}
     proc = subprocess.Popen([sys.executable, "-m", "labctl", "up", str(topology)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=REPO, stdin=subprocess.DEVNULL)
+                            cwd=REPO, stdin=subprocess.DEVNULL, env=env)
     assert proc.stderr is not None
     for line in proc.stderr:
         if "booting (" in line:
@@ -155,6 +160,7 @@ def test_two_labs_side_by_side_and_the_lock(topology: Path, lab_handle: LabHandl
     assert f"lab {LAB} is busy (up by pid {proc.pid})" in " ".join(second.stderr.split())
     down_meanwhile = labctl("down", "--lab", LAB, timeout=60)
     assert down_meanwhile.returncode == 1 and "is busy" in down_meanwhile.stderr
+    release.touch()
     assert proc.wait(timeout=600) == 0
     again = labctl("up", str(topology), timeout=60)
     assert again.returncode == 0 and "already up" in again.stdout

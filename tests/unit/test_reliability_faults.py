@@ -65,6 +65,36 @@ def test_int_mode_is_a_keyboard_interrupt_at_that_point(monkeypatch: pytest.Monk
     assert reached == []
 
 
+def test_hold_mode_waits_for_its_release_file(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    release = tmp_path / "go"
+    monkeypatch.setenv(faults.ENV, "booted:hold")
+    monkeypatch.setenv(faults.RELEASE_ENV, str(release))
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the release comes during the third wait
+        sleeps.append(seconds)
+        if len(sleeps) == 3:
+            release.touch()
+
+    monkeypatch.setattr(faults.time, "sleep", sleep)
+    faults.fault_point("booted")  # returns: a hold is no failure
+    assert len(sleeps) == 3
+    faults.fault_point("booted")  # released: no wait
+    assert len(sleeps) == 3
+
+
+def test_hold_mode_gives_up_after_its_bound(monkeypatch: pytest.MonkeyPatch,
+                                            tmp_path: Path) -> None:
+    monkeypatch.setenv(faults.ENV, "booted:hold")
+    monkeypatch.setenv(faults.RELEASE_ENV, str(tmp_path / "never"))
+    clock = iter(range(0, 1000, 30))
+    monkeypatch.setattr(faults.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(faults.time, "sleep", lambda seconds: None)
+    faults.fault_point("booted")  # 120 s of the fake clock, then on
+    assert next(clock) <= faults.HOLD_SECONDS + 60
+
+
 def test_kill_mode_kills_the_process() -> None:
     code = "from labctl import faults; faults.fault_point('booted'); print('survived')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
