@@ -28,6 +28,13 @@ HELP_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
 
 
 
+def wants_terminal(command: list[str] | None) -> bool:
+    """Whether `exec` asks the node for a terminal: only for a shell (no command) at a
+    terminal. `labctl exec NODE < script` feeds the shell its input to the end, as
+    `ssh NODE < script` does (dropbear hangs up a terminal session at its input's end)."""
+    return not command and sys.stdin.isatty()
+
+
 def _check_lab(value: str | None) -> str | None:
     """--lab is checked as it is parsed: "" is refused (never "the only lab"), and so is
     any text that is not a lab name (a path, "x\\n")."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -21,6 +20,7 @@ from labctl.cli.common import (
     int_range,
     progress_reporter,
     seconds,
+    wants_terminal,
 )
 from labctl.cli.complete import choice_metavar, choices
 from labctl.cli.up import ACCELS
@@ -146,7 +146,7 @@ def exec_command(
         raise LabctlError(f"{vm.title} is not running",
                           hint=f"`labctl docker-host up --name {vm.name}`")
     argv = ssh.ssh_argv(vm.labdir.ssh_config, VM_NODE, command or [],
-                        tty=not command and sys.stdin.isatty())  # as `labctl exec`
+                        tty=wants_terminal(command))
     os.execvp(argv[0], argv)
 
 

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import typer
 
 from labctl.cli import complete
-from labctl.cli.common import LabOption, err_console
+from labctl.cli.common import LabOption, err_console, wants_terminal
 from labctl.cli.shapes import ExecAllOutput
 from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import LabHandle, open_lab
@@ -92,9 +92,7 @@ def exec_command(
                          hint="node names are a lowercase letter then up to 14 of a-z, 0-9 "
                          "and '-'")
     handle = open_lab(lab)
-    # A terminal only for a shell at a terminal: `labctl exec NODE < script` feeds the
-    # shell its input to the end, as `ssh NODE < script` does.
-    argv = handle.argv(node, command or [], tty=not command and sys.stdin.isatty())
+    argv = handle.argv(node, command or [], tty=wants_terminal(command))
     os.execvp(argv[0], argv)  # the command's exit code becomes ours
 
 
