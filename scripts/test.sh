@@ -91,7 +91,7 @@ stage typecheck .venv/bin/mypy labctl
 # tests/integration/conftest.py). A failed unit run does not stop the integration run; the
 # script exits with the first failed run's status. Exit 5 (no test selected: -k matching
 # tests of one run only) is a failure only when neither run selected a test.
-pytest=(.venv/bin/python -m pytest -q -rs -p no:cacheprovider --durations=15)
+pytest=(.venv/bin/python -m pytest -q -rs -p no:cacheprovider --durations=40)
 codes=()
 if [ "${#unit[@]}" -gt 0 ]; then
     rc=0

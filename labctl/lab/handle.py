@@ -47,14 +47,20 @@ class LabHandle:
         """Run `command` in `node`; never raises on a non-zero exit. The node is untrusted:
         at most NODE_REPLY_BYTES of each of its stdout and stderr are kept (a note on
         stderr says when more was cut), and past `timeout` it ends with exit 124."""
-        result, truncated = self._run(node, command, timeout=timeout, input=input)
-        if truncated:
-            result.stderr += f"\n(output cut at {bounded.NODE_REPLY_BYTES} bytes per stream)"
-        return result
+        return _noted(*self._run(node, command, timeout=timeout, input=input))
+
+    def run_in_netns(self, node: str, command: list[str], *,
+                     timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        """One of labctl's own reads of `node`'s network namespace (a fixed command, never
+        a user's: Provider.netns_argv), bounded like run()."""
+        self._check_node(node)
+        return _noted(*self._run(node, command, timeout=timeout,
+                                 argv=self.provider.netns_argv(node, command)))
 
     def _run(self, node: str, command: list[str], *, timeout: float | None,
-             input: str | None = None) -> tuple[subprocess.CompletedProcess[str], bool]:
-        argv = self.argv(node, command)
+             input: str | None = None,
+             argv: list[str] | None = None) -> tuple[subprocess.CompletedProcess[str], bool]:
+        argv = argv or self.argv(node, command)
         try:
             return bounded.run(argv, timeout=timeout, input=input)
         except OSError as exc:  # the provider's client (ssh, docker) cannot be started
@@ -118,6 +124,14 @@ class LabHandle:
 
         with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
             return dict(zip(nodes, pool.map(one, nodes), strict=True))
+
+
+def _noted(result: subprocess.CompletedProcess[str],
+           truncated: bool) -> subprocess.CompletedProcess[str]:
+    """The result, with a note on stderr when the bound cut its output."""
+    if truncated:
+        result.stderr += f"\n(output cut at {bounded.NODE_REPLY_BYTES} bytes per stream)"
+    return result
 
 
 def _last_line(result: subprocess.CompletedProcess[str]) -> str:

@@ -82,3 +82,10 @@ class Provider(ABC):
     @abstractmethod
     def exec_argv(self, node: str, command: list[str], *, tty: bool = False) -> list[str]:
         """The host argv that runs `command` in `node`."""
+
+    def netns_argv(self, node: str, command: list[str]) -> list[str]:
+        """The host argv for one of labctl's own reads of `node`'s network namespace (its
+        RDMA counters, listening sockets, multicast groups: a fixed command, never a
+        user's). In the node itself unless a provider reaches that namespace more cheaply
+        (docker: from the engine's host, labctl/dockerhost/netns.py)."""
+        return self.exec_argv(node, command)

@@ -23,6 +23,7 @@ repair starts a stopped container again and gives it new veths (its old netns di
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -32,11 +33,13 @@ import subprocess
 import tarfile
 import tempfile
 import time
+import weakref
 from abc import abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import labctl.dockerhost.netns as netns
 import labctl.providers.hostbinds as hostbinds
 import labctl.providers.swarm as swarm
 from labctl.capabilities import DOCKER
@@ -411,6 +414,20 @@ class ContainerProvider(Provider):
         if tty:
             argv.append("-t")
         return [*argv, container_name(self.lab.name, node), *(command or ["bash", "-l"])]
+
+    def netns_argv(self, node: str, command: list[str]) -> list[str]:
+        """From the engine's host with nsenter when labctl reaches it (a `docker exec`
+        costs seconds under TCG; labctl/dockerhost/netns.py), else `docker exec`."""
+        base_url = self._base_url(node)
+        target = self._netns_targets.find(base_url, container_name(self.lab.name, node))
+        argv = netns.netns_argv(base_url, *target, command) if target else None
+        return argv or self.exec_argv(node, command)
+
+    @functools.cached_property
+    def _netns_targets(self) -> netns.Targets:
+        targets = netns.Targets(self.lab.name)
+        weakref.finalize(self, targets.close)  # its engine clients go with the provider
+        return targets
 
     def destroy(self) -> list[str]:
         """Remove the lab's containers and what the engines hold of it, then the bind

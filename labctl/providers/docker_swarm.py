@@ -9,7 +9,9 @@ single node stopped and no repair (capabilities.SWARM).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import labctl.providers.swarm as swarm
 from labctl.capabilities import SWARM
@@ -29,33 +31,51 @@ from labctl.providers.docker import (
 from labctl.store.record import StateRecorder
 from labctl.store.state import LabState, NodeStatus
 
+T = TypeVar("T")
+
+
+def _on_each_host(hosts: list[str], work: Callable[[str], T]) -> dict[str, T]:
+    """`work` on every host at once: each engine is a machine of its own, and under TCG
+    a host's image check (a throwaway container) and each container's start take 10-25 s.
+    The results by host, or the first host's error once every host has finished (so that
+    what each one made is recorded for `down`)."""
+    with ThreadPoolExecutor(max_workers=len(hosts) or 1) as pool:
+        futures = {host: pool.submit(work, host) for host in hosts}
+    return {host: future.result() for host, future in futures.items()}
+
 
 class SwarmProvider(ContainerProvider):
     capabilities = SWARM
 
     def create(self, record: StateRecorder, progress: Progress) -> None:
         hosts, clients, manager = swarm.form(self.lab, self.labdir, progress)
+        used = sorted(set(hosts.placement.values()))
+
+        def prepare(host: str) -> tuple[dict[str, str], str]:
+            images = self._images(clients[host], progress, f"{host}: ")
+            facts = container_facts(clients[host], next(iter(images.values())))
+            needs = {n.rdma for n in self.lab.nodes if hosts.placement[n.name] == host}
+            for module in sorted(needs - {"none"}):
+                if module not in facts.split():
+                    raise LabctlError(f"{'rdma_rxe' if module == 'rxe' else module} is not "
+                                      f"loaded on host {host} ({hosts.hosts[host].engine})",
+                                      hint="modprobe it there; `labctl doctor` checks "
+                                      "every host")
+            return images, facts
+
         try:
-            images: dict[str, dict[str, str]] = {}
-            facts: dict[str, str] = {}
-            for host in sorted(set(hosts.placement.values())):
-                images[host] = self._images(clients[host], progress, f"{host}: ")
-                facts[host] = container_facts(clients[host], next(iter(images[host].values())))
-                needs = {n.rdma for n in self.lab.nodes if hosts.placement[n.name] == host}
-                for module in sorted(needs - {"none"}):
-                    if module not in facts[host].split():
-                        raise LabctlError(f"{'rdma_rxe' if module == 'rxe' else module} is not "
-                                          f"loaded on host {host} ({hosts.hosts[host].engine})",
-                                          hint="modprobe it there; `labctl doctor` checks "
-                                          "every host")
+            prepared = _on_each_host(used, prepare)
             ids = swarm.create_networks(self.lab, clients[manager], progress)
-            for host, host_images in images.items():
-                rdma_cm = facts[host].split()[0] if ":" in facts[host] else ""
-                plan = plan_lab(self.lab, host_images, rdma_cm)
-                for cplan in plan.containers:
+
+            def start(host: str) -> None:
+                images, facts = prepared[host]
+                rdma_cm = facts.split()[0] if ":" in facts else ""
+                for cplan in plan_lab(self.lab, images, rdma_cm).containers:
                     if hosts.placement[cplan.node] == host:
                         self._start_container(record, host, clients[host], cplan, ids,
                                               progress)
+
+            _on_each_host(used, start)
         finally:
             for c in clients.values():
                 c.close()

@@ -68,7 +68,7 @@ def parse_snmp_tcp(lines: list[str]) -> dict[str, int]:
 
 def read_counters(handle: LabHandle, node: str, timeout: float = NODE_SECONDS) -> Counters:
     """The node's counters, or LabctlError when it cannot be asked."""
-    result = handle.run(node, _COMMAND, timeout=timeout)
+    result = handle.run_in_netns(node, _COMMAND, timeout=timeout)
     if result.returncode != 0:
         why = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
         raise LabctlError(f"cannot read the counters of {node}: {why[:200]}")

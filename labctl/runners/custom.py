@@ -14,7 +14,8 @@ import string
 from typing import Any
 
 from labctl.errors import UsageError, short_repr
-from labctl.runners.examples import RDMA_DEVICES, listening_probe
+from labctl.runners.examples import RDMA_DEVICES
+from labctl.runners.probes import listening_probe
 from labctl.runners.spec import ExampleSpec, RunContext
 
 PLACEHOLDERS = ("server_ip", "client_ip", "device", "gid_index", "port")

@@ -17,13 +17,13 @@ from labctl.runners.parsers import (
     parse_rping,
     parse_rstream,
 )
+from labctl.runners.probes import CM_LISTEN, group_joined_probe, listening_probe
 from labctl.runners.qperf import QPERF
 from labctl.runners.spec import ExampleSpec, RunContext
 
 PINGPONG_PORT = 18515
 PERFTEST_PORT = 18515
 MCKEY_GROUP = "239.1.1.1"
-_CM_LISTEN = "rdma res show cm_id | grep -q LISTEN"
 
 RDMA_DEVICES = frozenset({"rxe", "siw"})
 ROCE_ONLY = frozenset({"rxe"})
@@ -34,16 +34,6 @@ NO_VERBS_PINGPONG_ON_IWARP = ("iWARP (siw) supports RC through RDMA CM only; the
 # Ready probes and the mckey receiver are shell text run as root in the node: every value
 # in them is an int made here or passes through shlex.quote (values are also checked
 # before a run, see spec.check_options).
-def listening_probe(port: int) -> str:
-    """Exit 0 once something listens on TCP `port` in the node."""
-    return f"ss -Hltn {shlex.quote(f'sport = :{int(port)}')} | grep -q ."
-
-
-def group_joined_probe(group: str) -> str:
-    """Exit 0 once the node is a member of multicast `group` (its IGMP join shows)."""
-    return f"ip maddr show | grep -qwF -e {shlex.quote(group)}"
-
-
 def recvs_counter(device: str) -> str:
     """Print the rxe device's count of receive completions."""
     stat = shlex.join(["rdma", "statistic", "show", "link", f"{device}/1"])
@@ -148,7 +138,7 @@ RPING = ExampleSpec(
     parse=parse_rping,
     parse_server=parse_rping,
     devices=RDMA_DEVICES,
-    ready_probe=lambda ctx: _CM_LISTEN,
+    ready_probe=lambda ctx: CM_LISTEN,
     setup_failed=RPING_SETUP_FAILED,
     key_figure="pings",
     timeout=90.0,
@@ -196,7 +186,7 @@ def _perftest(test: str) -> ExampleSpec:
         parse_server=parse_perftest,
         devices=RDMA_DEVICES,
         # -R listens through RDMA CM, otherwise on the TCP exchange port
-        ready_probe=lambda ctx: (_CM_LISTEN if perftest_uses_cm(ctx) else
+        ready_probe=lambda ctx: (CM_LISTEN if perftest_uses_cm(ctx) else
                                  listening_probe(ctx.opt("port", PERFTEST_PORT))),
         key_figure="t_typical_usec" if test.endswith("_lat") else "bw_average",
         timeout=120.0,
@@ -282,7 +272,7 @@ RDMA_SERVER = ExampleSpec(
     parse=parse_rdma_server,
     parse_server=parse_rdma_server,
     devices=RDMA_DEVICES,
-    ready_probe=lambda ctx: _CM_LISTEN,
+    ready_probe=lambda ctx: CM_LISTEN,
     setup_failed=RDMA_CLIENT_SETUP_FAILED,
     key_figure="end",
     timeout=30.0,  # the exchange takes 2-5 s under TCG; a bound reached is the race below
@@ -319,7 +309,7 @@ def _cmatose(program: str) -> ExampleSpec:
         parse_server=parse_cmatose,
         devices=RDMA_DEVICES if rc else ROCE_ONLY,
         unsupported_reason="" if rc else UD_UNSUPPORTED,
-        ready_probe=lambda ctx: _CM_LISTEN,
+        ready_probe=lambda ctx: CM_LISTEN,
         setup_failed=UCMATOSE_SETUP_FAILED if rc else (),  # udaddy (UD) makes no connection
         key_figure="return_status",
         timeout=90.0,
@@ -340,7 +330,7 @@ CMTIME = ExampleSpec(
     parse_server=parse_cmtime,
     devices=ROCE_ONLY,
     unsupported_reason=CMTIME_ON_SIW,
-    ready_probe=lambda ctx: _CM_LISTEN,
+    ready_probe=lambda ctx: CM_LISTEN,
     key_figure="cm_connect_us_per_conn",
     timeout=120.0,
 )
@@ -367,7 +357,7 @@ def _rstream(program: str) -> ExampleSpec:
         parse_server=parse_rstream,
         devices=RDMA_DEVICES if program == "riostream" else ROCE_ONLY,
         unsupported_reason="" if program == "riostream" else RSTREAM_ON_SIW,
-        ready_probe=lambda ctx: _CM_LISTEN,
+        ready_probe=lambda ctx: CM_LISTEN,
         setup_failed=RSTREAM_SETUP_FAILED,
         key_figure="usec_per_xfer",
         timeout=90.0,
@@ -414,7 +404,7 @@ RCOPY = ExampleSpec(
     parse=parse_rcopy,
     parse_server=parse_rcopy,
     devices=RDMA_DEVICES,
-    ready_probe=lambda ctx: _CM_LISTEN,
+    ready_probe=lambda ctx: CM_LISTEN,
     setup_failed=RCOPY_SETUP_FAILED,
     key_figure="bytes",
     timeout=90.0,

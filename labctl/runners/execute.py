@@ -18,6 +18,7 @@ from labctl.rdmafault import counters
 from labctl.rdmafault.counters import Counters
 from labctl.runners.diagnose import snapshot
 from labctl.runners.pairs import ip_path, no_path_reason, pair_interfaces
+from labctl.runners.probes import NetnsProbe
 from labctl.runners.server import ServerProcess
 from labctl.runners.spec import Endpoint, ExampleSpec, RunContext, check_options
 from labctl.topology.resolved import Interface, Node
@@ -196,10 +197,12 @@ def _wait_listening(
     # `timeout` bounds the slice by the clock: a count of tries is no bound when each
     # try's fork+exec takes up to a second under TCG.
     loop = f"until {probe}; do sleep 0.1; done"
+    # labctl's own probes may be run from the node's host; a user's (`--ready`) in the node
+    read = handle.run_in_netns if isinstance(probe, NetnsProbe) else handle.run
     bounded = ["timeout", f"{READY_SLICE_SECONDS:.0f}", "sh", "-c", loop]
     deadline = time.monotonic() + (spec.ready_seconds or READY_WAIT_SECONDS)
     while server.running():
-        result = handle.run(ctx.server.node, bounded, timeout=READY_SLICE_SECONDS + 15)
+        result = read(ctx.server.node, bounded, timeout=READY_SLICE_SECONDS + 15)
         if result.returncode == 0 and server.running():
             return
         if time.monotonic() > deadline:

@@ -22,7 +22,8 @@ from typing import Any
 
 from labctl.errors import LabctlError
 from labctl.lab.handle import LabHandle
-from labctl.runners.examples import RDMA_DEVICES, ROCE_ONLY, listening_probe
+from labctl.runners.examples import RDMA_DEVICES, ROCE_ONLY
+from labctl.runners.probes import listening_probe
 from labctl.runners.spec import ExampleSpec, RunContext
 
 UCX_PORT = 13337  # ucx_perftest's own default (-p)

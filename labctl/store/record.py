@@ -9,6 +9,8 @@ a crash half-way leaves `down` something to find. It never sets the phase.
 
 from __future__ import annotations
 
+import threading
+
 from labctl.store.labdir import LabDir
 from labctl.store.state import EngineState, LabState, NodeState
 
@@ -17,24 +19,27 @@ class StateRecorder:
     def __init__(self, labdir: LabDir, state: LabState) -> None:
         self._labdir = labdir
         self.state = state  # read by the provider (a repair's recorded nodes); the lifecycle's
+        self._lock = threading.Lock()  # a provider may record from one thread per host
 
     def node(self, name: str, info: NodeState) -> None:
         """`name`'s record, saved at once."""
-        self.state.nodes[name] = info
-        self._save()
+        with self._lock:
+            self.state.nodes[name] = info
+            self._save()
 
     def facts(self, *, accel: str | None = None, engine: EngineState | None = None,
               veths: list[str] | None = None, vagrant_provider: str | None = None) -> None:
         """The lab's own facts (those given), saved at once."""
-        if accel is not None:
-            self.state.accel = accel
-        if engine is not None:
-            self.state.engine = engine
-        if veths is not None:
-            self.state.veths = veths
-        if vagrant_provider is not None:
-            self.state.vagrant_provider = vagrant_provider
-        self._save()
+        with self._lock:
+            if accel is not None:
+                self.state.accel = accel
+            if engine is not None:
+                self.state.engine = engine
+            if veths is not None:
+                self.state.veths = veths
+            if vagrant_provider is not None:
+                self.state.vagrant_provider = vagrant_provider
+            self._save()
 
     def _save(self) -> None:
         self._labdir.save_state(self.state)
