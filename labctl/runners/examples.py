@@ -31,9 +31,9 @@ NO_VERBS_PINGPONG_ON_IWARP = ("iWARP (siw) supports RC through RDMA CM only; the
                               "pingpongs set up QPs without RDMA CM")
 
 
-# Ready probes and the mckey receiver are shell text run as root in the node: every value
-# in them is an int made here or passes through shlex.quote (values are also checked
-# before a run, see spec.check_options).
+# The mckey receiver is shell text run as root in the node (the ready probes are in
+# probes.py): every value in it is an int made here or passes through shlex.quote (values
+# are also checked before a run, see spec.check_options).
 def recvs_counter(device: str) -> str:
     """Print the rxe device's count of receive completions."""
     stat = shlex.join(["rdma", "statistic", "show", "link", f"{device}/1"])

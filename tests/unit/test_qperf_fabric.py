@@ -5,6 +5,7 @@ asks of the nodes."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,12 @@ from labctl.errors import UsageError
 from labctl.runners.examples import EXAMPLES
 from labctl.runners.execute import check_image_packages
 from labctl.runners.fabric import FABRIC, PINGPONGS, parse_fabric
-from labctl.runners.qperf import QPERF, parse_qperf, unsupported_reason
+from labctl.runners.qperf import (
+    QPERF,
+    SIW_BI_BW_END_RACE,
+    parse_qperf,
+    unsupported_reason,
+)
 from labctl.runners.spec import Endpoint, ExampleSpec, RunContext, check_options
 from labctl.topology.resolved import Node
 
@@ -206,3 +212,49 @@ def test_fabric_a_total_with_a_fraction() -> None:
     assert by_test["verbs-msg"]["size"] == 65536
     assert by_test["verbs-msg"]["bw_mb_per_s"] == 2.30
     assert by_test["tcp-msg"]["latency_us"] == 33347.90
+
+
+def _run_client_script(tmp_path: Path, endpoint: Endpoint, replies: list[tuple[int, str]],
+                       tests: str) -> tuple[int, str]:
+    """The client's script under sh, with a stub `qperf` that answers `replies` in turn
+    (exit status, output) and records each call."""
+    stub = tmp_path / "qperf"
+    answers = tmp_path / "answers"
+    answers.write_text("".join(f"{code}\t{text.replace(chr(10), '|')}\n"
+                               for code, text in replies))  # one line per answer
+    stub.write_text('#!/bin/sh\n[ "$4" = quit ] && exit 0\n'
+                    f'echo "$*" >> {tmp_path}/calls\n'
+                    f'line=$(head -n 1 {answers}); sed -i 1d {answers}\n'
+                    'printf "%s\\n" "${line#*\t}" | tr "|" "\\n"; exit "${line%%\t*}"\n')
+    stub.chmod(0o755)
+    ctx = RunContext(endpoint, endpoint, check_options({"tests": tests}))
+    script = QPERF.client_argv(ctx)[2].replace("sleep 1", "true")
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    result = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env,
+                            timeout=30, check=False)
+    return result.returncode, result.stdout
+
+
+BI_BW = "rc_bi_bw:\n    bw  =  1.2 MB/sec"
+GENERAL = "rc_bi_bw:\nserver: rc_bi_bw failed: General error"
+
+
+def test_qperf_tries_siws_bi_bw_again_after_its_end_of_test_race(tmp_path: Path) -> None:
+    code, out = _run_client_script(tmp_path, SIW, [(1, GENERAL), (0, BI_BW)], "rc_bi_bw")
+    assert code == 0, out
+    assert f"labctl: retry rc_bi_bw: {SIW_BI_BW_END_RACE}" in out
+    row = rows(parse_qperf(out))["rc_bi_bw"]
+    assert (row["status"], row["bw_mb_per_s"], row["retried"]) == ("passed", 1.2, 1)
+
+
+def test_qperf_gives_up_after_three_tries_and_keeps_the_message(tmp_path: Path) -> None:
+    code, out = _run_client_script(tmp_path, SIW, [(1, GENERAL)] * 3, "rc_bi_bw")
+    assert code == 1 and out.count("labctl: retry rc_bi_bw") == 2
+    row = rows(parse_qperf(out))["rc_bi_bw"]
+    assert row["status"] == "failed" and row["reason"] == "server: rc_bi_bw failed: General error"
+
+
+def test_the_same_message_on_rxe_is_a_failure_at_once(tmp_path: Path) -> None:
+    code, out = _run_client_script(tmp_path, RXE, [(1, GENERAL), (0, BI_BW)], "rc_bi_bw")
+    assert code == 1 and "labctl: retry" not in out
+    assert (tmp_path / "calls").read_text().count("rc_bi_bw") == 1
