@@ -5,7 +5,9 @@ started in the Docker host VM's one vCPU), and a run reads each node's counters 
 polls for its server's listening socket: 8-10 s of a 16 s pingpong on a docker lab
 (docs/performance.md). The Docker host VM's ssh master runs the same read in a few tenths
 of a second with `nsenter --net`: the VM's own `rdma`, `ss` and `ip` in the node's network
-namespace, where its rxe device, sockets and /proc/net are.
+namespace, where its sockets, CM ids and /proc/net are. (The VM runs RDMA in shared netns
+mode: `rdma statistic` lists every rxe device of its kernel there, as it does inside the
+container.)
 
 Only fixed commands of labctl go this way (counters, readiness probes), never a user's:
 they run as root in the VM, outside the container's cgroup, capabilities and seccomp, and

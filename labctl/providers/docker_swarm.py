@@ -9,9 +9,7 @@ single node stopped and no repair (capabilities.SWARM).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 import labctl.providers.swarm as swarm
 from labctl.capabilities import SWARM
@@ -30,18 +28,6 @@ from labctl.providers.docker import (
 )
 from labctl.store.record import StateRecorder
 from labctl.store.state import LabState, NodeStatus
-
-T = TypeVar("T")
-
-
-def _on_each_host(hosts: list[str], work: Callable[[str], T]) -> dict[str, T]:
-    """`work` on every host at once: each engine is a machine of its own, and under TCG
-    a host's image check (a throwaway container) and each container's start take 10-25 s.
-    The results by host, or the first host's error once every host has finished (so that
-    what each one made is recorded for `down`)."""
-    with ThreadPoolExecutor(max_workers=len(hosts) or 1) as pool:
-        futures = {host: pool.submit(work, host) for host in hosts}
-    return {host: future.result() for host, future in futures.items()}
 
 
 class SwarmProvider(ContainerProvider):
@@ -64,7 +50,7 @@ class SwarmProvider(ContainerProvider):
             return images, facts
 
         try:
-            prepared = _on_each_host(used, prepare)
+            prepared = swarm.on_each_host(used, prepare)
             ids = swarm.create_networks(self.lab, clients[manager], progress)
 
             def start(host: str) -> None:
@@ -75,7 +61,7 @@ class SwarmProvider(ContainerProvider):
                         self._start_container(record, host, clients[host], cplan, ids,
                                               progress)
 
-            _on_each_host(used, start)
+            swarm.on_each_host(used, start)
         finally:
             for c in clients.values():
                 c.close()

@@ -28,10 +28,11 @@ import ipaddress
 import json
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from labctl.dockerhost.hosts import HostRecord, HostsRecord, hosts_file
 from labctl.dockerhost.sdk import sdk
@@ -279,16 +280,27 @@ def attachment_failed(exc: Exception) -> bool:
         "network" in text and "not found" in text)
 
 
+T = TypeVar("T")
+
+
+def on_each_host(hosts: list[str], work: Callable[[str], T]) -> dict[str, T]:
+    """`work` on every host at once: each engine is a machine of its own, and under TCG
+    a VM's boot, a host's image check (a throwaway container) and each container's start
+    take 10-60 s. The results by host (in `hosts`' order), or the first host's error once
+    every host has finished (so that what each one made is recorded for `down`)."""
+    with ThreadPoolExecutor(max_workers=len(hosts) or 1) as pool:
+        futures = {host: pool.submit(work, host) for host in hosts}
+    return {host: future.result() for host, future in futures.items()}
+
+
 def form(lab: Lab, labdir: LabDir, progress: Progress) -> tuple[HostsRecord, dict[str, Any],
                                                                str]:
     """Resolve the lab's hosts, connect, and put them in one swarm."""
     hosts = HostsRecord(placement=dict(lab.provider_options["placement"]))
     used = [h for h in lab.provider_options["hosts"] if h in set(hosts.placement.values())]
-    # In parallel: each labctl VM that is not running boots (about a minute under TCG).
-    with ThreadPoolExecutor(max_workers=len(used)) as pool:
-        resolved = list(pool.map(
-            lambda h: resolve_host(str(lab.provider_options["hosts"][h]), progress), used))
-    hosts.hosts = dict(zip(used, resolved, strict=True))
+    # each labctl VM that is not running boots (about a minute under TCG)
+    hosts.hosts = on_each_host(
+        used, lambda h: resolve_host(str(lab.provider_options["hosts"][h]), progress))
     hosts.save(hosts_file(labdir))
     clients = {name: client(record, timeout=900) for name, record in hosts.hosts.items()}
     manager = _init_or_join(hosts.hosts, clients, labdir, hosts, progress)

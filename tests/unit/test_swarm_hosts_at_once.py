@@ -1,6 +1,6 @@
-"""A multi-host docker lab prepares its hosts and starts their containers on every host at
-once (docker_swarm._on_each_host), and what each host made is recorded whatever another
-host does."""
+"""A multi-host docker lab boots its hosts, prepares them and starts their containers on
+every host at once (swarm.on_each_host), and what each host made is recorded whatever
+another host does."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from labctl.providers.docker_swarm import _on_each_host
+from labctl.providers.swarm import on_each_host
 from labctl.store.labdir import LabDir
 from labctl.store.record import StateRecorder
 from labctl.store.state import LabState, NodeState, Phase
@@ -23,7 +23,7 @@ def test_every_host_works_at_the_same_time() -> None:
         both_started.wait()
         return host.upper()
 
-    assert _on_each_host(["h1", "h2"], work) == {"h1": "H1", "h2": "H2"}
+    assert on_each_host(["h1", "h2"], work) == {"h1": "H1", "h2": "H2"}
 
 
 def test_a_failed_host_fails_the_step_once_the_others_finished() -> None:
@@ -36,7 +36,7 @@ def test_a_failed_host_fails_the_step_once_the_others_finished() -> None:
         finished.append(host)
 
     with pytest.raises(RuntimeError, match="h1: image check failed"):
-        _on_each_host(["h1", "h2", "h3"], work)
+        on_each_host(["h1", "h2", "h3"], work)
     assert sorted(finished) == ["h2", "h3"]
 
 
@@ -45,5 +45,5 @@ def test_nodes_recorded_from_several_threads_are_all_saved(tmp_path: Path) -> No
     labdir.path.mkdir(parents=True)
     record = StateRecorder(labdir, LabState(provider="docker", phase=Phase.CREATING))
     names = [f"node{i}" for i in range(1, 9)]
-    _on_each_host(names, lambda name: record.node(name, NodeState(container=name)))
+    on_each_host(names, lambda name: record.node(name, NodeState(container=name)))
     assert sorted(labdir.load_state().nodes) == sorted(names)
