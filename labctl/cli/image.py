@@ -106,7 +106,8 @@ def list_images(
         print(json.dumps({"images": records, "corrupt": [
             {"path": str(c.path), "problem": c.problem} for c in corrupt],
             "saved": [{"path": str(s.path), "image": s.image, "shape": s.shape,
-                       "state_bytes": s.state_bytes, "made": s.made, "usable": s.usable}
+                       "state_bytes": s.state_bytes, "ram_bytes": s.ram_bytes,
+                       "made": s.made, "usable": s.usable}
                       for s in saved]}, indent=2))
         return
     table = Table(title=f"images in {base}")
@@ -132,8 +133,8 @@ def list_images(
 
 def saved_table(saved: list[SavedListing]) -> Table:
     table = Table(title="saved machines (qemu nodes are restored from them)")
-    for column in ("image", "shape", "state", "made", "used by this labctl"):
-        table.add_column(column)
+    for column in ("image", "shape", "state", "RAM", "made", "used by this labctl"):
+        table.add_column(column, no_wrap=column == "shape")
     for s in saved:
         shape = ("not recorded" if s.shape is None else
                  f"{s.shape.get('rdma')}, {s.shape.get('memory_mib')} MiB, "
@@ -141,10 +142,16 @@ def saved_table(saved: list[SavedListing]) -> Table:
                  f"{s.shape.get('accel')}")
         table.add_row(
             s.image, escape(shape),
-            "?" if s.state_bytes is None else f"{s.state_bytes >> 20} MiB",
+            _size(s.state_bytes), _size(s.ram_bytes),
             "?" if s.made is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(s.made)),
             "yes" if s.usable else "no (removed at the next save)")
     return table
+
+
+def _size(size: int | None) -> str:
+    if size is None:
+        return "?"
+    return f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
 
 
 def cached_images(base: Path) -> tuple[list[Image], list[CorruptImage]]:

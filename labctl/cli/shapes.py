@@ -136,7 +136,8 @@ class SavedRecord(TypedDict):
     path: str
     image: str  # the image's key (its cache directory's name)
     shape: SavedShape | None  # None: not recorded (an older labctl)
-    state_bytes: int | None
+    state_bytes: int | None  # the devices' state as qemu saved it
+    ram_bytes: int | None  # the saved RAM file, mapped copy on write by restored nodes
     made: float | None  # seconds since the epoch
     usable: bool  # made by this labctl and qemu, its image cached: `up` restores from it
 

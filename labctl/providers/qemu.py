@@ -84,24 +84,24 @@ def plan_lab(
     images: dict[str, Image],
     accel: str,
     ports: dict[str, int],
-    saved: dict[str, Path] | None = None,
+    restores: dict[str, Restore] | None = None,
 ) -> LabPlan:
-    """Everything `create` will make, as data (golden-tested). `saved`: the nodes restored
-    from a saved machine, each with its state file (the others boot cold)."""
+    """Everything `create` will make, as data (golden-tested). `restores`: the nodes
+    restored from a saved machine, each with its RAM and state files (the others boot
+    cold)."""
     bridges = [(labnet.bridge_name(s.index), s.mtu) for s in lab.segments]
     plans = [plan_node(lab, node, node_dirs[node.name],
                        images[image_label(node.image, node.packages)], accel, ports[node.name],
-                       (saved or {}).get(node.name))
+                       (restores or {}).get(node.name))
              for node in lab.nodes]
     return LabPlan(labnet.netns_name(lab.name), bridges, plans)
 
 
 def plan_node(lab: Lab, node: Node, node_dir: Path, image: Image, accel: str,
-              port: int, saved_state: Path | None = None) -> NodePlan:
+              port: int, restore: Restore | None = None) -> NodePlan:
     """One node's part of plan_lab: what `create` starts, and what a repair starts again
     (always cold: a repair boots the node's own disk)."""
     machine = node_machine(lab.name, node.name, node_dir)
-    restore = Restore(saved_state) if saved_state is not None else None
     argv = node_argv(lab, node, machine, image, accel, port, restore=restore)
     taps = [TapPlan(labnet.tap_name(node.index, i.name), labnet.bridge_name(i.segment),
                     i.mtu, i.name) for i in node.interfaces]
@@ -153,7 +153,7 @@ class QemuProvider(Provider):
         saved = (self._saved_machines(images, accel, progress)
                  if self.lab.provider_options.get("boot") == "restore" else {})
         lab_plan = plan_lab(self.lab, node_dirs, images, accel, ports,
-                            {name: m.state for name, m in saved.items()})
+                            {name: m.restore() for name, m in saved.items()})
         plans = {p.node: p for p in lab_plan.nodes}
         machines = {n.name: self.machine(n.name) for n in self.lab.nodes}
         host_keys = {name: m.make_host_key() for name, m in machines.items()}
@@ -194,7 +194,9 @@ class QemuProvider(Provider):
             identities = {name: identity_message(
                 plans[name].env, public_key, machines[name].host_key.read_bytes(),
                 restored_macs(self.lab, self.lab.node(name))) for name in saved}
-            for name, why in give_identities(machines, record.state, identities).items():
+            states = {name: m.state for name, m in saved.items()}
+            for name, why in give_identities(machines, record.state, states,
+                                             identities).items():
                 self._boot_cold(name, why, saved[name], images, record, progress)
 
     def _saved_machines(self, images: dict[str, Image], accel: str,

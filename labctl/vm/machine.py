@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import os
-import shlex
 import shutil
 import signal
 import socket
@@ -42,6 +42,7 @@ from labctl.progress import Progress
 from labctl.store.state import LabState, TapState
 from labctl.topology.resolved import Lab, Node
 from labctl.vm.qmp import qmp_command
+from labctl.vm.ramguard import PunchHoleGuard
 
 TB_SIZE_MIB = 32  # TCG translation cache: qemu's default (1 GiB) dominates RSS; 16 thrashes
 STOP_TERM_SECONDS = 10.0
@@ -164,19 +165,42 @@ def inherit_thp(*, enabled: bool) -> None:
 
 @dataclass(frozen=True)
 class Restore:
-    """What a saved machine (labctl.vm.saved) adds to a node's argv: the serial port its
-    identity comes through, and, when restoring, the saved state qemu loads (-incoming)
-    instead of booting. Saving and restoring machines have the same devices, in order."""
+    """What a saved machine (labctl.vm.saved) adds to a node's argv: its RAM, a file, and
+    the serial port its identity comes through; when restoring, qemu waits for the saved
+    device state (-incoming defer: labctl.vm.restore sends it) instead of booting. Saving
+    and restoring machines have the same devices, in order.
 
+    The machine being saved writes its RAM through to the file (share=on), and its state
+    leaves the RAM out (x-ignore-shared). A restored node maps that file privately (copy on
+    write): what it only reads stays one page-cache copy for every node restored from it
+    (docs/lifecycle.md; labctl.vm.ramguard keeps qemu from punching holes in it)."""
+
+    ram: Path
     state: Path | None  # None: the machine that is being saved
 
-    def argv(self, identity_socket: Path) -> list[str]:
-        argv = ["-chardev", f"socket,id=identity,path={_qemu_value(identity_socket)},"
+    @property
+    def restoring(self) -> bool:
+        return self.state is not None
+
+    def argv(self, identity_socket: Path, memory_mib: int) -> list[str]:
+        share = "off" if self.restoring else "on"
+        argv = ["-object", f"memory-backend-file,id={RAM_ID},size={memory_mib}M,"
+                f"mem-path={_qemu_value(self.ram)},share={share}",
+                "-machine", f"memory-backend={RAM_ID}",
+                "-chardev", f"socket,id=identity,path={_qemu_value(identity_socket)},"
                 "server=on,wait=off", "-serial", "chardev:identity"]
-        if self.state is not None:
-            # exec: runs /bin/sh -c: the path is quoted for it
-            argv += ["-incoming", f"exec:cat {shlex.quote(str(self.state))}"]
+        if self.restoring:
+            argv += ["-incoming", "defer"]
         return argv
+
+
+RAM_ID = "ram"  # the guest RAM block's name in the saved state: both sides use it
+
+
+def maps_ram_file_privately(argv: list[str]) -> bool:
+    """Whether qemu `argv` maps a RAM file copy on write (a restored node's saved RAM)."""
+    return any(flag == "-object" and value.startswith("memory-backend-file,")
+               and "share=off" in value.split(",") for flag, value in itertools.pairwise(argv))
 
 
 class QemuMachine:
@@ -270,7 +294,7 @@ class QemuMachine:
             "-serial", f"file:{self.console_log}",
         ]
         if restore is not None:
-            argv += restore.argv(self.identity_socket)
+            argv += restore.argv(self.identity_socket, memory_mib)
         argv += [
             "-qmp", f"unix:{_qemu_value(self.qmp_socket)},server=on,wait=off",
             "-pidfile", str(self.pidfile),
@@ -311,10 +335,12 @@ class QemuMachine:
             for name, fd in fds.items():
                 real = [a.replace(f"{{fd:{name}}}", str(fd)) for a in real]
             inherit_thp(enabled=not uses_tcg(real))
+            # a restored node maps the saved RAM file: qemu must not punch holes in it
+            guard = PunchHoleGuard() if maps_ram_file_privately(real) else None
             with self.qemu_log.open("wb") as log:
                 proc = subprocess.Popen(real, stdin=subprocess.DEVNULL, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True,
-                                        pass_fds=tuple(fds.values()))
+                                        pass_fds=tuple(fds.values()), preexec_fn=guard)
         finally:
             for fd in fds.values():
                 os.close(fd)

@@ -6,15 +6,17 @@ with the reason: the caller boots it cold."""
 from __future__ import annotations
 
 import contextlib
+import shlex
 import socket
 import time
+from pathlib import Path
 
 from labctl.errors import LabctlError
 from labctl.node.env import mgmt_mac
 from labctl.store.state import LabState
 from labctl.topology.resolved import Lab, Node
 from labctl.vm.machine import QemuMachine, tail
-from labctl.vm.saved import TEMPLATE_MGMT_MAC, template_mac
+from labctl.vm.saved import IGNORE_SHARED, TEMPLATE_MGMT_MAC, template_mac
 
 RESTORE_SECONDS = 60.0  # qemu loading the state, under TCG load
 ANSWER_SECONDS = 60.0  # the node's answer to its identity
@@ -32,6 +34,27 @@ def restored_macs(lab: Lab, node: Node) -> list[tuple[str, str]]:
     """(saved machine's MAC, node's MAC) of each NIC, management NIC first."""
     return [(TEMPLATE_MGMT_MAC, mgmt_mac(lab.name, node))] + [
         (template_mac(k), iface.mac) for k, iface in enumerate(node.interfaces)]
+
+
+def _load(machine: QemuMachine, pid: int, state_file: Path, deadline: float) -> str | None:
+    """Have qemu (-incoming defer) load the saved devices, its RAM being the saved file
+    (x-ignore-shared, as when it was saved); None once it loads, else why not."""
+    while time.monotonic() < deadline:
+        if not machine.owns(pid):
+            log = tail(machine.qemu_log, 3).strip().replace("\n", " / ")
+            return f"{REFUSED} ({log[:300] or 'qemu exited'})"
+        try:
+            machine.qmp("migrate-set-capabilities", capabilities=[IGNORE_SHARED])
+        except LabctlError:  # its QMP socket may not be there yet
+            time.sleep(0.02)
+            continue
+        try:
+            # exec: runs /bin/sh -c: the path (labctl's own cache, never state.json's) is quoted
+            machine.qmp("migrate-incoming", uri=f"exec:cat {shlex.quote(str(state_file))}")
+        except LabctlError as exc:
+            return f"{REFUSED} ({exc.message[:300]})"
+        return None
+    return f"qemu did not take the saved machine within {RESTORE_SECONDS:.0f} s"
 
 
 def _running(machine: QemuMachine, pid: int, deadline: float) -> str | None:
@@ -85,14 +108,21 @@ def _answer(sock: socket.socket, deadline: float) -> str | None:
 
 
 def give_identities(machines: dict[str, QemuMachine], state: LabState,
+                    state_files: dict[str, Path],
                     identities: dict[str, bytes]) -> dict[str, str]:
-    """Send each restored node (the keys of `identities`) its identity; the nodes that
-    failed, with why."""
+    """Have each restored node (the keys of `identities`) load its saved state, then send
+    it its identity; the nodes that failed, with why."""
     failed: dict[str, str] = {}
     sockets: dict[str, socket.socket] = {}
     deadline = time.monotonic() + RESTORE_SECONDS
+    for name in identities:  # every node loads at once
+        why = _load(machines[name], state.nodes[name].pid, state_files[name], deadline)
+        if why is not None:
+            failed[name] = why
     try:
         for name, message in identities.items():
+            if name in failed:
+                continue
             why = _running(machines[name], state.nodes[name].pid, deadline)
             if why is None:
                 try:

@@ -3,7 +3,9 @@
 A saved machine is kept per key (image, kernel, qemu's version, labctl's restore format and
 node-side code, accelerator, memory, CPUs, number of data NICs, RDMA kind, the argv's
 shape) in the image cache, beside the image: cache/saved/IMAGE-KEY/ holds
-  state       the machine's RAM and devices as `migrate` wrote them (exec:cat > state)
+  ram         the machine's RAM: its memory-backend-file while it ran (share=on), which
+              every node restored from it maps copy on write (labctl.vm.machine.Restore)
+  state       its devices as `migrate` wrote them, RAM left out (x-ignore-shared)
   disk.qcow2  its root disk's overlay at that moment (backed by the image's root.ext4):
               each restored node starts from a copy (a few MiB), never from it, so a saved
               machine can be replaced while labs restored from it run
@@ -23,6 +25,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -43,6 +46,7 @@ from labctl.paths import cache_root
 from labctl.progress import Progress
 from labctl.store.state import TapState, atomic_write
 from labctl.topology.resolved import Node
+from labctl.vm import ramguard
 from labctl.vm.machine import (
     KERNEL_APPEND,
     Nic,
@@ -54,13 +58,14 @@ from labctl.vm.machine import (
 
 # Bump when what a saved machine holds or how it is restored changes: older ones are then
 # not used (their key differs, and meta.json says their format).
-RESTORE_FORMAT = "1"
+RESTORE_FORMAT = "2"
 META_BYTES = 64 << 10
 SAVE_BOOT_SECONDS = 300.0  # the template's boot to its wait for identity, under TCG load
 MIGRATE_SECONDS = 120.0
 WAITING = "labctl: waiting for identity"  # identity.py's line on the console
 TEMPLATE_NAME = "labctl-saved"  # the saved machine's host name until a node's identity
 TEMPLATE_MGMT_MAC = "02:00:00:00:00:00"
+IGNORE_SHARED = {"capability": "x-ignore-shared", "state": True}
 NETNS_SAVING = "labctl-.saving-"  # + pid: no lab's namespace (a lab name has no dot)
 
 
@@ -95,6 +100,18 @@ class SavedMachine:
     @property
     def disk(self) -> Path:
         return self.path / "disk.qcow2"
+
+    @property
+    def ram(self) -> Path:
+        return self.path / "ram"
+
+    def files(self) -> list[tuple[str, Path]]:
+        """The files meta.json gives a size and checksum, by their name there."""
+        return [("state", self.state), ("disk", self.disk), ("ram", self.ram)]
+
+    def restore(self) -> Restore:
+        """What a node restored from this saved machine adds to its argv."""
+        return Restore(self.ram, self.state)
 
     @property
     def meta(self) -> Path:
@@ -146,7 +163,7 @@ def saved_key(image: Image, shape: MachineShape) -> str:
         "format": RESTORE_FORMAT, "image": image.path.name,
         "kernel": str(image.manifest.get("kernel", "")), "qemu": qemu_version(),
         "node_code": node_code_digest(), "shape": shape.__dict__,
-        "argv": template_argv(placeholder, image, shape, 0, Restore(None)),
+        "argv": template_argv(placeholder, image, shape, 0, Restore(Path("/saved/ram"), None)),
     }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -155,7 +172,7 @@ def saved_dir(image: Image, shape: MachineShape) -> Path:
     return cache_root() / "saved" / f"{image.path.name}-{saved_key(image, shape)}"
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
         while chunk := f.read(1 << 20):
@@ -181,7 +198,7 @@ def check_saved(path: Path, key: str) -> SavedMachine:
     if meta.get("key") != key:
         raise Unusable("its meta.json names another key")
     stamps: dict[str, list[int]] = {}
-    for name, file in (("state", saved.state), ("disk", saved.disk)):
+    for name, file in saved.files():
         size, digest = meta.get(f"{name}_bytes"), meta.get(f"{name}_sha256")
         if not isinstance(size, int) or isinstance(size, bool) or not isinstance(digest, str):
             raise Unusable(f"meta.json has no valid {name} size and checksum")
@@ -196,9 +213,9 @@ def check_saved(path: Path, key: str) -> SavedMachine:
             raise Unusable(f"{file.name}: {exc.strerror or exc}") from None
     if _verified(saved) == stamps:
         return saved
-    for name, file in (("state", saved.state), ("disk", saved.disk)):
+    for name, file in saved.files():
         try:
-            if _sha256(file) != meta[f"{name}_sha256"]:
+            if file_sha256(file) != meta[f"{name}_sha256"]:
                 raise Unusable(f"{file.name} does not match its checksum (corrupt)")
         except OSError as exc:
             raise Unusable(f"{file.name}: {exc.strerror or exc}") from None
@@ -243,6 +260,11 @@ def find_or_make(image: Image, shape: MachineShape, progress: Progress,
     """The saved machine for `shape` on `image`, made now when there is none (once per
     key; concurrent `up`s wait for the one making it). None when it cannot be used or
     made: `note` gets the one line saying why (the caller boots cold)."""
+    if not ramguard.supported():
+        note(f"booting cold: restored nodes share their saved RAM file, which needs a "
+             f"seccomp filter labctl has for x86_64 and aarch64 hosts only, not for "
+             f"{platform.machine()[:40]!r}")
+        return None
     path = saved_dir(image, shape)
     key = path.name.rsplit("-", 1)[1]
     with blocking_lock(path.with_name(f".{path.name}.lock")):
@@ -275,7 +297,8 @@ class SavedListing:
     path: Path
     image: str
     shape: dict[str, Any] | None  # None: not recorded (an older labctl)
-    state_bytes: int | None
+    state_bytes: int | None  # the devices' state
+    ram_bytes: int | None  # the RAM file (the guest's memory size; holes take no disk)
     made: float | None
     usable: bool  # its key is the one this labctl and qemu give its image and shape
 
@@ -293,14 +316,18 @@ def list_saved(saved_root: Path) -> list[SavedListing]:
             meta = {}
         image, _, key = path.name.rpartition("-")
         shape = _shape(meta.get("shape"))
-        size, made = meta.get("state_bytes"), meta.get("made")
+        made = meta.get("made")
         found.append(SavedListing(
             path, image, None if shape is None else dataclasses.asdict(shape),
-            size if isinstance(size, int) and not isinstance(size, bool) else None,
+            _size(meta.get("state_bytes")), _size(meta.get("ram_bytes")),
             float(made) if isinstance(made, (int, float)) and not isinstance(made, bool)
             else None,
             shape is not None and _current_key(image, shape) == key))
     return found
+
+
+def _size(recorded: object) -> int | None:
+    return recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else None
 
 
 def _shape(recorded: object) -> MachineShape | None:
@@ -370,7 +397,9 @@ def make_saved(path: Path, work: Path, key: str, image: Image, shape: MachineSha
     machine = QemuMachine(work, f"labctl-saving-{path.name}")
     machine.make_disk(image.rootfs)
     machine.make_initrd(image.initrd, machine_payload(template_env(shape), None, None))
-    argv = template_argv(machine, image, shape, free_port(), Restore(None))
+    ram = work / "ram"
+    ram.touch(mode=0o600)  # empty: qemu sizes it (it is the saved machine's RAM from now on)
+    argv = template_argv(machine, image, shape, free_port(), Restore(ram, None))
     taps = [TapState(labnet.tap_name(0, f"eth{k + 1}"), "br0", 1500) for k in range(shape.nics)]
     netns = f"{NETNS_SAVING}{os.getpid()}"
     labnet.delete_netns(netns)  # one left by a killed labctl of this pid
@@ -383,6 +412,8 @@ def make_saved(path: Path, work: Path, key: str, image: Image, shape: MachineSha
         machine.qmp("stop")  # one pass: nothing dirtied while it is written
         # qemu's default migration speed limit is 32 MiB/s
         machine.qmp("migrate-set-parameters", **{"max-bandwidth": 1 << 40})
+        # the RAM is the file (share=on): the state holds the devices only
+        machine.qmp("migrate-set-capabilities", capabilities=[IGNORE_SHARED])
         machine.qmp("migrate", uri=f"exec:cat > {shlex.quote(str(work / 'state'))}")
         _wait_migrated(machine)
     finally:
@@ -395,16 +426,15 @@ def make_saved(path: Path, work: Path, key: str, image: Image, shape: MachineSha
             shutil.rmtree(target, ignore_errors=True)
         else:
             target.unlink(missing_ok=True)
-    state, disk = work / "state", work / "disk.qcow2"
-    meta = {"format": RESTORE_FORMAT, "key": key, "inputs": labctl_inputs(),
-            "image": image.path.name, "shape": dataclasses.asdict(shape),
-            "state_bytes": state.stat().st_size, "state_sha256": _sha256(state),
-            "disk_bytes": disk.stat().st_size, "disk_sha256": _sha256(disk),
-            "made": time.time(), "seconds": round(time.monotonic() - started, 1)}
+    meta: dict[str, Any] = {"format": RESTORE_FORMAT, "key": key, "inputs": labctl_inputs(),
+                            "image": image.path.name, "shape": dataclasses.asdict(shape)}
+    for name, file in SavedMachine(work).files():
+        meta |= {f"{name}_bytes": file.stat().st_size, f"{name}_sha256": file_sha256(file)}
+    meta |= {"made": time.time(), "seconds": round(time.monotonic() - started, 1)}
     (work / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     work.rename(path)  # the same inode and times: the stamps stay true
     made = SavedMachine(path)
-    _write_verified(made, {"state": _stamp(made.state), "disk": _stamp(made.disk)})
+    _write_verified(made, {name: _stamp(file) for name, file in made.files()})
     return made
 
 

@@ -25,7 +25,7 @@ from labctl.lab.handle import LabHandle
 from labctl.paths import cache_root
 from labctl.store.labdir import LabDir
 from labctl.topology.load import load_lab
-from labctl.vm.saved import RESTORE_FORMAT, MachineShape, saved_dir
+from labctl.vm.saved import RESTORE_FORMAT, MachineShape, file_sha256, saved_dir
 from tests.integration.conftest import REPO, labctl, make_topology, nothing_left, passed_run
 
 pytestmark = pytest.mark.integration
@@ -202,11 +202,15 @@ def test_a_state_qemu_refuses_is_a_cold_boot_with_one_line_per_node(
     assert image is not None
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image.rootfs), "-F",
                     "raw", str(disk)], check=True)
+    ram = path / "ram"  # the guest's memory size, all holes
+    with ram.open("wb") as f:
+        f.truncate(512 << 20)
     (path / "meta.json").write_text(json.dumps({
         "format": RESTORE_FORMAT, "key": path.name[-16:],
         "state_bytes": len(state), "state_sha256": hashlib.sha256(state).hexdigest(),
         "disk_bytes": disk.stat().st_size,
-        "disk_sha256": hashlib.sha256(disk.read_bytes()).hexdigest()}))
+        "disk_sha256": hashlib.sha256(disk.read_bytes()).hexdigest(),
+        "ram_bytes": ram.stat().st_size, "ram_sha256": file_sha256(ram)}))
     err = _fallback_up(topology, f"{LABS[1]}-c", own_cache)
     lines = [ln for ln in err.splitlines() if COLD_LINE.match(ln)]
     assert [ln.split(":")[1].strip() for ln in lines] == ["node1", "node2"], err

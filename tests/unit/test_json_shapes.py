@@ -219,22 +219,22 @@ def test_image_list_shows_saved_machines_and_which_this_labctl_uses(
     monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path))
     key = saved.saved_key(_cached_image(tmp_path), SHAPE)
     shape = {"accel": "tcg", "memory_mib": 512, "cpus": 1, "nics": 1, "rdma": "rxe"}
-    for name, meta in ((f"trixie-aaaa-{key}", {"shape": shape, "state_bytes": 110 << 20,
-                                                "made": 1.5e9}),
+    for name, meta in ((f"trixie-aaaa-{key}", {"shape": shape, "state_bytes": 600 << 10,
+                                                "ram_bytes": 512 << 20, "made": 1.5e9}),
                        ("trixie-aaaa-2222", {"shape": [1], "state_bytes": True})):
         (tmp_path / "saved" / name).mkdir(parents=True)
         (tmp_path / "saved" / name / "meta.json").write_text(json.dumps(meta))
     code, out, _ = _main(monkeypatch, capsys, "image", "list", "--json")
     assert code == 0
     listed = sorted(parsed("image-list", out).saved, key=lambda s: not s.usable)
-    assert [(s.image, s.usable, s.state_bytes) for s in listed] == [
-        ("trixie-aaaa", True, 110 << 20), ("trixie-aaaa", False, None)]
+    assert [(s.image, s.usable, s.state_bytes, s.ram_bytes) for s in listed] == [
+        ("trixie-aaaa", True, 600 << 10, 512 << 20), ("trixie-aaaa", False, None, None)]
     assert listed[0].shape is not None and listed[0].shape.nics == 1
     assert listed[1].shape is None
     monkeypatch.setenv("COLUMNS", "300")
     code, out, _ = _main(monkeypatch, capsys, "image", "list")
     assert code == 0
-    assert "rxe, 512 MiB, 1 CPU, 1 NIC, tcg" in out and "110 MiB" in out
+    assert "rxe, 512 MiB, 1 CPU, 1 NIC, tcg" in out and "600 KiB" in out and "512 MiB" in out
     assert "no (removed at the next save)" in out
 
 

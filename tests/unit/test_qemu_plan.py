@@ -12,6 +12,7 @@ import pytest
 from labctl.images.builder import Image
 from labctl.providers.qemu import plan_lab
 from labctl.topology.load import load_lab
+from labctl.vm.machine import Restore
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"
@@ -23,7 +24,8 @@ def _plan_json(topology: str, accel: str, restore: bool = False) -> str:
                   Path("/cache/img/root.ext4"), {})
     node_dirs = {n.name: Path("/labs") / lab.name / "nodes" / n.name for n in lab.nodes}
     ports = {n.name: 40000 + n.index for n in lab.nodes}
-    saved = ({n.name: Path("/cache/saved/trixie-0123456789abcdef/state") for n in lab.nodes}
+    saved_dir = Path("/cache/saved/trixie-0123456789abcdef")
+    saved = ({n.name: Restore(saved_dir / "ram", saved_dir / "state") for n in lab.nodes}
              if restore else None)
     plan = plan_lab(lab, node_dirs, {"trixie": image}, accel, ports, saved)
     return json.dumps(dataclasses.asdict(plan), indent=2, sort_keys=True) + "\n"
@@ -44,8 +46,8 @@ def test_plan_matches_golden(topology: str, accel: str) -> None:
 
 @pytest.mark.parametrize("accel", ["tcg", "kvm"])
 def test_restore_plan_matches_golden(accel: str) -> None:
-    """A node restored from a saved machine: the cold argv plus its identity port (ttyS1)
-    and the saved state qemu loads instead of booting."""
+    """A node restored from a saved machine: the cold argv plus the saved RAM file mapped
+    copy on write, its identity port (ttyS1) and a wait for the saved state."""
     golden = GOLDEN / f"qemu-plan-two-node-restore-{accel}.json"
     actual = _plan_json("two-node.yaml", accel, restore=True)
     if os.environ.get("UPDATE_GOLDEN") == "1":
@@ -62,11 +64,14 @@ def test_restore_plan_is_the_cold_plan_plus_identity_port_and_state() -> None:
         added = after["argv"][kept:-4]
         assert after["argv"][:kept] == before["argv"][:kept]
         assert after["argv"][-4:] == before["argv"][-4:]
-        assert added[0:2] == ["-chardev", "socket,id=identity,path=/labs/two-node/nodes/"
+        assert added[0:4] == [
+            "-object", "memory-backend-file,id=ram,size=512M,"
+            "mem-path=/cache/saved/trixie-0123456789abcdef/ram,share=off",
+            "-machine", "memory-backend=ram"]
+        assert added[4:6] == ["-chardev", "socket,id=identity,path=/labs/two-node/nodes/"
                               f"{before['node']}/identity.sock,server=on,wait=off"]
-        assert added[2:4] == ["-serial", "chardev:identity"]
-        assert added[4:] == ["-incoming",
-                             "exec:cat /cache/saved/trixie-0123456789abcdef/state"]
+        assert added[6:8] == ["-serial", "chardev:identity"]
+        assert added[8:] == ["-incoming", "defer"]  # the state comes over QMP
         assert after["env"] == before["env"] and after["taps"] == before["taps"]
 
 

@@ -23,7 +23,7 @@ from labctl.topology.compare import lab_changes
 from labctl.topology.load import load_lab
 from labctl.topology.stored import check_stored_lab
 from labctl.vm import restore, saved
-from labctl.vm.machine import QemuMachine, Restore
+from labctl.vm.machine import QemuMachine, Restore, maps_ram_file_privately
 from labctl.vm.saved import MachineShape, Unusable, check_saved
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,13 +37,16 @@ def _image(name: str = "trixie-aaaa") -> Image:
 
 
 def _write_saved(path: Path, state: bytes = b"QEVM" + b"\x01" * 4096,
-                 disk: bytes = b"QFI\xfb" + b"\0" * 512, **meta_changes: object) -> Path:
+                 disk: bytes = b"QFI\xfb" + b"\0" * 512, ram: bytes = b"\x90" * 8192,
+                 **meta_changes: object) -> Path:
     path.mkdir(parents=True)
     (path / "state").write_bytes(state)
     (path / "disk.qcow2").write_bytes(disk)
+    (path / "ram").write_bytes(ram)
     meta = {"format": saved.RESTORE_FORMAT, "key": KEY,
             "state_bytes": len(state), "state_sha256": hashlib.sha256(state).hexdigest(),
             "disk_bytes": len(disk), "disk_sha256": hashlib.sha256(disk).hexdigest(),
+            "ram_bytes": len(ram), "ram_sha256": hashlib.sha256(ram).hexdigest(),
             "made": 1.0, "seconds": 2.0} | meta_changes
     (path / "meta.json").write_text(json.dumps(meta))
     return path
@@ -53,6 +56,7 @@ def test_a_whole_saved_machine_is_used(tmp_path: Path) -> None:
     path = _write_saved(tmp_path / "m")
     machine = check_saved(path, KEY)
     assert machine.state == path / "state" and machine.disk == path / "disk.qcow2"
+    assert machine.restore() == Restore(path / "ram", path / "state")
 
 
 def test_no_saved_machine_is_not_a_reason_but_absence(tmp_path: Path) -> None:
@@ -64,13 +68,15 @@ def test_no_saved_machine_is_not_a_reason_but_absence(tmp_path: Path) -> None:
     (lambda p: (p / "state").write_bytes(b"QEVM" + b"\x02" * 4096), "does not match its checksum"),
     (lambda p: (p / "state").write_bytes(b"QEVM"), "state is 4 bytes, meta.json says 4100"),
     (lambda p: (p / "disk.qcow2").unlink(), "disk.qcow2 is missing"),
+    (lambda p: (p / "ram").unlink(), "ram is missing"),
+    (lambda p: (p / "ram").write_bytes(b"\0" * 8192), "ram does not match its checksum"),
     (lambda p: (p / "meta.json").write_text("{not json"), "meta.json"),
     (lambda p: (p / "meta.json").write_text("x" * (saved.META_BYTES + 1)), "meta.json"),
     (lambda p: (p / "meta.json").write_text(json.dumps({"format": "0", "key": KEY})),
-     "made by another labctl (restore format '0', this labctl's is '1')"),
-    (lambda p: (p / "meta.json").write_text(json.dumps({"format": "1", "key": "other"})),
+     "made by another labctl (restore format '0', this labctl's is '2')"),
+    (lambda p: (p / "meta.json").write_text(json.dumps({"format": "2", "key": "other"})),
      "names another key"),
-    (lambda p: (p / "meta.json").write_text(json.dumps({"format": "1", "key": KEY,
+    (lambda p: (p / "meta.json").write_text(json.dumps({"format": "2", "key": KEY,
                                                          "state_bytes": True})),
      "no valid state size"),
 ])
@@ -86,10 +92,10 @@ def test_a_damaged_or_foreign_saved_machine_is_unusable_with_a_reason(
 def test_a_checked_saved_machine_is_not_hashed_again_until_a_file_changes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write_saved(tmp_path / "m")
-    check_saved(path, KEY)  # hashes both, then records their stamps
+    check_saved(path, KEY)  # hashes all three, then records their stamps
     hashed: list[str] = []
-    real = saved._sha256
-    monkeypatch.setattr(saved, "_sha256", lambda f: hashed.append(f.name) or real(f))
+    real = saved.file_sha256
+    monkeypatch.setattr(saved, "file_sha256", lambda f: hashed.append(f.name) or real(f))
     check_saved(path, KEY)
     assert hashed == []
     (path / "state").write_bytes(b"QEVM" + b"\x02" * 4096)  # same size, other bytes
@@ -105,11 +111,11 @@ def test_an_unreadable_or_stale_verified_file_means_hashing(
     path = _write_saved(tmp_path / "m")
     (path / "verified").write_bytes(verified)
     hashed: list[str] = []
-    real = saved._sha256
-    monkeypatch.setattr(saved, "_sha256", lambda f: hashed.append(f.name) or real(f))
+    real = saved.file_sha256
+    monkeypatch.setattr(saved, "file_sha256", lambda f: hashed.append(f.name) or real(f))
     assert check_saved(path, KEY).path == path
-    assert hashed == ["state", "disk.qcow2"]
-    assert json.loads((path / "verified").read_text()).keys() == {"state", "disk"}
+    assert hashed == ["state", "disk.qcow2", "ram"]
+    assert json.loads((path / "verified").read_text()).keys() == {"state", "disk", "ram"}
 
 
 def test_a_state_that_is_a_link_is_refused(tmp_path: Path) -> None:
@@ -140,7 +146,7 @@ def test_the_key_changes_with_every_part_of_the_shape_and_the_qemu(
     others.add(saved.saved_key(_image("trixie-bbbb"), base))
     monkeypatch.setattr(saved, "qemu_version", lambda: "QEMU emulator version 8.2.2")
     others.add(saved.saved_key(_image(), base))
-    monkeypatch.setattr(saved, "RESTORE_FORMAT", "2")
+    monkeypatch.setattr(saved, "RESTORE_FORMAT", "3")
     others.add(saved.saved_key(_image(), base))
     assert len(others) == 8 and key not in others
 
@@ -154,10 +160,11 @@ def test_the_saved_machine_has_the_same_devices_as_a_restored_node() -> None:
     node = lab.nodes[0]
     plan = plan_lab(lab, {n.name: Path("/labs/x") / n.name for n in lab.nodes},
                     {"trixie": image}, "tcg", {n.name: 40000 for n in lab.nodes},
-                    {n.name: Path("/s/state") for n in lab.nodes})
+                    {n.name: Restore(Path("/s/ram"), Path("/s/state")) for n in lab.nodes})
     node_argv = plan.nodes[0].argv
     template = saved.template_argv(QemuMachine(Path("/t"), "t"), image,
-                                   MachineShape.of(node, "tcg"), 40001, Restore(None))
+                                   MachineShape.of(node, "tcg"), 40001,
+                                   Restore(Path("/t/ram"), None))
 
     varying = ("file=", "mac=", "path=", "hostfwd=", "fd=", "id=", "netdev=")
 
@@ -171,6 +178,12 @@ def test_the_saved_machine_has_the_same_devices_as_a_restored_node() -> None:
     assert devices(template)[-2:] == ["-chardev socket,server=on,wait=off",
                                       "-serial chardev"]
     assert "-incoming" in node_argv and "-incoming" not in template
+    # the one RAM block, by the same name and size: written through while saving, mapped
+    # copy on write by a restore (which alone needs the hole-punch guard)
+    ram = "memory-backend-file,id=ram,size=512M,mem-path={},share={}"
+    assert ram.format("/t/ram", "on") in template and "memory-backend=ram" in template
+    assert ram.format("/s/ram", "off") in node_argv and "memory-backend=ram" in node_argv
+    assert maps_ram_file_privately(node_argv) and not maps_ram_file_privately(template)
 
 
 def test_the_identity_message_reads_back_in_the_node(tmp_path: Path) -> None:
@@ -359,3 +372,18 @@ def test_only_nodes_that_booted_get_the_helper_started(
     [argvs] = started
     assert [provider.machine("node2").helper_log] == list(argvs)
     assert "node2" in next(iter(argvs.values()))
+
+
+def test_a_host_without_the_hole_punch_guard_boots_cold_with_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No seccomp filter for this host's architecture: no saved machine is made or used
+    (restored nodes would share a RAM file qemu 7.2 punches holes in)."""
+    from labctl.vm import ramguard
+    monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ramguard.platform, "machine", lambda: "riscv64")
+    notes: list[str] = []
+    made = saved.find_or_make(_image(), MachineShape("tcg", 512, 1, 1, "rxe"),
+                              lambda _: None, notes.append)
+    assert made is None and len(notes) == 1
+    assert "booting cold" in notes[0] and "'riscv64'" in notes[0]
+    assert list(tmp_path.iterdir()) == []
