@@ -259,9 +259,9 @@ class QemuMachine:
     def argv(self, *, accel: str, memory_mib: int, cpus: int, kernel: Path, append: str,
              ssh_port: int, mgmt_mac: str, nics: list[Nic],
              extra_drives: tuple[str, ...] = (), shares: tuple[Share, ...] = (),
-             restore: Restore | None = None) -> list[str]:
+             restore: Restore | None = None, tb_size_mib: int = TB_SIZE_MIB) -> list[str]:
         accel_args = (["-accel", "kvm", "-cpu", "host"] if accel == "kvm"
-                      else ["-accel", f"tcg,tb-size={TB_SIZE_MIB}"])
+                      else ["-accel", f"tcg,tb-size={tb_size_mib}"])
         argv = [
             "qemu-system-x86_64", "-name", f"guest={self.guest}", "-machine", "pc",
             *accel_args, "-m", str(memory_mib), "-smp", str(cpus), "-nodefaults",
@@ -504,7 +504,7 @@ KERNEL_APPEND = ("console=ttyS0 quiet loglevel=3 panic=-1 cryptomgr.notests"
 
 def node_argv(lab: Lab, node: Node, machine: QemuMachine, image: Image, accel: str,
               port: int, extra_drives: tuple[str, ...] = (),
-              restore: Restore | None = None) -> list[str]:
+              restore: Restore | None = None, tb_size_mib: int = TB_SIZE_MIB) -> list[str]:
     """One node's qemu argv (the Docker host VM adds its data disk; a restored node its
     saved state)."""
     nics = [Nic(i.name, i.mac, labnet.tap_name(node.index, i.name)) for i in node.interfaces]
@@ -513,7 +513,7 @@ def node_argv(lab: Lab, node: Node, machine: QemuMachine, image: Image, accel: s
         accel=accel, memory_mib=node.memory_mib, cpus=node.cpus, kernel=image.kernel,
         append=KERNEL_APPEND + f" labctl.node={node.name}",
         ssh_port=port, mgmt_mac=mgmt_mac(lab.name, node), nics=nics, extra_drives=extra_drives,
-        shares=shares, restore=restore)
+        shares=shares, restore=restore, tb_size_mib=tb_size_mib)
 
 
 # The inspector's helper is started by labctl in VM nodes once every node is ready (the

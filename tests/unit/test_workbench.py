@@ -278,6 +278,10 @@ def test_docker_host_vm_shares_labctls_folder(tmp_path: Path,
     assert f"path={vm.share_dir()}," in fsdev and "multidevs=remap" in fsdev
     assert "readonly" not in fsdev
     assert vm.mounts_env(lab.nodes[0]) == {"LABCTL_MOUNTS": f"labctl0,{vm.VM_SHARE},rw"}
+    # under TCG its translation cache is larger than a node's (Go programs: docker exec)
+    assert argv[argv.index("-accel") + 1] == "tcg,tb-size=256"
+    kvm = vm.vm_argv(lab, machine, _image(), "kvm", 2222, tmp_path / "disk")
+    assert kvm[kvm.index("-accel") + 1] == "kvm"
 
 
 @pytest.mark.parametrize(("vagrant_provider", "box", "why"), [
