@@ -29,6 +29,9 @@ class Capabilities:
     several_rdma_devices: bool  # rdma_interfaces: a device per data interface
     pci_slots: bool  # NICs and mounts share the slots of qemu's `pc` machine
     own_memory: bool  # a node's memory is its own (a VM): the host must have it
+    # a node's kernel is its own (a VM): every RDMA device it lists is the node's; containers
+    # share the engine's kernel, which (shared netns mode) lists every node's devices
+    own_kernel: bool
     labctl_images: bool  # nodes boot labctl's image recipes, so image names are checked
     routing: bool  # routers and routes (labctl sets the nodes' forwarding and routes)
     node_setup: str  # what sets the nodes up (the refusal of routing says it)
@@ -55,27 +58,30 @@ class Capabilities:
 QEMU = Capabilities(
     kind="qemu", link_device="tap", links="taps on the lab's bridges", netns=True,
     repair=True, node_stop=True, mounts=True, several_rdma_devices=True, pci_slots=True,
-    own_memory=True, labctl_images=True, routing=True, node_setup="labctl's node init",
-    hosts=False, found_by_name=True, node_bpf=True, saved_machines=True)
+    own_memory=True, own_kernel=True, labctl_images=True, routing=True,
+    node_setup="labctl's node init", hosts=False, found_by_name=True, node_bpf=True,
+    saved_machines=True)
 DOCKER = Capabilities(
     kind="docker", link_device="veth", links="veths on the lab's bridges", netns=True,
     repair=True, node_stop=True, mounts=True, several_rdma_devices=False, pci_slots=False,
-    own_memory=False, labctl_images=True, routing=True, node_setup="labctl's node init",
-    hosts=True, found_by_name=True, node_bpf=False, saved_machines=False)
+    own_memory=False, own_kernel=False, labctl_images=True, routing=True,
+    node_setup="labctl's node init", hosts=True, found_by_name=True, node_bpf=False,
+    saved_machines=False)
 # A docker lab whose nodes sit on two or more hosts (docs/multi-host.md).
 SWARM = Capabilities(
     kind="multi-host docker", link_device="",
     links="the swarm's overlay networks (an overlay network has no per-node cable)",
     netns=False, repair=False, node_stop=False, mounts=False, several_rdma_devices=False,
-    pci_slots=False, own_memory=False, labctl_images=True, routing=True,
+    pci_slots=False, own_memory=False, own_kernel=False, labctl_images=True, routing=True,
     node_setup="labctl's node init", hosts=True, found_by_name=True, node_bpf=False,
     saved_machines=False)
 VAGRANT = Capabilities(
     kind="vagrant", link_device="",
     links="the hypervisor's own networks (VirtualBox or libvirt)", netns=False,
     repair=True, node_stop=True, mounts=True, several_rdma_devices=False, pci_slots=False,
-    own_memory=True, labctl_images=False, routing=False, node_setup="the Vagrantfile",
-    hosts=False, found_by_name=False, node_bpf=True, saved_machines=False)
+    own_memory=True, own_kernel=True, labctl_images=False, routing=False,
+    node_setup="the Vagrantfile", hosts=False, found_by_name=False, node_bpf=True,
+    saved_machines=False)
 
 # The topology's `provider:` values, each with what a lab of it can do (a docker lab on
 # several hosts is SWARM: only its placement tells, see for_lab).

@@ -78,6 +78,11 @@ def read_counters(handle: LabHandle, node: str, timeout: float = NODE_SECONDS) -
     except ValueError as exc:
         raise LabctlError(f"{node} sent unreadable counters ({str(exc)[:200]})") from None
     counters = parse_rdma(rdma)
+    if not handle.provider.capabilities.own_kernel:  # the engine's devices: keep the node's
+        info = handle.node_state(node)
+        own = info.rdma_dev if info else ""
+        counters = {port: values for port, values in counters.items()
+                    if port.rpartition("/")[0] == own}
     tcp = parse_snmp_tcp([line for line in rest.splitlines() if line.startswith("Tcp:")])
     if tcp:
         counters["tcp"] = tcp

@@ -164,6 +164,37 @@ def test_counters_parse_untrusted_replies() -> None:
     assert counters.parse_snmp_tcp(["Tcp: one line"]) == {}
 
 
+class _CountingNode:
+    """A handle whose node answers the counters command with two nodes' rxe devices (what
+    a container sees of the engine's kernel in shared netns mode) and a Tcp: pair."""
+
+    def __init__(self, caps: capabilities.Capabilities) -> None:
+        self.provider = type("P", (), {"capabilities": caps})()
+
+    def run_in_netns(self, node: str, command: list[str],
+                     timeout: float) -> subprocess.CompletedProcess[str]:
+        ports = [{"ifname": f"rxe_lab_{n}", "port": 1, "rcvd_seq_err": i}
+                 for i, n in enumerate(("node1", "node2"))]
+        out = (json.dumps(ports) + "\n--labctl-counters--\n"
+               "Tcp: RetransSegs InSegs\nTcp: 1 2\n")
+        return subprocess.CompletedProcess(command, 0, out, "")
+
+    def node_state(self, node: str) -> Any:
+        return type("S", (), {"rdma_dev": f"rxe_lab_{node}"})()
+
+
+@pytest.mark.parametrize(("caps", "ports"), [
+    (capabilities.DOCKER, ["rxe_lab_node2/1"]),  # the engine's kernel: the node's own only
+    (capabilities.SWARM, ["rxe_lab_node2/1"]),
+    (capabilities.QEMU, ["rxe_lab_node1/1", "rxe_lab_node2/1"]),  # its own kernel: all
+])
+def test_a_container_nodes_counters_are_its_own_devices(caps: capabilities.Capabilities,
+                                                        ports: list[str]) -> None:
+    read = counters.read_counters(_CountingNode(caps), "node2")  # type: ignore[arg-type]
+    assert sorted(read) == [*ports, "tcp"]
+    assert read["tcp"] == {"RetransSegs": 1, "InSegs": 2}
+
+
 def test_counter_delta_and_changed() -> None:
     before = {"rxe0/1": {"a": 1, "b": 5}, "tcp": {"RetransSegs": 2}}
     after = {"rxe0/1": {"a": 4, "b": 5, "new": 9}, "tcp": {"RetransSegs": 2}}
