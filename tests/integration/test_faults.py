@@ -107,7 +107,11 @@ def test_one_lost_send_is_nakked_and_retransmitted(lab: LabHandle, tmp_path: Pat
     assert sends[0]["psn"] != first_psn  # the first one on the wire is not the first PSN
     naks = [f for f in frames if f["detail"].get("AETH", {}).get("nak") == "PSN sequence error"]
     assert naks and naks[0]["psn"] == first_psn
-    assert any(f["psn"] == first_psn and f["index"] > naks[0]["index"] for f in sends)
+    # ...and it comes again. Mostly after the NAK; once in a full CI run (2026-11-27) the
+    # sender's retry timer beat an emulated receiver's NAK: the PSN came again before the
+    # NAK, was acknowledged, and the late NAK was stale. Either way it is a second sending.
+    again = [f for f in sends if f["psn"] == first_psn]
+    assert again and again[0]["index"] > sends[0]["index"], (again, naks[0])
     # the decoder marks it all without knowing the fault (labctl.wire.recovery)
     assert naks[0]["recovery"] == "NAK: PSN sequence error"
     assert sends[0]["recovery"].startswith("after a gap")

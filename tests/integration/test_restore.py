@@ -3,7 +3,8 @@ two restored at once from one saved machine keep their own identities, and a sav
 labctl cannot use is a cold boot with one line saying why.
 
 Lab names: LABCTL_TEST_RESTORE_LABS ("A,B"; default rst-a,rst-b), and A-c, B-c for the
-fallbacks (their labs run while A and B are up).
+fallbacks (their labs run while A and B are up); LABCTL_TEST_RESTORE_FOUR (rst-four) for the
+four-node lab.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from labctl.paths import cache_root
 from labctl.store.labdir import LabDir
 from labctl.topology.load import load_lab
 from labctl.vm.saved import RESTORE_FORMAT, MachineShape, file_sha256, saved_dir
+from tests.integration.capturecheck import assert_pingpong_on_the_wire
 from tests.integration.conftest import REPO, labctl, make_topology, nothing_left, passed_run
 
 pytestmark = pytest.mark.integration
@@ -143,6 +145,48 @@ def test_two_restored_labs_have_their_own_identities(
     for field in ("mgmt_mac", "boot_id", "host_key", "random"):
         values = [identity[field] for identity in found.values()]
         assert len(set(values)) == len(values), (field, values)
+
+
+# --- four nodes ---------------------------------------------------------------------------
+FOUR = os.environ.get("LABCTL_TEST_RESTORE_FOUR", "rst-four")
+
+
+def test_a_restored_four_node_lab_passes_what_a_cold_one_does(tmp_path: Path) -> None:
+    """topologies/four-node.yaml, restored: every port ACTIVE, a captured RC pingpong and an
+    rping between nodes other than the first pair, `devinfo -v` byte-equal to the C tool,
+    and the four qemus mapping the one saved RAM file (copy on write) under the guard."""
+    topology = make_topology(tmp_path, "four-node.yaml", FOUR)
+    lifecycle.destroy(FOUR)
+    try:
+        record, err = _finish(_up(topology, FOUR))
+        assert not COLD_LINE.search(err), err
+        names = ["node1", "node2", "node3", "node4"]
+        assert record["restored"] == names
+        for node in record["status"]["nodes"]:
+            assert node["state"] == "running"
+            assert [d["port_state"] for d in node["devices"]] == ["ACTIVE"]
+            assert _restored(FOUR, node["name"])
+        captured = labctl("run", "pingpong", "--server", "node3", "--client", "node4",
+                          "--transport", "rc", "--iters", "3", "--size", "64", "--lab", FOUR,
+                          "--capture-dir", str(tmp_path), "--json", timeout=300)
+        run = json.loads(captured.stdout)
+        assert run["status"] == "passed", captured.stdout + captured.stderr
+        assert_pingpong_on_the_wire(run, 3)
+        passed_run(FOUR, "rping", "--server", "node4", "--client", "node2")
+        handle = LabHandle(LabDir(FOUR))
+        c = handle.run("node4", ["ibv_devinfo", "-v"], timeout=120)
+        host = labctl("devinfo", "node4", "-v", "--lab", FOUR, timeout=180)
+        assert c.returncode == 0 and host.stdout == c.stdout, host.stderr
+        ram = os.path.realpath(_saved_path(topology) / "ram")
+        state = handle.labdir.load_state()
+        for name in names:
+            pid = state.nodes[name].pid
+            assert any(line.endswith(" " + ram) for line in
+                       Path(f"/proc/{pid}/maps").read_text().splitlines()), name
+            status = Path(f"/proc/{pid}/status").read_text()
+            assert "Seccomp:\t2" in status, name  # the hole-punch guard (filter mode)
+    finally:
+        nothing_left(FOUR, lifecycle.destroy(FOUR))
 
 
 # --- a saved machine labctl cannot use -------------------------------------------------
