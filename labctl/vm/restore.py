@@ -36,13 +36,18 @@ def restored_macs(lab: Lab, node: Node) -> list[tuple[str, str]]:
         (template_mac(k), iface.mac) for k, iface in enumerate(node.interfaces)]
 
 
+def _refused(machine: QemuMachine) -> str:
+    """Why a restored node's qemu is gone: the end of its log."""
+    log = tail(machine.qemu_log, 3).strip().replace("\n", " / ")
+    return f"{REFUSED} ({log[:300] or 'qemu exited'})"
+
+
 def _load(machine: QemuMachine, pid: int, state_file: Path, deadline: float) -> str | None:
     """Have qemu (-incoming defer) load the saved devices, its RAM being the saved file
     (x-ignore-shared, as when it was saved); None once it loads, else why not."""
     while time.monotonic() < deadline:
         if not machine.owns(pid):
-            log = tail(machine.qemu_log, 3).strip().replace("\n", " / ")
-            return f"{REFUSED} ({log[:300] or 'qemu exited'})"
+            return _refused(machine)
         try:
             machine.qmp("migrate-set-capabilities", capabilities=[IGNORE_SHARED])
         except LabctlError:  # its QMP socket may not be there yet
@@ -61,8 +66,7 @@ def _running(machine: QemuMachine, pid: int, deadline: float) -> str | None:
     """None once qemu runs the restored machine; else why not."""
     while time.monotonic() < deadline:
         if not machine.owns(pid):
-            log = tail(machine.qemu_log, 3).strip().replace("\n", " / ")
-            return f"{REFUSED} ({log[:300] or 'qemu exited'})"
+            return _refused(machine)
         with contextlib.suppress(LabctlError):  # its QMP socket may not be there yet
             status = machine.qmp("query-status")
             now = status.get("status") if isinstance(status, dict) else None
