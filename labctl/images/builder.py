@@ -18,6 +18,7 @@ import lzma
 import os
 import shlex
 import shutil
+import stat
 import struct
 import subprocess
 import time
@@ -44,6 +45,8 @@ NODE_MODULES = ("virtio_net", "virtio_rng", "ib_uverbs", "rdma_ucm", "rdma_rxe",
 # labctl-devinfo and labctl-devices in a node: a compiled client of the inspector's helper.
 CLIENT_SOURCE = "verbs-client.c"
 HOST_TOOLS = {"mmdebstrap": "mmdebstrap", "mkfs.ext4": "e2fsprogs"}
+# Packages in the shared download directory that no build read for this long are dropped.
+DEBS_KEEP_DAYS = 14.0
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,43 @@ def _run_streamed(argv: list[str], progress: Progress, log: Path) -> None:
             )
 
 
+def built_artifacts_dir(recipe: Recipe) -> Path:
+    """Where build.sh keeps what it compiled (siw.ko per kernel, the inspector client), so
+    that the next image of the same userland suite installs them instead of downloading
+    the kernel's whole source (about 150 MB) and a compiler again: build.sh adds the kernel
+    package's ABI and version below it. Keyed by what the build reads from labctl."""
+    inputs = [_resource_text("hooks", "build.sh"), _resource_text(CLIENT_SOURCE)]
+    digest = hashlib.sha256(json.dumps(inputs).encode()).hexdigest()[:12]
+    return cache_root() / "images" / ".built" / f"{recipe.suite}-{digest}"
+
+
+def debs_dir() -> Path:
+    """Debian packages downloaded by earlier image builds, offered to the next one (every
+    image shares most of its packages with the others: a cold CI builds five)."""
+    return cache_root() / "images" / ".debs"
+
+
+def _prepare_shared_dir(path: Path) -> None:
+    """A cache directory of ours: made if missing, refused when it is anything but a real
+    directory (a planted link would have root write where it points)."""
+    path.mkdir(parents=True, exist_ok=True)
+    st = path.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise LabctlError(f"{path} is not a directory labctl made",
+                          hint=f"remove it (rm -rf {shlex.quote(str(path))}) and build again")
+
+
+def prune_debs(directory: Path, keep_days: float = DEBS_KEEP_DAYS) -> None:
+    """Drop packages no build has read for `keep_days` (sync-in reads each one, which
+    updates its access time under relatime at least once a day): the directory keeps what
+    the current images are made of, not every version ever downloaded."""
+    cutoff = time.time() - keep_days * 86400
+    for entry in os.scandir(directory):
+        if (entry.name.endswith(".deb") and entry.is_file(follow_symlinks=False)
+                and entry.stat(follow_symlinks=False).st_atime < cutoff):
+            Path(entry.path).unlink(missing_ok=True)
+
+
 def _mmdebstrap(
     recipe: Recipe, rootdir: Path, mirror: str | None, progress: Progress, log: Path
 ) -> None:
@@ -186,6 +226,11 @@ def _mmdebstrap(
     build_hook = Path(str(hooks.joinpath("build.sh")))
     client = Path(str(resources.files("labctl.images").joinpath(CLIENT_SOURCE)))
     trim_hook = Path(str(hooks.joinpath("trim.sh")))
+    built = built_artifacts_dir(recipe)
+    debs = debs_dir()
+    for directory in (built, debs):
+        _prepare_shared_dir(directory)
+    quoted_debs = shlex.quote(str(debs))
     argv = [
         "mmdebstrap",
         "--variant=minbase",
@@ -194,11 +239,19 @@ def _mmdebstrap(
         "--dpkgopt=path-exclude=/usr/share/doc/*",
         "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*",
+        # The packages earlier builds downloaded go in first, and stay after the essential
+        # step, so apt downloads only what is new; they go back out before the trim. Data,
+        # not authority: apt checks each file against this build's signed indexes.
+        "--skip=essential/unlink",
+        '--setup-hook=mkdir -p "$1"/var/cache/apt/archives/',
+        f"--setup-hook=sync-in {quoted_debs} /var/cache/apt/archives/",
         f'--customize-hook=sh {kernel_hook} "$1" {recipe.kernel_suite}',
         # soft-iWARP (Debian's kernels lack it) and labctl's compiled inspector client
-        f'--customize-hook=sh {build_hook} "$1" {recipe.kernel_suite} {shlex.quote(str(client))}',
+        f'--customize-hook=sh {build_hook} "$1" {recipe.kernel_suite} '
+        f"{shlex.quote(str(client))} {shlex.quote(str(built))}",
         *(f'--customize-hook=sh {shlex.quote(str(hooks.joinpath(h)))} "$1"'
           for h in recipe.hooks),
+        f"--customize-hook=sync-out /var/cache/apt/archives {quoted_debs}",
         f'--customize-hook=sh {trim_hook} "$1"',
         # Options end here: no suite, path or mirror after it is ever read as an option
         # (mmdebstrap's Getopt reads options after its arguments too).
@@ -390,6 +443,7 @@ def _build_locked(
         rootdir = work / "rootfs"
         progress(f"debootstrap {recipe.suite} + kernel from {recipe.kernel_suite}")
         _mmdebstrap(recipe, rootdir, mirror, progress, log)
+        prune_debs(debs_dir())
         kernel = (rootdir / "etc/labctl-kernel").read_text().strip()
         shutil.copyfile(rootdir / f"usr/lib/modules/{kernel}/vmlinuz", work / "vmlinuz")
         extract_vmlinux(work / "vmlinuz", work / "vmlinux")
