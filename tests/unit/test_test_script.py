@@ -1,0 +1,78 @@
+"""scripts/test.sh (the README's test command, what CI runs): its stages, in a copy of the
+script beside fake tools that log what they were asked (setup, ruff, mypy, pytest, labctl)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _tree(tmp_path: Path, failing_image: str = "") -> tuple[Path, Path]:
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "test.sh"
+    script.write_text((ROOT / "scripts" / "test.sh").read_text())
+    log = tmp_path / "calls"
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    fakes = {
+        tmp_path / "scripts" / "setup.sh": "setup",
+        bin_dir / "ruff": "ruff",
+        bin_dir / "mypy": "mypy",
+        # pytest writes no junit file: the script's summary reads none
+        bin_dir / "python": "python",
+        bin_dir / "labctl": "labctl",
+    }
+    for path, name in fakes.items():
+        fail = (f'case "$*" in *"build {failing_image}"*) exit 1;; esac\n'
+                if name == "labctl" and failing_image else "")
+        path.write_text(f'#!/bin/sh\necho "{name} $*" >> {log}\n{fail}exit 0\n')
+        path.chmod(0o755)
+    return script, log
+
+
+def _run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(script), *args], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "TEST_WORKERS": "2"})
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the images stage runs as root only")
+def test_the_images_are_built_after_the_unit_tests_and_before_the_integration_tests(
+        tmp_path: Path) -> None:
+    script, log = _tree(tmp_path)
+    result = _run(script)
+    assert result.returncode == 0, result.stdout + result.stderr
+    calls = log.read_text().splitlines()
+    unit = next(i for i, c in enumerate(calls) if "tests/unit" in c)
+    integration = next(i for i, c in enumerate(calls) if "tests/integration" in c)
+    built = [c for c in calls[unit:integration] if c.startswith("labctl ")]
+    assert built == [f"labctl image build {n}" for n in
+                     ("trixie", "trixie-dev", "trixie-workloads", "docker-host")] + \
+        [f"labctl image box {n}" for n in ("trixie", "trixie-dev")]
+    timings = result.stdout.split("stage timings (seconds):")[1]
+    assert [line.split()[0] for line in timings.strip().splitlines()] == [
+        "setup", "lint", "typecheck", "unit", "images", "integration", "total"]
+    assert "image trixie-workloads: 0 s" in result.stdout
+
+
+def test_unit_paths_alone_build_no_image(tmp_path: Path) -> None:
+    script, log = _tree(tmp_path)
+    result = _run(script, "tests/unit")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not any(c.startswith("labctl ") for c in log.read_text().splitlines())
+    assert "  images " not in result.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the images stage runs as root only")
+def test_a_failed_image_build_fails_the_run_and_says_which_stage(tmp_path: Path) -> None:
+    script, log = _tree(tmp_path, failing_image="trixie-workloads")
+    result = _run(script)
+    assert result.returncode == 1
+    assert "  images " in result.stdout and "(failed)" in result.stdout.split("  images ")[1]
+    calls = log.read_text().splitlines()
+    assert "labctl image build docker-host" not in calls  # stopped at the first failure
+    assert any("tests/integration" in c for c in calls)  # the tests still ran
