@@ -186,14 +186,14 @@ def render() -> str:
         help_text = (command.help or "").strip()
         if help_text:
             lines += [help_text.split("\n\n")[0].strip(), ""]
-        lines += ["```", usage(path, command), "```", ""]
+        lines += ["```", "Usage: " + usage(path, command), "```", ""]
         if is_group:
             subs = [f"`{name}`" for name, sub in sorted(command.commands.items())
                     if not getattr(sub, "hidden", False)]
             lines += ["Commands: " + ", ".join(subs) + ".", ""]
             if path != ("labctl",):
                 continue
-        lines += parameters(command) + [""]
+        lines += [*parameters(command), ""]
         if not is_group:
             example = examples.get(path) or FALLBACK_EXAMPLES.get(path) or \
                 f"{' '.join(path)} --help"

@@ -41,7 +41,7 @@ def test_each_command_has_its_section_usage_options_and_example(path: tuple[str,
     title = f"## {' '.join(path)}\n"
     assert title in TEXT
     section = TEXT.split(title, 1)[1].split("\n## ", 1)[0]
-    assert f"```\n{' '.join(path)} " in section  # the usage line
+    assert f"```\nUsage: {' '.join(path)} " in section  # the usage line
     if getattr(command, "commands", None) and path != ("labctl",):
         return  # a group: its commands have the sections
     for param in command.params:
