@@ -236,3 +236,24 @@ def test_the_demo_looks_where_labctl_keeps_labs() -> None:
     assert f"${{LABCTL_STATE_DIR:-{DEFAULT_STATE_ROOT}}}" in demo
     assert re.search(r"^name: two-node$", (ROOT / "topologies" / "two-node.yaml").read_text(),
                      re.M)
+
+
+def test_the_readme_session_refuses_a_lab_of_its_name(tmp_path: Path) -> None:
+    """scripts/readme-session.sh takes its lab down at the end: like the demo, it refuses
+    to start over a lab it did not make, and leaves that lab alone."""
+    checkout = tmp_path / "checkout"
+    (checkout / "scripts").mkdir(parents=True)
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "readme-session.sh", checkout / "scripts")
+    log = tmp_path / "labctl.log"
+    _stub(checkout / ".venv" / "bin", "labctl", f'echo "$*" >> {log}')
+    state = tmp_path / "state"
+    (state / "other").mkdir(parents=True)
+    result = subprocess.run([BASH, str(checkout / "scripts" / "readme-session.sh"), "other"],
+                            capture_output=True, text=True, timeout=60, check=False,
+                            env={"PATH": "/usr/bin:/bin", "LABCTL_STATE_DIR": str(state),
+                                 "TMPDIR": str(tmp_path)})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "error: a lab named other is already there" in result.stderr
+    assert "hint: run it with another name" in result.stderr
+    assert not log.exists() and (state / "other").is_dir()
