@@ -102,7 +102,11 @@ for word in "${extras[@]}"; do
     satisfied "$word" || missing+=("$word?")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
-    echo "setup.sh: installing ${missing[*]}"
+    shown=()
+    for word in "${missing[@]}"; do
+        [[ $word == *\? ]] || shown+=("${word//|/ or }")
+    done
+    echo "setup.sh: missing ${shown[*]:-no required package}; the release's package lists first (apt-get update)"
     apt-get update -qq
     required=()
     for word in "${missing[@]}"; do
@@ -116,6 +120,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
             *) required+=("$(pick "$word")") ;;
         esac
     done
+    echo "setup.sh: installing ${required[*]}"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${required[@]}" >/dev/null
 fi
 # .venv: made and filled by pip only when it lacks what is asked: a stamp records which

@@ -104,6 +104,11 @@ def test_without_arguments_it_installs_what_the_tests_need(tmp_path: Path,
     installed = _installed(log)
     assert installed == _as_on(lacks, lists["lab"] + lists["tests"]) + lists["optional"]
     assert docker_package in installed and DOCKER_CLI in lists["tests"]
+    said = out.splitlines()
+    assert said[0].startswith("setup.sh: missing qemu-system-x86 ")  # why apt-get update runs
+    assert "libpcap0.8t64 or libpcap0.8" in said[0] and "docker-cli or docker.io" in said[0]
+    assert "?" not in said[0] and "vagrant" not in said[0]  # optional ones: not "missing"
+    assert f"setup.sh: installing {' '.join(installed)}" in said
     assert "python -m pip install -q -e .[dev]" in log.splitlines()
 
 
