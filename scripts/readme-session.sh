@@ -3,14 +3,20 @@
 # name LAB (default two-node; a copy of topologies/two-node.yaml with that name), runs the
 # commands the README shows, prints each one after a "# " prompt followed by its real output
 # (stdout and stderr, as rich prints them when stdout is not a terminal), and takes the
-# lab down (KEEP=1 leaves it up). Run as root from anywhere; paste the output into
-# README.md's "A session".
+# lab down (KEEP=1 leaves it up); a lab of that name already there is refused, untouched.
+# Run as root from anywhere; paste the output into README.md's "A session".
 # Re-run it when an output format changes (tests/unit/test_docs.py checks the commands).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lab=${1:-two-node}
 if ! [[ $lab =~ ^[a-z][a-z0-9-]{0,19}$ ]]; then
     echo "readme-session.sh: bad lab name '$lab'" >&2
+    exit 2
+fi
+labs=${LABCTL_STATE_DIR:-/var/lib/labctl/labs}  # labctl/paths.py's state_root()
+if [ -e "$labs/$lab" ]; then  # it removes the lab at the end: only one it made
+    echo "error: a lab named $lab is already there ($labs/$lab); this script makes its own and removes it afterwards" >&2
+    echo "hint: run it with another name (scripts/readme-session.sh NAME), or remove that lab ('labctl down --lab $lab')" >&2
     exit 2
 fi
 export PATH="$PWD/.venv/bin:$PATH"

@@ -209,7 +209,8 @@ def test_the_docs_have_commands_to_check() -> None:
     assert len(COMMANDS) > 80
     assert {c.where.split(":")[0] for c in COMMANDS} >= {
         "README.md", "docs/topology.md", "docs/examples.md", "docs/inspector.md",
-        "docs/docker.md", "docs/vagrant.md"}
+        "docs/docker.md", "docs/vagrant.md", "docs/install.md", "docs/usage.md",
+        "docs/troubleshooting.md", "docs/cli.md", "docs/faults.md"}
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[c.where for c in COMMANDS])
@@ -256,7 +257,7 @@ def test_extractor_reads_blocks_and_inline_code(tmp_path: Path) -> None:
 SHIPPED = sorted(p.name for p in (ROOT / "topologies").glob("*.yaml"))
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/topology.md"])
+@pytest.mark.parametrize("doc", ["docs/usage.md", "docs/topology.md"])
 def test_every_shipped_topology_is_documented(doc: str) -> None:
     text = (ROOT / doc).read_text()
     assert SHIPPED, "no topologies found"
@@ -264,16 +265,19 @@ def test_every_shipped_topology_is_documented(doc: str) -> None:
     assert missing == [], f"{doc} does not mention {missing}"
 
 
-def test_readme_names_each_setup_list_word_for_word() -> None:
-    """README's opening gives scripts/setup.sh's package lists as they are, one code span
+INSTALL = ROOT / "docs" / "install.md"
+
+
+def test_install_page_names_each_setup_list_word_for_word() -> None:
+    """docs/install.md gives scripts/setup.sh's package lists as they are, one code span
     each: what `--minimal` (demo.sh) installs, what the tests add, the optional ones. A
-    package moved from one list to another in setup.sh must move in README too."""
-    readme = (ROOT / "README.md").read_text()
+    package moved from one list to another in setup.sh must move there too."""
+    readme = INSTALL.read_text()
     spans = set(_CODE_SPAN.findall(readme))
     lists = setup_lists()
     assert {name: " ".join(packages) for name, packages in lists.items()
             if " ".join(packages) not in spans} == {}
-    opening = readme[:readme.index("## A session")]
+    opening = readme[:readme.index("## What it costs")]
     # each list is said to belong to its command, in this order
     order = [opening.index(f"`{' '.join(lists[name])}`") for name in SETUP_LISTS]
     assert order == sorted(order)
@@ -281,7 +285,7 @@ def test_readme_names_each_setup_list_word_for_word() -> None:
     assert order[0] < opening.index("`./scripts/test.sh` runs `scripts/setup.sh`") < order[1]
 
 
-def test_readme_says_cpio_is_only_for_the_tests() -> None:
+def test_install_page_says_cpio_is_only_for_the_tests() -> None:
     """labctl writes its initramfs itself (labctl/images/cpio.py); only a unit test runs
     GNU cpio. README said qemu nodes need it."""
     lists = setup_lists()
@@ -289,7 +293,7 @@ def test_readme_says_cpio_is_only_for_the_tests() -> None:
     runs_cpio = [p for p in (ROOT / "labctl").rglob("*.py")  # an argv that starts with it
                  if re.search(r"""\[\s*["']cpio["']""", p.read_text())]
     assert runs_cpio == []
-    readme = (ROOT / "README.md").read_text()
+    readme = INSTALL.read_text()
     assert "zstd cpio" not in readme and "GNU cpio reads back labctl's initramfs" in readme
 
 
@@ -316,12 +320,13 @@ def _requirement_names(requirements: list[str]) -> list[str]:
     return names
 
 
-def test_readme_describes_every_extra_with_what_it_holds() -> None:
-    """"Extras: `plot` (matplotlib), ..." in README names each of pyproject.toml's extras and
-    every requirement in it (README once left jsonschema, types-PyYAML and setuptools out)."""
+def test_install_page_describes_every_extra_with_what_it_holds() -> None:
+    """"Extras: `plot` (matplotlib), ..." in docs/install.md names each of pyproject.toml's
+    extras and every requirement in it (it once left jsonschema, types-PyYAML and
+    setuptools out)."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join(INSTALL.read_text().split())
     described = readme[readme.index("Extras: "):]
     missing = {}
     for extra, requirements in extras.items():
@@ -370,7 +375,7 @@ def _link_changers() -> dict[str, bool]:
         ("qemu", QemuProvider), ("docker", DockerProvider), ("vagrant", VagrantProvider))}
 
 
-def test_readme_says_which_providers_link_set_works_for() -> None:
+def test_usage_says_which_providers_link_set_works_for() -> None:
     """README said `link set` was for qemu labs; docker labs have it too (the veth's bridge
     end), multi-host docker labs and vagrant labs refuse it (exit 2)."""
     from labctl.providers.base import Provider
@@ -379,7 +384,7 @@ def test_readme_says_which_providers_link_set_works_for() -> None:
     changers = _link_changers()
     assert changers == {"qemu": True, "docker": True, "vagrant": False}
     assert SwarmProvider.set_link_state is Provider.set_link_state  # multi-host: refused
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join((ROOT / "docs" / "usage.md").read_text().split())
     row = next(line for line in readme.split("| `labctl ") if line.startswith("link set"))
     said = row.split(" | ")[1]  # the row's second cell: what the commands do
     refused = said[said.rindex("("):]  # "(vagrant and multi-host labs: exit 2)"

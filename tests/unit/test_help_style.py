@@ -201,7 +201,7 @@ def _short_flags() -> dict[str, set[str]]:
 
 
 def _readme_short_flags() -> dict[str, set[str]]:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "usage.md").read_text()
     table = readme.split("A short flag means one thing", 1)[1].split("\n\n", 2)[1]
     rows: dict[str, set[str]] = {}
     for line in table.splitlines()[2:]:
@@ -212,7 +212,7 @@ def _readme_short_flags() -> dict[str, set[str]]:
 
 def test_a_short_flag_means_one_thing_everywhere() -> None:
     """One long option per short flag (--size and bench's --sizes are both message sizes in
-    bytes), and README's table lists exactly these."""
+    bytes), and docs/usage.md's table lists exactly these."""
     flags = _short_flags()
     flags["-h"] = {"--help"}  # help options are not params
     for short, longs in flags.items():
