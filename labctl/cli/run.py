@@ -24,7 +24,7 @@ from labctl.cli.common import (
     run_value,
     seconds,
 )
-from labctl.cli.shapes import ExampleRow
+from labctl.cli.shapes import ExampleRow, RunListOutput
 from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle, open_lab
 from labctl.runners.custom import custom_spec
@@ -188,12 +188,15 @@ def _outcome(r: RunResult) -> str:
     return f"[{color}]{r.status}[/]" + (f" ({escape('; '.join(notes))})" if notes else "")
 
 
-def print_results(results: list[RunResult], as_json: bool, *, summary: bool = False,
-                  as_list: bool = False) -> None:
+def print_records(results: list[RunResult]) -> None:
+    """A run's --json: its records under one key, `{"records": [...]}`, for one pair as for
+    many (docs/json.md: the top level is always an object)."""
+    print(json.dumps({"records": [r.to_dict() for r in results]}, indent=2))
+
+
+def print_results(results: list[RunResult], as_json: bool, *, summary: bool = False) -> None:
     if as_json:
-        records = [r.to_dict() for r in results]
-        one = len(records) == 1 and not summary and not as_list
-        print(json.dumps(records[0] if one else records, indent=2))
+        print_records(results)
     elif summary:
         table = Table(title="summary")
         for column in ("example", "transport/test", "server", "client", "result",
@@ -322,11 +325,11 @@ def _run_pairs(handle: LabHandle, spec: ExampleSpec, chosen: list[tuple[str, str
     if not as_json:
         _print_example_matrix(results, chosen)
     if all(r.status == "skipped" for r in results):
-        print_results(results, as_json, as_list=True)
+        print_results(results, as_json)
         err_console.print(f"[bold red]refused:[/] {spec.label}: no pair can run it: "
                           + "; ".join(dict.fromkeys(r.reason for r in results)))
         raise typer.Exit(2)
-    print_results(results, as_json, as_list=True)  # exits 1 on a failure
+    print_results(results, as_json)  # exits 1 on a failure
 
 
 for _command in RUN_COMMANDS:
@@ -358,7 +361,7 @@ def _run_storage(command: RunCommand, values: dict[str, Any]) -> None:
 
     results = [r for rs in run_pairs(chosen, values["jobs"], pair) for r in rs]
     if as_json:
-        print(json.dumps([r.to_dict() for r in results], indent=2))
+        print_records(results)
     else:
         _print_storage_table(command.name, results)
         for r in results:
@@ -396,28 +399,58 @@ for _command in STORAGE_COMMANDS:
 
 
 def example_list() -> list[ExampleRow]:
-    """Every example: its command, variants, what it teaches, the devices it runs on."""
+    """Every `labctl run` subcommand, in the order they are registered (so that none can be
+    missing): a catalogue example's variants, what it teaches and the devices it runs on; a
+    command that is not one example (all, custom, ucx, ...) has the first sentence of its
+    help, no variants and `devices` None."""
     rows: dict[str, ExampleRow] = {}
     for (name, variant), spec in EXAMPLES.items():
         row = rows.setdefault(name, {"example": name, "variants": [], "devices": {},
                                      "teaches": TEACHES.get(name, "")})
         row["variants"].append(variant)
         for device in ("rxe", "siw"):
-            row["devices"].setdefault(device, [])
+            devices = row["devices"]
+            assert devices is not None
+            devices.setdefault(device, [])
             if spec.supports(device):
-                row["devices"][device].append(variant)
+                devices[device].append(variant)
     for (name, variant), workload in WORKLOADS.items():  # `run nvmeof`, `run nfs`
         row = rows.setdefault(name, {"example": name, "variants": [], "devices": {},
                                      "teaches": STORAGE_TEACHES.get(name, "")})
         row["variants"].append(variant)
         for device in ("rxe", "siw"):
-            row["devices"].setdefault(device, [])
+            devices = row["devices"]
+            assert devices is not None
+            devices.setdefault(device, [])
             if workload.spec.supports(device):
-                row["devices"][device].append(variant)
-    return list(rows.values())
+                devices[device].append(variant)
+    listed: list[ExampleRow] = []
+    for name, doc in run_commands():
+        listed.append(rows.get(name) or {"example": name, "variants": [], "devices": None,
+                                         "teaches": _first_sentence(doc)})
+    return listed
+
+
+def run_commands() -> list[tuple[str, str]]:
+    """The subcommands registered on `labctl run` (but `list` itself), with their help."""
+    found = []
+    for info in run_app.registered_commands:
+        name = info.name or (info.callback.__name__ if info.callback else "")
+        if name and name != "list":
+            found.append((name, inspect.getdoc(info.callback) or "" if info.callback else ""))
+    return found
+
+
+def _first_sentence(doc: str) -> str:
+    """A help text's first sentence, on one line, without its full stop."""
+    text = " ".join(doc.split())
+    end = text.find(". ")
+    return (text[:end] if end >= 0 else text).rstrip(".")
 
 
 def _devices_text(row: ExampleRow) -> str:
+    if row["devices"] is None:
+        return f"see `labctl run {row['example']} -h`"
     parts = []
     for device, variants in row["devices"].items():
         if not variants:
@@ -432,7 +465,8 @@ def run_list(as_json: bool = JsonOption) -> None:
     """Every example: what it teaches and which devices (rxe, siw) it runs on."""
     rows = example_list()
     if as_json:
-        print(json.dumps(rows, indent=2))
+        listing: RunListOutput = {"examples": rows}
+        print(json.dumps(listing, indent=2))
         return
     table = Table(title="examples (labctl run NAME)")
     for column in ("example", "variants", "teaches", "devices"):
