@@ -11,7 +11,7 @@ import typer
 import typer.main
 
 from labctl.cli.common import HELP_SETTINGS
-from labctl.cli.report import print_error, print_interrupted
+from labctl.cli.report import on_interrupt, print_error, print_interrupted
 from labctl.errors import LabctlError, UsageError
 
 # Each module registers its command(s) on the app through `register(app)`.
@@ -149,12 +149,21 @@ def tidy_help_text(command: Any) -> None:
         tidy_help_text(sub)
 
 
+def lowercase_first(message: str) -> str:
+    """click's "No such option: --x" in labctl's voice, "no such option: --x"; a first word
+    that is a name or an acronym (RDMA, NODE, IPv4) stays as it is."""
+    word = message.split(" ", 1)[0]
+    if len(word) > 1 and word[0].isupper() and word[1:].isalpha() and word[1:].islower():
+        return message[0].lower() + message[1:]
+    return message
+
+
 def usage_error(exc: Exception) -> UsageError:
     """A click usage error (bad value, unknown option or command, missing argument) as
     labctl's own: `error: MESSAGE` and a hint with the usage line and where help is."""
     formatted = getattr(exc, "format_message", None)
     message = formatted() if callable(formatted) else str(exc)
-    message = one_line(str(message))
+    message = lowercase_first(one_line(str(message)))
     if len(message) > MESSAGE_LIMIT:
         message = message[:MESSAGE_LIMIT] + "…"
     ctx = getattr(exc, "ctx", None)
@@ -174,6 +183,7 @@ def cli_command() -> Any:
 def main() -> None:
     # standalone_mode=False: click raises its errors to us instead of printing its boxed
     # form, and returns the code of a typer.Exit (help, --version, a command's exit).
+    on_interrupt("")  # read-only until a command says what an interrupt would leave
     try:
         # prog_name: usage lines and the completion variable (_LABCTL_COMPLETE) are labctl's
         # however it was started (python -m labctl, the script, a test)

@@ -9,6 +9,7 @@ import time
 import typer
 
 from labctl.cli.common import LabOption, console, err_console, seconds
+from labctl.cli.report import on_interrupt
 from labctl.cli.shapes import CopyOutput
 from labctl.lab.handle import open_lab
 from labctl.lab.transfer import copy_from_node, copy_to_node, parse_copy
@@ -29,6 +30,10 @@ def cp(
     request = parse_copy(src, dst)  # bad arguments exit 2 before the lab is opened
     handle = open_lab(lab)
     handle.argv(request.node, [])  # an unknown node: exit 2, nothing copied
+    on_interrupt(f"lab {handle.lab.name} is untouched, do not `labctl down` it; " + (
+        f"DST in {request.node} is as it was, but for a hidden .labctl-cp.* directory "
+        "beside it if the node's side could not remove it" if request.to_node
+        else "nothing was written at DST on the host"))
     skipped: str | None = None
     if request.to_node:
         where = copy_to_node(handle, request, timeout)

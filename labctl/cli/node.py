@@ -14,6 +14,7 @@ from typing import Literal
 import typer
 
 from labctl.cli.common import LabOption, NodeArgument, console, progress_reporter, seconds
+from labctl.cli.report import on_interrupt
 from labctl.cli.shapes import NodeActionOutput
 from labctl.lab import lifecycle
 from labctl.store.labdir import find_labdir
@@ -21,6 +22,12 @@ from labctl.store.labdir import find_labdir
 TimeoutOption = typer.Option(300, help="Seconds to wait for the node to be ready.",
                              metavar="SECONDS", callback=seconds("timeout"))
 JsonOption = typer.Option(False, "--json", help="Print JSON (docs/json.md).")
+
+
+def _node_interrupted(lab: str, node: str) -> str:
+    """Ctrl-C in stop, start or restart: only that node may be half-way; the rest runs on."""
+    return (f"only {node} of lab {lab} may be half-way (the other nodes run on): "
+            f"`labctl restart {node} --lab {lab}` brings it back")
 
 
 def _print_json(lab: str, node: str, action: Literal["stopped", "started", "restarted"],
@@ -34,6 +41,7 @@ def stop(node: str = NodeArgument, lab: str = LabOption, as_json: bool = JsonOpt
     """Stop one node as a crash would (its peers see its links go); the rest runs on."""
     started = time.monotonic()
     labdir = find_labdir(lab)
+    on_interrupt(_node_interrupted(labdir.name, node))
     lifecycle.stop_node(labdir, node)
     if as_json:
         _print_json(labdir.name, node, "stopped", started)
@@ -47,6 +55,7 @@ def start(node: str = NodeArgument, lab: str = LabOption,
     """Start a stopped node again (same disk and addresses) and wait for its RDMA device."""
     started = time.monotonic()
     labdir = find_labdir(lab)
+    on_interrupt(_node_interrupted(labdir.name, node))
     with progress_reporter(f"start {node}") as progress:
         lifecycle.start_node(labdir, node, timeout, progress)
     if as_json:
@@ -60,6 +69,7 @@ def restart(node: str = NodeArgument, lab: str = LabOption,
     """Stop one node and start it again (a stopped node is only started)."""
     started = time.monotonic()
     labdir = find_labdir(lab)
+    on_interrupt(_node_interrupted(labdir.name, node))
     with progress_reporter(f"restart {node}") as progress:
         lifecycle.restart_node(labdir, node, timeout, progress)
     if as_json:

@@ -6,7 +6,7 @@ import inspect
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -24,6 +24,7 @@ from labctl.cli.common import (
     run_value,
     seconds,
 )
+from labctl.cli.report import on_interrupt, print_error
 from labctl.cli.shapes import ExampleRow, RunListOutput
 from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle, open_lab
@@ -118,6 +119,7 @@ def add_command(app: typer.Typer, command: RunCommand, action: Action, *,
     params = [(o.name, o.value_type, typer_parameter(o)) for o in own] + tail
 
     def run_command(**values: Any) -> None:
+        on_interrupt(run_interrupted(values.get("timeout")))
         action(command, values)
 
     run_command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
@@ -126,6 +128,26 @@ def add_command(app: typer.Typer, command: RunCommand, action: Action, *,
         return_annotation=None)
     run_command.__doc__ = command.doc
     app.command(command.name)(run_command)
+
+
+REFUSED_HINT = ("`labctl run list` shows the devices each example runs on; choose other "
+                "nodes with --server/--client or --pairs")
+
+
+def refuse(what: str) -> NoReturn:
+    """A run asked for by name that the chosen nodes cannot run: bad input (exit 2), said
+    as every usage error is, after the records (--json) or the table."""
+    print_error(UsageError(f"refused: {what}", hint=REFUSED_HINT))
+    raise typer.Exit(2)
+
+
+def run_interrupted(timeout: float | None) -> str:
+    """What an interrupted run leaves: its local processes are gone, a program it started
+    in a node ends by its own bound; the lab itself is as it was."""
+    bound = f" (at most {timeout:g} s)" if timeout else ""
+    return ("the lab is untouched, do not `labctl down` it: labctl stopped its own "
+            "processes, and a program the run started in a node ends within the run's "
+            f"timeout{bound}")
 
 
 def key_figure_text(result: RunResult) -> str:
@@ -295,9 +317,7 @@ def _run_spec(spec: ExampleSpec, options: dict[str, Any], values: dict[str, Any]
     print_results([result], as_json)
     if result.status == "skipped":
         # Asked for by name, an unsupported run is refused: say why, exit as for bad input.
-        err_console.print(f"[bold red]refused:[/] {result.label} between {server} and "
-                          f"{client}: {result.reason}")
-        raise typer.Exit(2)
+        refuse(f"{result.label} between {server} and {client}: {result.reason}")
 
 
 def _run_pairs(handle: LabHandle, spec: ExampleSpec, chosen: list[tuple[str, str]],
@@ -326,9 +346,8 @@ def _run_pairs(handle: LabHandle, spec: ExampleSpec, chosen: list[tuple[str, str
         _print_example_matrix(results, chosen)
     if all(r.status == "skipped" for r in results):
         print_results(results, as_json)
-        err_console.print(f"[bold red]refused:[/] {spec.label}: no pair can run it: "
-                          + "; ".join(dict.fromkeys(r.reason for r in results)))
-        raise typer.Exit(2)
+        refuse(f"{spec.label}: no pair can run it: "
+               + "; ".join(dict.fromkeys(r.reason for r in results)))
     print_results(results, as_json)  # exits 1 on a failure
 
 
@@ -369,9 +388,7 @@ def _run_storage(command: RunCommand, values: dict[str, Any]) -> None:
                 console.print(capture_line(r), markup=False, soft_wrap=True)
     _fail_on_failures(results, lambda r: f"{r.label} {r.server} -> {r.client}")
     if all(r.status == "skipped" for r in results):
-        err_console.print(f"[bold red]refused:[/] {command.name}: "
-                          + "; ".join(dict.fromkeys(r.reason for r in results)))
-        raise typer.Exit(2)
+        refuse(f"{command.name}: " + "; ".join(dict.fromkeys(r.reason for r in results)))
 
 
 def _print_storage_table(name: str, results: list[RunResult]) -> None:

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from labctl.capture.runhook import capture_line, captured_runner, capturing_run
 from labctl.cli.common import console, err_console
-from labctl.cli.run import _lab_and_pairs, _progress, add_command, print_records, run_app
+from labctl.cli.run import _lab_and_pairs, _progress, add_command, print_records, refuse, run_app
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab
 from labctl.runners.execute import RunResult, failure_details
@@ -105,9 +105,8 @@ def _run_ucx(command: RunCommand, values: dict[str, Any]) -> None:
             err_console.print(failure_details(r), markup=False, soft_wrap=True)
     skipped = [r for r in results if r.status == "skipped"]
     if skipped:
-        err_console.print("[bold red]refused:[/] ucx: " + "; ".join(
+        refuse("ucx: " + "; ".join(
             dict.fromkeys(f"{r.server}-{r.client}: {r.reason}" for r in skipped)))
-        raise typer.Exit(2)
     if any(r.status == "failed" for r in results):
         raise typer.Exit(1)
 
