@@ -173,6 +173,18 @@ def usage_error(exc: Exception) -> UsageError:
     return UsageError(message, hint=f"usage: {usage}; see `{ctx.command_path} -h`")
 
 
+def typed_command(words: list[str]) -> str:
+    """The command the user typed, `labctl run pingpong`, from the words given."""
+    command, path = cli_command(), ["labctl"]
+    for word in words:
+        sub = getattr(command, "commands", {}).get(word)
+        if sub is None:
+            break
+        command = sub
+        path.append(word)
+    return " ".join(path)
+
+
 def cli_command() -> Any:
     """The click command tree of the app, its help text tidied."""
     command = typer.main.get_command(app)
@@ -189,6 +201,8 @@ def main() -> None:
         # however it was started (python -m labctl, the script, a test)
         code = cli_command().main(prog_name="labctl", standalone_mode=False)
     except LabctlError as exc:
+        if isinstance(exc, UsageError) and not exc.hint:  # every usage error has a hint
+            exc.hint = f"see `{typed_command(sys.argv[1:])} -h`"
         print_error(exc)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:

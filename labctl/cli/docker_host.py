@@ -60,7 +60,8 @@ def up(
     from labctl.dockerhost.vm import DEFAULT_CPUS, DEFAULT_MEMORY_MIB, DockerHostVM
 
     if accel not in ACCELS:
-        raise UsageError(f"--accel must be auto, kvm or tcg (got {accel!r})")
+        raise UsageError(f"--accel must be auto, kvm or tcg (got {accel!r})",
+                         hint="auto uses KVM when /dev/kvm is usable, else tcg")
     vm = DockerHostVM(name)
     started = time.monotonic()
     with progress_reporter("docker-host up") as progress:

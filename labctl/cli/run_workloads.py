@@ -35,7 +35,8 @@ def _both(value: str, every: tuple[str, ...], flag: str) -> tuple[str, ...]:
     if value == "both":
         return every
     if value not in every:
-        raise UsageError(f"{flag} must be {', '.join(every)} or both (got {value!r})")
+        raise UsageError(f"{flag} must be {', '.join(every)} or both (got {value!r})",
+                         hint=f"e.g. {flag} both")
     return (value,)
 
 
@@ -120,7 +121,8 @@ def _run_ucx_info(command: RunCommand, values: dict[str, Any]) -> None:
     nodes = choose_nodes(handle, ",".join(names)) if values["nodes"] else [
         handle.lab.node(n) for n in names]
     if not nodes:
-        raise UsageError(f"lab {handle.lab.name} has no node with an RDMA device")
+        raise UsageError(f"lab {handle.lab.name} has no node with an RDMA device",
+                         hint="give nodes rdma: rxe or siw in the topology")
     with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
         infos = list(pool.map(lambda n: ucx_info(handle, n.name, handle.rdma_device(n.name),
                                                  n.rdma), nodes))
