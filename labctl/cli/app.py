@@ -76,6 +76,31 @@ def _root(
     """Software RDMA labs (Soft-RoCE / soft-iWARP) from a topology file."""
 
 
+def _metavars_whole() -> None:
+    """A value's metavar is never folded (`first|adjacent|all|A:B,C:D` cut after `A:B,C:`):
+    typer's options table lets rich shrink its widest columns together, the metavars' with
+    the help's; marked no_wrap, the metavar column keeps its width and the help column (of
+    words, which wrap between words) gives way. typer's tables put the metavar column just
+    before the help (the commands table's name column there is no_wrap already)."""
+    try:
+        from typer import rich_utils
+    except ImportError:  # typer without rich: click's plain help
+        return
+    table = getattr(rich_utils, "Table", None)
+    if table is None or getattr(table, "labctl", False):
+        return
+
+    class HelpTable(table):  # type: ignore[misc,valid-type]
+        labctl = True
+
+        def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+            super().add_row(*renderables, **kwargs)
+            if len(self.columns) >= 2:
+                self.columns[-2].no_wrap = True
+
+    rich_utils.Table = HelpTable  # type: ignore[misc]
+
+
 def _tidy_help() -> None:
     """Help shows a flag without a type and a value as its name (--mirror MIRROR), not
     typer's `<bool>`/`<str>`; an explicit metavar (--accel [auto|kvm|tcg]) is kept."""
@@ -115,6 +140,7 @@ def _tidy_help() -> None:
 
 
 _tidy_help()
+_metavars_whole()
 
 # A module that fails to import is a bug to see at once, never a command that silently
 # disappears from `labctl --help`.

@@ -233,7 +233,7 @@ WORKLOAD_COMMANDS: tuple[RunCommand, ...] = (
     RunCommand("qperf", "qperf: RDMA (RC through RDMA CM) against TCP latency and bandwidth, "
                "one table;\ntests a device cannot run show as unsupported, with why.", (
                    RunOption("tests", ("--tests",), str, "Comma-separated qperf tests (default "
-                             f"{','.join(DEFAULT_TESTS)}); known: {', '.join(QPERF_TESTS)}.",
+                             f"{', '.join(DEFAULT_TESTS)}); known: {', '.join(QPERF_TESTS)}.",
                              metavar="TEST"),
                    RunOption("duration", ("--duration",), int, "Seconds each test runs "
                              f"(qperf -t; default {DEFAULT_DURATION}).", metavar="SECONDS"),
