@@ -116,7 +116,11 @@ def add_command(app: typer.Typer, command: RunCommand, action: Action, *,
     own += [o for o in command.options if not o.leading]
     tail = [t for t in _TAIL if (pair or t[0] not in ("pairs", "jobs"))
             and (capture or t[0] not in ("capture", "capture_dir"))]
-    params = [(o.name, o.value_type, typer_parameter(o)) for o in own] + tail
+    if command.flags_of(JOBS) != JOBS.flags:  # -j is the C tool's (ibv_rc_pingpong's DM)
+        tail = [(n, t, typer_parameter(JOBS.but(flags=command.flags_of(JOBS))))
+                if n == "jobs" else (n, t, d) for n, t, d in tail]
+    params = [(o.name, o.value_type, typer_parameter(o.but(flags=command.flags_of(o))))
+              for o in own] + tail
 
     def run_command(**values: Any) -> None:
         on_interrupt(run_interrupted(values.get("timeout")))
