@@ -100,7 +100,8 @@ def test_sigint_during_up(when: str, topology: Path) -> None:
             proc.send_signal(signal.SIGINT)
             seen += list(proc.stderr)  # up to labctl's last word
     assert proc.wait(timeout=60) == 130, "".join(seen)
-    assert "interrupted" in seen[-1]
+    # what was made, and the command that removes only that (never a bare `labctl down`)
+    assert seen[-1].startswith("interrupted; ") and f"`labctl down --lab {LAB}`" in seen[-1]
     _honest_then_clean("".join(seen))
 
 
