@@ -108,7 +108,10 @@ def pingpong_usec(lab: str, iters: int) -> list[float]:
     """One RC 4 KiB pingpong's usec/iter, as a list: empty when the run failed."""
     run = labctl("run", "pingpong", "--lab", lab, "--size", "4096", "--iters", str(iters),
                  "--json")
-    return [json.loads(run.stdout)["figures"]["usec_per_iter"]] if run.returncode == 0 else []
+    if run.returncode != 0:
+        return []
+    (record,) = json.loads(run.stdout)["records"]  # docs/json.md
+    return [record["figures"]["usec_per_iter"]]
 
 
 def new_figures() -> dict[str, list[float]]:

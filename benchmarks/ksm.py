@@ -58,7 +58,11 @@ def ksmd_cpu_seconds() -> float:
 def pingpong_usec(lab: str, iters: int) -> float | None:
     run = labctl("run", "pingpong", "--lab", lab, "--size", "4096", "--iters", str(iters),
                  "--json")
-    return json.loads(run.stdout)["figures"]["usec_per_iter"] if run.returncode == 0 else None
+    if run.returncode != 0:
+        return None
+    (record,) = json.loads(run.stdout)["records"]  # docs/json.md
+    usec: float = record["figures"]["usec_per_iter"]
+    return usec
 
 
 def snapshot(lab: str, label: str, baseline_mib: float) -> None:

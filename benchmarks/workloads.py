@@ -43,8 +43,8 @@ def run(lab: str, workload: Workload, server: str, client: str) -> dict[str, Any
             "--server", server, "--client", client, "--json"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
     try:
-        record: dict[str, Any] = json.loads(done.stdout)
-    except json.JSONDecodeError:
+        (record,) = json.loads(done.stdout)["records"]  # docs/json.md: one pair, one record
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
         return {"status": "failed", "reason": done.stderr.strip()[-200:], "figures": {}}
     return record
 

@@ -22,7 +22,8 @@ def run_pcap_path(handle: LabHandle, label: str, directory: Path | None) -> Path
     ... when a run of the same second has that name already (`run all --pairs`)."""
     base = directory if directory is not None else handle.labdir.path / "captures"
     if base.exists() and not base.is_dir():
-        raise UsageError(f"--capture-dir {base} is not a directory")
+        raise UsageError(f"--capture-dir {base} is not a directory",
+                         hint="give a directory (it is made if it does not exist)")
     stem = f"{label.replace(' ', '-')}-{time.strftime('%Y%m%d-%H%M%S')}"
     path, n = base / f"{stem}.pcap", 1
     while path.exists():
@@ -37,7 +38,8 @@ def _run_interfaces(handle: LabHandle, server: str,
     link: the pair's shared segment, or the way out through routers)."""
     iface = handle.lab.node(server).rdma_interface
     if iface is None:
-        raise UsageError(f"node {server} has no RDMA interface to capture on")
+        raise UsageError(f"node {server} has no RDMA interface to capture on",
+                         hint="choose a server with an RDMA device (--server)")
     peer = handle.lab.node(client).rdma_interface if client else None
     if client:
         from labctl.runners.pairs import pair_interfaces

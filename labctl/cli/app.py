@@ -11,7 +11,7 @@ import typer
 import typer.main
 
 from labctl.cli.common import HELP_SETTINGS
-from labctl.cli.report import print_error, print_interrupted
+from labctl.cli.report import on_interrupt, print_error, print_interrupted
 from labctl.errors import LabctlError, UsageError
 
 # Each module registers its command(s) on the app through `register(app)`.
@@ -76,6 +76,31 @@ def _root(
     """Software RDMA labs (Soft-RoCE / soft-iWARP) from a topology file."""
 
 
+def _metavars_whole() -> None:
+    """A value's metavar is never folded (`first|adjacent|all|A:B,C:D` cut after `A:B,C:`):
+    typer's options table lets rich shrink its widest columns together, the metavars' with
+    the help's; marked no_wrap, the metavar column keeps its width and the help column (of
+    words, which wrap between words) gives way. typer's tables put the metavar column just
+    before the help (the commands table's name column there is no_wrap already)."""
+    try:
+        from typer import rich_utils
+    except ImportError:  # typer without rich: click's plain help
+        return
+    table = getattr(rich_utils, "Table", None)
+    if table is None or getattr(table, "labctl", False):
+        return
+
+    class HelpTable(table):  # type: ignore[misc,valid-type]
+        labctl = True
+
+        def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+            super().add_row(*renderables, **kwargs)
+            if len(self.columns) >= 2:
+                self.columns[-2].no_wrap = True
+
+    rich_utils.Table = HelpTable  # type: ignore[misc]
+
+
 def _tidy_help() -> None:
     """Help shows a flag without a type and a value as its name (--mirror MIRROR), not
     typer's `<bool>`/`<str>`; an explicit metavar (--accel [auto|kvm|tcg]) is kept."""
@@ -115,6 +140,7 @@ def _tidy_help() -> None:
 
 
 _tidy_help()
+_metavars_whole()
 
 # A module that fails to import is a bug to see at once, never a command that silently
 # disappears from `labctl --help`.
@@ -149,12 +175,21 @@ def tidy_help_text(command: Any) -> None:
         tidy_help_text(sub)
 
 
+def lowercase_first(message: str) -> str:
+    """click's "No such option: --x" in labctl's voice, "no such option: --x"; a first word
+    that is a name or an acronym (RDMA, NODE, IPv4) stays as it is."""
+    word = message.split(" ", 1)[0]
+    if len(word) > 1 and word[0].isupper() and word[1:].isalpha() and word[1:].islower():
+        return message[0].lower() + message[1:]
+    return message
+
+
 def usage_error(exc: Exception) -> UsageError:
     """A click usage error (bad value, unknown option or command, missing argument) as
     labctl's own: `error: MESSAGE` and a hint with the usage line and where help is."""
     formatted = getattr(exc, "format_message", None)
     message = formatted() if callable(formatted) else str(exc)
-    message = one_line(str(message))
+    message = lowercase_first(one_line(str(message)))
     if len(message) > MESSAGE_LIMIT:
         message = message[:MESSAGE_LIMIT] + "…"
     ctx = getattr(exc, "ctx", None)
@@ -162,6 +197,18 @@ def usage_error(exc: Exception) -> UsageError:
         return UsageError(message, hint="see `labctl -h`")
     usage = one_line(ctx.get_usage().removeprefix("Usage:"))
     return UsageError(message, hint=f"usage: {usage}; see `{ctx.command_path} -h`")
+
+
+def typed_command(words: list[str]) -> str:
+    """The command the user typed, `labctl run pingpong`, from the words given."""
+    command, path = cli_command(), ["labctl"]
+    for word in words:
+        sub = getattr(command, "commands", {}).get(word)
+        if sub is None:
+            break
+        command = sub
+        path.append(word)
+    return " ".join(path)
 
 
 def cli_command() -> Any:
@@ -174,11 +221,14 @@ def cli_command() -> Any:
 def main() -> None:
     # standalone_mode=False: click raises its errors to us instead of printing its boxed
     # form, and returns the code of a typer.Exit (help, --version, a command's exit).
+    on_interrupt("")  # read-only until a command says what an interrupt would leave
     try:
         # prog_name: usage lines and the completion variable (_LABCTL_COMPLETE) are labctl's
         # however it was started (python -m labctl, the script, a test)
         code = cli_command().main(prog_name="labctl", standalone_mode=False)
     except LabctlError as exc:
+        if isinstance(exc, UsageError) and not exc.hint:  # every usage error has a hint
+            exc.hint = f"see `{typed_command(sys.argv[1:])} -h`"
         print_error(exc)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:

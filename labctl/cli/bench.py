@@ -17,7 +17,8 @@ from labctl.cli.common import (
     path_option,
     run_value,
 )
-from labctl.cli.run import ClientOption, ServerOption, TimeoutOption
+from labctl.cli.report import on_interrupt
+from labctl.cli.run import ClientOption, ServerOption, TimeoutOption, run_interrupted
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab
 from labctl.runners.bench import (
@@ -127,6 +128,7 @@ def bench(
     if plot_file:
         require_matplotlib()
     handle = open_lab(lab)
+    on_interrupt(run_interrupted(timeout))
     [(server, client)] = select_pairs(handle.lab, server=server, client=client)
 
     def progress(size: int, name: str, round_no: int, result: RunResult) -> None:

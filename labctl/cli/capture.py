@@ -149,12 +149,14 @@ def capture(
     (RoCE v2 BTH/RETH/AETH/DETH, RDMA CM MADs, iWARP MPA/DDP/RDMAP)."""
     if decode is not None:
         if endpoint is not None or write is not None:
-            raise UsageError("--decode reads a file; it takes no NODE:IF or -w")
+            raise UsageError("--decode reads a file; it takes no NODE:IF or -w",
+                         hint="e.g. `labctl capture --decode FILE.pcap`")
         if as_json and ladder is not None:
             raise UsageError("--json prints the packets; --ladder draws them",
                              hint="give one of them")
         if ladder is not None and ladder.suffix.lower() not in (".png", ".svg"):
-            raise UsageError(f"--ladder {ladder}: use a .png or .svg file name")
+            raise UsageError(f"--ladder {ladder}: use a .png or .svg file name",
+                         hint="e.g. --ladder ladder.svg")
         if ladder is not None and first is not None and first > MAX_LADDER:
             raise UsageError(f"--ladder draws at most {MAX_LADDER} packets (--first {first})",
                              hint=f"e.g. --first {MAX_LADDER}; or decode without --ladder")

@@ -23,6 +23,7 @@ from labctl.cli.common import (
     wants_terminal,
 )
 from labctl.cli.complete import choice_metavar, choices
+from labctl.cli.shapes import DockerHostDownOutput, DockerHostUpOutput
 from labctl.cli.up import ACCELS
 from labctl.errors import LabctlError, UsageError
 
@@ -53,17 +54,27 @@ def up(
     timeout: float = typer.Option(600, metavar="SECONDS",
                                   help="Seconds to wait for the VM and its engine.",
                                   callback=seconds("timeout")),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (docs/json.md)."),
 ) -> None:
     """Start the Docker host VM and its engine (a no-op when they run)."""
     from labctl.dockerhost.vm import DEFAULT_CPUS, DEFAULT_MEMORY_MIB, DockerHostVM
 
     if accel not in ACCELS:
-        raise UsageError(f"--accel must be auto, kvm or tcg (got {accel!r})")
+        raise UsageError(f"--accel must be auto, kvm or tcg (got {accel!r})",
+                         hint="auto uses KVM when /dev/kvm is usable, else tcg")
     vm = DockerHostVM(name)
     started = time.monotonic()
     with progress_reporter("docker-host up") as progress:
         timings = vm.up(progress, memory_mib=memory or DEFAULT_MEMORY_MIB,
                         cpus=cpus or DEFAULT_CPUS, accel=accel, mirror=mirror, timeout=timeout)
+    if as_json:
+        record: DockerHostUpOutput = {
+            "name": vm.name, "already_running": bool(timings.get("already_running")),
+            "engine": vm.base_url, "host_address": (vm.host_address or None) if vm.named else None,
+            "seconds": round(time.monotonic() - started, 1),
+            "timings": {k: float(v) for k, v in timings.items() if k != "already_running"}}
+        print(json.dumps(record, indent=2))
+        return
     where = f"; address {vm.host_address} on the Docker hosts' network" if vm.named else ""
     if timings.get("already_running"):
         console.print(f"{vm.title} is already running; engine at {vm.base_url}{where}")
@@ -83,6 +94,7 @@ def up(
 def down(
     name: str = typer.Option("default", metavar="NAME", help=NAME_HELP),
     force: bool = typer.Option(False, help="Stop it even if docker labs still use it."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (docs/json.md)."),
 ) -> None:
     """Stop a Docker host VM (its imported images stay in labctl's cache)."""
     from labctl.dockerhost.vm import DockerHostVM
@@ -93,6 +105,10 @@ def down(
         raise LabctlError(f"docker labs use {vm.title}: {', '.join(users)}",
                           hint="`labctl down --lab NAME` for each, or --force")
     removed = vm.down()
+    if as_json:
+        done: DockerHostDownOutput = {"name": vm.name, "removed": removed}
+        print(json.dumps(done, indent=2))
+        return
     console.print(f"{vm.title} removed: " + ", ".join(removed) if removed
                   else f"{vm.title} is not running; nothing to remove")
 

@@ -11,11 +11,12 @@ import typer
 
 from labctl.cli import complete
 from labctl.cli.common import LabOption, console
+from labctl.cli.report import on_interrupt
 from labctl.cli.shapes import DownOutput
 from labctl.errors import UsageError
 from labctl.lab.lifecycle import destroy
 from labctl.net import labnet
-from labctl.store.labdir import lab_dir_names, running_labs
+from labctl.store.labdir import LabDir, lab_dir_names, running_labs
 from labctl.topology.catalog import find_topology
 from labctl.topology.model import LAB_NAME_RE
 
@@ -36,6 +37,15 @@ def _all_labs() -> list[str]:
     if "LABCTL_STATE_DIR" not in os.environ:
         names |= {ns.removeprefix(labnet.NETNS_PREFIX) for ns in labnet.lab_namespaces()}
     return sorted(n for n in names if re.fullmatch(LAB_NAME_RE, n))  # never a path like ".."
+
+
+def _down_interrupted(names: list[str]) -> str:
+    """Ctrl-C in down: the labs not yet fully removed, and the command that finishes."""
+    left = [n for n in names if LabDir(n).exists()]
+    if not left:
+        return ""
+    return "; ".join(f"lab {n} may be partly removed: `labctl down --lab {n}` removes the "
+                     "rest" for n in left)
 
 
 def down(
@@ -59,6 +69,7 @@ def down(
                 f"several labs are up ({', '.join(names)})",
                 hint="choose one with --lab NAME, or --all",
             )
+    on_interrupt(lambda: _down_interrupted(names))
     if as_json:
         output: DownOutput = {"labs": [{"lab": n, "removed": destroy(n)} for n in names]}
         print(json.dumps(output, indent=2))

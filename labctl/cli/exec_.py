@@ -14,6 +14,7 @@ import typer
 
 from labctl.cli import complete
 from labctl.cli.common import LabOption, err_console, wants_terminal
+from labctl.cli.report import on_interrupt
 from labctl.cli.shapes import ExecAllOutput
 from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import LabHandle, open_lab
@@ -30,6 +31,8 @@ def exec_everywhere(handle: LabHandle, command: list[str], as_json: bool = False
     lab's node order (stdout to stdout, stderr to stderr), or with as_json one document
     with a record per node. 1 if any node failed, else 0."""
     nodes = handle.node_names()
+    on_interrupt(f"lab {handle.lab.name} is untouched, do not `labctl down` it; the "
+                 "command may still run in a node where it ignores the hang-up")
 
     def one(node: str) -> subprocess.CompletedProcess[str]:
         return handle.run(node, command)
@@ -85,7 +88,7 @@ def exec_command(
         raise UsageError("--json goes with --all", hint="a command in one node runs attached "
                          "to the terminal; `labctl exec --all --json -- CMD` for records")
     if node is None:
-        raise UsageError("Missing argument 'NODE'", hint="`labctl exec NODE -- CMD`, or "
+        raise UsageError("missing argument 'NODE'", hint="`labctl exec NODE -- CMD`, or "
                          "`labctl exec --all -- CMD` for every node")
     if not re.fullmatch(NODE_NAME_RE, node):  # before the lab is opened; never echoed whole
         raise UsageError(f"bad node name {short_repr(node)}",

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from labctl.cli import complete
 from labctl.cli.common import HELP_SETTINGS, LabOption, NodeArgument, console, int_range
+from labctl.cli.shapes import FaultClearOutput
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab, parse_endpoint
 from labctl.rdmafault.spec import COUNT_MAX
@@ -118,6 +119,7 @@ def clear(
     fault_id: int = typer.Option(None, "--id", metavar="ID", help="Only this fault.",
                                  callback=int_range("--id", 1, COUNT_MAX)),
     lab: str = LabOption,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (docs/json.md)."),
 ) -> None:
     """Take faults off (all of the lab's by default; `down` removes them too)."""
     from labctl.rdmafault.apply import clear_faults
@@ -125,6 +127,10 @@ def clear(
     handle = open_lab(lab)
     chosen = None if endpoint is None else parse_endpoint(handle, endpoint)
     removed = clear_faults(handle, chosen, fault_id)
+    if as_json:
+        record: FaultClearOutput = {"lab": handle.lab.name, "removed": [f.id for f in removed]}
+        print(json.dumps(record, indent=2))
+        return
     console.print(f"lab {handle.lab.name}: " + (
         f"removed fault(s) {', '.join(str(f.id) for f in removed)}" if removed
         else "no faults to remove"))

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from labctl.cli.common import HELP_SETTINGS, MirrorOption, console, err_console, progress_reporter
-from labctl.cli.shapes import ImageRecord
+from labctl.cli.shapes import ImageBuildOutput, ImageRecord
 from labctl.data.recipes import RECIPES, recipe
 from labctl.images.builder import CorruptImage, Image, build_image, image_dir
 from labctl.paths import cache_root
@@ -30,12 +30,20 @@ def build(
                                metavar="NAME"),
     mirror: str = MirrorOption,
     force: bool = typer.Option(False, help="Rebuild even if the cache has it."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (docs/json.md)."),
 ) -> None:
     """Build a node image (a no-op when the cache already holds it)."""
     started = time.monotonic()
     with progress_reporter(f"image {name}") as progress:
         image = build_image(recipe(name), mirror, force=force, progress=progress)
     m = image.manifest
+    if as_json:
+        record: ImageBuildOutput = {
+            "name": name, "key": str(m["key"]), "kernel": str(m["kernel"]),
+            "rdma_core": str(m["rdma_core"]), "path": str(image.path),
+            "seconds": round(time.monotonic() - started, 1)}
+        print(json.dumps(record, indent=2))
+        return
     console.print(
         f"image {m['key']}: kernel {m['kernel']}, rdma-core {m['rdma_core']} "
         f"({time.monotonic() - started:.1f} s) at {image.path}"

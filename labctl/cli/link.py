@@ -65,7 +65,8 @@ def set_link(
 ) -> None:
     """Take a data link down or up, or impair what the node sends on it (netem)."""
     if state not in (None, "up", "down"):
-        raise UsageError(f"link state must be up or down (got {short_repr(state)})")
+        raise UsageError(f"link state must be up or down (got {short_repr(state)})",
+                         hint="e.g. `labctl link set node1:eth1 down`")
     if state is None and not (loss or delay or clear):
         raise UsageError("nothing to do", hint="give up|down, --loss, --delay or --clear")
     handle = open_lab(lab)

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from labctl.cli import complete
 from labctl.cli.common import LabOption, console, err_console, seconds
+from labctl.cli.report import on_interrupt
 from labctl.data.rdma_core_tests import GENERIC_MODULES
 from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import open_lab
@@ -133,6 +134,8 @@ def rdma_core_tests(
     table does not name."""
     chosen = check_modules(modules)  # bad names: exit 2 before the lab is opened
     handle = open_lab(lab)
+    on_interrupt(f"lab {handle.lab.name} is untouched, do not `labctl down` it: a test "
+                 f"module still running in a node ends within --timeout ({timeout:g} s)")
     rdma_nodes = [n.name for n in handle.lab.nodes if n.rdma_interface is not None]
     targets = [suite_target(handle, n) for n in _nodes(node, handle.node_names(), rdma_nodes)]
     check_available(targets, chosen)

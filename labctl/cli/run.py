@@ -6,7 +6,7 @@ import inspect
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -24,7 +24,8 @@ from labctl.cli.common import (
     run_value,
     seconds,
 )
-from labctl.cli.shapes import ExampleRow
+from labctl.cli.report import on_interrupt, print_error
+from labctl.cli.shapes import ExampleRow, RunListOutput
 from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle, open_lab
 from labctl.runners.custom import custom_spec
@@ -115,9 +116,14 @@ def add_command(app: typer.Typer, command: RunCommand, action: Action, *,
     own += [o for o in command.options if not o.leading]
     tail = [t for t in _TAIL if (pair or t[0] not in ("pairs", "jobs"))
             and (capture or t[0] not in ("capture", "capture_dir"))]
-    params = [(o.name, o.value_type, typer_parameter(o)) for o in own] + tail
+    if command.flags_of(JOBS) != JOBS.flags:  # -j is the C tool's (ibv_rc_pingpong's DM)
+        tail = [(n, t, typer_parameter(JOBS.but(flags=command.flags_of(JOBS))))
+                if n == "jobs" else (n, t, d) for n, t, d in tail]
+    params = [(o.name, o.value_type, typer_parameter(o.but(flags=command.flags_of(o))))
+              for o in own] + tail
 
     def run_command(**values: Any) -> None:
+        on_interrupt(run_interrupted(values.get("timeout")))
         action(command, values)
 
     run_command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
@@ -126,6 +132,26 @@ def add_command(app: typer.Typer, command: RunCommand, action: Action, *,
         return_annotation=None)
     run_command.__doc__ = command.doc
     app.command(command.name)(run_command)
+
+
+REFUSED_HINT = ("`labctl run list` shows the devices each example runs on; choose other "
+                "nodes with --server/--client or --pairs")
+
+
+def refuse(what: str) -> NoReturn:
+    """A run asked for by name that the chosen nodes cannot run: bad input (exit 2), said
+    as every usage error is, after the records (--json) or the table."""
+    print_error(UsageError(f"refused: {what}", hint=REFUSED_HINT))
+    raise typer.Exit(2)
+
+
+def run_interrupted(timeout: float | None) -> str:
+    """What an interrupted run leaves: its local processes are gone, a program it started
+    in a node ends by its own bound; the lab itself is as it was."""
+    bound = f" (at most {timeout:g} s)" if timeout else ""
+    return ("the lab is untouched, do not `labctl down` it: labctl stopped its own "
+            "processes, and a program the run started in a node ends within the run's "
+            f"timeout{bound}")
 
 
 def key_figure_text(result: RunResult) -> str:
@@ -188,12 +214,15 @@ def _outcome(r: RunResult) -> str:
     return f"[{color}]{r.status}[/]" + (f" ({escape('; '.join(notes))})" if notes else "")
 
 
-def print_results(results: list[RunResult], as_json: bool, *, summary: bool = False,
-                  as_list: bool = False) -> None:
+def print_records(results: list[RunResult]) -> None:
+    """A run's --json: its records under one key, `{"records": [...]}`, for one pair as for
+    many (docs/json.md: the top level is always an object)."""
+    print(json.dumps({"records": [r.to_dict() for r in results]}, indent=2))
+
+
+def print_results(results: list[RunResult], as_json: bool, *, summary: bool = False) -> None:
     if as_json:
-        records = [r.to_dict() for r in results]
-        one = len(records) == 1 and not summary and not as_list
-        print(json.dumps(records[0] if one else records, indent=2))
+        print_records(results)
     elif summary:
         table = Table(title="summary")
         for column in ("example", "transport/test", "server", "client", "result",
@@ -292,9 +321,7 @@ def _run_spec(spec: ExampleSpec, options: dict[str, Any], values: dict[str, Any]
     print_results([result], as_json)
     if result.status == "skipped":
         # Asked for by name, an unsupported run is refused: say why, exit as for bad input.
-        err_console.print(f"[bold red]refused:[/] {result.label} between {server} and "
-                          f"{client}: {result.reason}")
-        raise typer.Exit(2)
+        refuse(f"{result.label} between {server} and {client}: {result.reason}")
 
 
 def _run_pairs(handle: LabHandle, spec: ExampleSpec, chosen: list[tuple[str, str]],
@@ -322,11 +349,10 @@ def _run_pairs(handle: LabHandle, spec: ExampleSpec, chosen: list[tuple[str, str
     if not as_json:
         _print_example_matrix(results, chosen)
     if all(r.status == "skipped" for r in results):
-        print_results(results, as_json, as_list=True)
-        err_console.print(f"[bold red]refused:[/] {spec.label}: no pair can run it: "
-                          + "; ".join(dict.fromkeys(r.reason for r in results)))
-        raise typer.Exit(2)
-    print_results(results, as_json, as_list=True)  # exits 1 on a failure
+        print_results(results, as_json)
+        refuse(f"{spec.label}: no pair can run it: "
+               + "; ".join(dict.fromkeys(r.reason for r in results)))
+    print_results(results, as_json)  # exits 1 on a failure
 
 
 for _command in RUN_COMMANDS:
@@ -358,7 +384,7 @@ def _run_storage(command: RunCommand, values: dict[str, Any]) -> None:
 
     results = [r for rs in run_pairs(chosen, values["jobs"], pair) for r in rs]
     if as_json:
-        print(json.dumps([r.to_dict() for r in results], indent=2))
+        print_records(results)
     else:
         _print_storage_table(command.name, results)
         for r in results:
@@ -366,9 +392,7 @@ def _run_storage(command: RunCommand, values: dict[str, Any]) -> None:
                 console.print(capture_line(r), markup=False, soft_wrap=True)
     _fail_on_failures(results, lambda r: f"{r.label} {r.server} -> {r.client}")
     if all(r.status == "skipped" for r in results):
-        err_console.print(f"[bold red]refused:[/] {command.name}: "
-                          + "; ".join(dict.fromkeys(r.reason for r in results)))
-        raise typer.Exit(2)
+        refuse(f"{command.name}: " + "; ".join(dict.fromkeys(r.reason for r in results)))
 
 
 def _print_storage_table(name: str, results: list[RunResult]) -> None:
@@ -396,28 +420,58 @@ for _command in STORAGE_COMMANDS:
 
 
 def example_list() -> list[ExampleRow]:
-    """Every example: its command, variants, what it teaches, the devices it runs on."""
+    """Every `labctl run` subcommand, in the order they are registered (so that none can be
+    missing): a catalogue example's variants, what it teaches and the devices it runs on; a
+    command that is not one example (all, custom, ucx, ...) has the first sentence of its
+    help, no variants and `devices` None."""
     rows: dict[str, ExampleRow] = {}
     for (name, variant), spec in EXAMPLES.items():
         row = rows.setdefault(name, {"example": name, "variants": [], "devices": {},
                                      "teaches": TEACHES.get(name, "")})
         row["variants"].append(variant)
         for device in ("rxe", "siw"):
-            row["devices"].setdefault(device, [])
+            devices = row["devices"]
+            assert devices is not None
+            devices.setdefault(device, [])
             if spec.supports(device):
-                row["devices"][device].append(variant)
+                devices[device].append(variant)
     for (name, variant), workload in WORKLOADS.items():  # `run nvmeof`, `run nfs`
         row = rows.setdefault(name, {"example": name, "variants": [], "devices": {},
                                      "teaches": STORAGE_TEACHES.get(name, "")})
         row["variants"].append(variant)
         for device in ("rxe", "siw"):
-            row["devices"].setdefault(device, [])
+            devices = row["devices"]
+            assert devices is not None
+            devices.setdefault(device, [])
             if workload.spec.supports(device):
-                row["devices"][device].append(variant)
-    return list(rows.values())
+                devices[device].append(variant)
+    listed: list[ExampleRow] = []
+    for name, doc in run_commands():
+        listed.append(rows.get(name) or {"example": name, "variants": [], "devices": None,
+                                         "teaches": _first_sentence(doc)})
+    return listed
+
+
+def run_commands() -> list[tuple[str, str]]:
+    """The subcommands registered on `labctl run` (but `list` itself), with their help."""
+    found = []
+    for info in run_app.registered_commands:
+        name = info.name or (info.callback.__name__ if info.callback else "")
+        if name and name != "list":
+            found.append((name, inspect.getdoc(info.callback) or "" if info.callback else ""))
+    return found
+
+
+def _first_sentence(doc: str) -> str:
+    """A help text's first sentence, on one line, without its full stop."""
+    text = " ".join(doc.split())
+    end = text.find(". ")
+    return (text[:end] if end >= 0 else text).rstrip(".")
 
 
 def _devices_text(row: ExampleRow) -> str:
+    if row["devices"] is None:
+        return f"see `labctl run {row['example']} -h`"
     parts = []
     for device, variants in row["devices"].items():
         if not variants:
@@ -432,7 +486,8 @@ def run_list(as_json: bool = JsonOption) -> None:
     """Every example: what it teaches and which devices (rxe, siw) it runs on."""
     rows = example_list()
     if as_json:
-        print(json.dumps(rows, indent=2))
+        listing: RunListOutput = {"examples": rows}
+        print(json.dumps(listing, indent=2))
         return
     table = Table(title="examples (labctl run NAME)")
     for column in ("example", "variants", "teaches", "devices"):

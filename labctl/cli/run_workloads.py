@@ -13,7 +13,7 @@ from rich.table import Table
 
 from labctl.capture.runhook import capture_line, captured_runner, capturing_run
 from labctl.cli.common import console, err_console
-from labctl.cli.run import _lab_and_pairs, _progress, add_command, run_app
+from labctl.cli.run import _lab_and_pairs, _progress, add_command, print_records, refuse, run_app
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab
 from labctl.runners.execute import RunResult, failure_details
@@ -35,7 +35,8 @@ def _both(value: str, every: tuple[str, ...], flag: str) -> tuple[str, ...]:
     if value == "both":
         return every
     if value not in every:
-        raise UsageError(f"{flag} must be {', '.join(every)} or both (got {value!r})")
+        raise UsageError(f"{flag} must be {', '.join(every)} or both (got {value!r})",
+                         hint=f"e.g. {flag} both")
     return (value,)
 
 
@@ -93,7 +94,7 @@ def _run_ucx(command: RunCommand, values: dict[str, Any]) -> None:
 
     results = [r for rs in run_pairs(chosen, values["jobs"], pair) for r in rs]
     if as_json:
-        print(json.dumps([r.to_dict() for r in results], indent=2))
+        print_records(results)
     else:
         _ucx_table(results)
         for r in results:
@@ -105,9 +106,8 @@ def _run_ucx(command: RunCommand, values: dict[str, Any]) -> None:
             err_console.print(failure_details(r), markup=False, soft_wrap=True)
     skipped = [r for r in results if r.status == "skipped"]
     if skipped:
-        err_console.print("[bold red]refused:[/] ucx: " + "; ".join(
+        refuse("ucx: " + "; ".join(
             dict.fromkeys(f"{r.server}-{r.client}: {r.reason}" for r in skipped)))
-        raise typer.Exit(2)
     if any(r.status == "failed" for r in results):
         raise typer.Exit(1)
 
@@ -121,12 +121,13 @@ def _run_ucx_info(command: RunCommand, values: dict[str, Any]) -> None:
     nodes = choose_nodes(handle, ",".join(names)) if values["nodes"] else [
         handle.lab.node(n) for n in names]
     if not nodes:
-        raise UsageError(f"lab {handle.lab.name} has no node with an RDMA device")
+        raise UsageError(f"lab {handle.lab.name} has no node with an RDMA device",
+                         hint="give nodes rdma: rxe or siw in the topology")
     with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
         infos = list(pool.map(lambda n: ucx_info(handle, n.name, handle.rdma_device(n.name),
                                                  n.rdma), nodes))
     if values["as_json"]:
-        print(json.dumps([info.__dict__ for info in infos], indent=2))
+        print(json.dumps({"nodes": [info.__dict__ for info in infos]}, indent=2))
     else:
         _ucx_info_table(infos)
     failed = [i for i in infos if i.status != "ok"]

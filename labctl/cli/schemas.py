@@ -31,14 +31,22 @@ from typing_extensions import TypedDict
 
 from labctl.cli.doctor import DoctorOutput
 from labctl.cli.shapes import (
+    CopyOutput,
+    DockerHostDownOutput,
     DockerHostStatus,
+    DockerHostUpOutput,
     DownOutput,
-    ExampleRow,
     ExecAllOutput,
+    FaultClearOutput,
+    ImageBuildOutput,
     ImageListOutput,
     LinkSetOutput,
+    NodeActionOutput,
+    RunListOutput,
+    RunRecords,
     StatusOutput,
     TopologiesOutput,
+    UcxInfoOutput,
     UpOutput,
 )
 from labctl.lab.links import LinkShowOutput
@@ -46,16 +54,19 @@ from labctl.providers.vagrant_plan import VagrantDocument
 from labctl.rdmafault.apply import FaultAdded, FaultList
 from labctl.rdmafault.counters import CountersRecord
 from labctl.runners.bench import BenchReport
-from labctl.runners.execute import RunResult
 from labctl.runners.mpi import MpiReport
 from labctl.runners.rdma_core_tests import SuiteReport
-from labctl.runners.ucx import UcxInfo
 from labctl.topology.graph import Graph
 from labctl.topology.resolved import Lab, Node
 from labctl.verbs import records
 from labctl.wire.decode import Frame
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
+# The version of the shapes, in every schema file ("schema_version") and in its $id: raised
+# when any output changes in a way a reader notices (a key gone or renamed, another top
+# level), with a CHANGELOG.md entry. 2: every top level is an object, a run's records are
+# under "records".
+SCHEMA_VERSION = 2
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "json"
 
 
@@ -129,7 +140,7 @@ DevinfoOutput: Any = types.GenericAlias(dict, (str, record_type(records.Snapshot
 DevicesOutput: Any = dict[str, list[DeviceRow] | NoDeviceList | NodeError]
 
 
-# `labctl run EXAMPLE --json`: a record; with --pairs other than `first`, a list of them.
+# `labctl run EXAMPLE --json`: {"records": [...]}, one record per pair.
 RUN_EXAMPLES = ("run pingpong", "run rping", "run perftest", "run mckey", "run rdma-server",
                 "run udaddy", "run ucmatose", "run cmtime", "run rstream", "run riostream",
                 "run rcopy", "run qperf", "run fabric", "run custom")
@@ -142,14 +153,15 @@ OUTPUTS: tuple[Output, ...] = (
     Output("validate", ("validate",), Lab | VagrantDocument),  # the second with --vagrant
     Output("graph", ("graph",), Graph),
     Output("image-list", ("image list",), ImageListOutput),
+    Output("image-build", ("image build",), ImageBuildOutput),
     Output("doctor", ("doctor",), DoctorOutput),
-    Output("run", RUN_EXAMPLES, RunResult | list[RunResult]),
-    # `run nvmeof`, `run nfs`: a record per transport and pair, always a list
-    Output("run-storage", ("run nvmeof", "run nfs"), list[RunResult]),
-    Output("run-all", ("run all",), list[RunResult]),
-    Output("run-list", ("run list",), list[ExampleRow]),
-    Output("run-ucx", ("run ucx",), list[RunResult]),
-    Output("run-ucx-info", ("run ucx-info",), list[UcxInfo]),
+    Output("run", RUN_EXAMPLES, RunRecords),
+    # `run nvmeof`, `run nfs`: a record per transport and pair
+    Output("run-storage", ("run nvmeof", "run nfs"), RunRecords),
+    Output("run-all", ("run all",), RunRecords),
+    Output("run-list", ("run list",), RunListOutput),
+    Output("run-ucx", ("run ucx",), RunRecords),
+    Output("run-ucx-info", ("run ucx-info",), UcxInfoOutput),
     Output("run-mpi", ("run mpi",), MpiReport),
     Output("run-rdma-core-tests", ("run rdma-core-tests",), SuiteReport),
     Output("bench", ("bench",), BenchReport),
@@ -158,10 +170,15 @@ OUTPUTS: tuple[Output, ...] = (
     Output("exec", ("exec",), ExecAllOutput),  # with --all
     Output("capture", ("capture",), Frame, lines=True),  # with --decode FILE.pcap
     Output("docker-host-status", ("docker-host status",), DockerHostStatus),
+    Output("docker-host-up", ("docker-host up",), DockerHostUpOutput),
+    Output("docker-host-down", ("docker-host down",), DockerHostDownOutput),
+    Output("node-action", ("stop", "start", "restart"), NodeActionOutput),
+    Output("cp", ("cp",), CopyOutput),
     Output("devinfo", ("devinfo",), DevinfoOutput),
     Output("devices", ("devices",), DevicesOutput),
     Output("fault-add", ("fault add",), FaultAdded),
     Output("fault-list", ("fault list",), FaultList),
+    Output("fault-clear", ("fault clear",), FaultClearOutput),
     Output("counters", ("counters",), CountersRecord),
 )
 
@@ -217,7 +234,8 @@ def schema(output: Output) -> dict[str, Any]:
     what = "each line of " if output.lines else ""
     made.pop("title", None)  # the model's class name: the commands say more
     made.pop("description", None)
-    return {"$schema": DRAFT, "$id": output.file, "title": f"labctl {output.commands[0]} --json",
+    return {"$schema": DRAFT, "$id": f"v{SCHEMA_VERSION}/{output.file}",
+            "schema_version": SCHEMA_VERSION, "title": f"labctl {output.commands[0]} --json",
             "description": f"The shape of {what}{commands} (docs/json.md).", **made}
 
 

@@ -15,6 +15,8 @@ from typing import Literal, NotRequired
 from typing_extensions import TypedDict
 
 from labctl.node.replies import DeviceStatus, LiveInterface
+from labctl.runners.execute import RunResult
+from labctl.runners.ucx import UcxInfo
 from labctl.store.state import NodeStatus
 from labctl.topology.resolved import Provider, Rdma
 
@@ -177,9 +179,89 @@ class TopologiesOutput(TypedDict):
 # --- labctl run list --json --------------------------------------------------------------
 class ExampleRow(TypedDict):
     example: str  # the `labctl run` subcommand
-    variants: list[str]  # transports or tests
-    devices: dict[str, list[str]]  # device type (rxe, siw) -> the variants it runs
+    variants: list[str]  # transports or tests; [] for a command without variants
+    # device type (rxe, siw) -> the variants it runs; None for a command that is not one
+    # catalogue example (all, custom, ucx, ucx-info, mpi, rdma-core-tests: see its -h)
+    devices: dict[str, list[str]] | None
     teaches: str
+
+
+class RunListOutput(TypedDict):
+    """`labctl run list --json`: one row per `labctl run` subcommand."""
+
+    examples: list[ExampleRow]
+
+
+class RunRecords(TypedDict):
+    """`labctl run EXAMPLE --json` (and all, nvmeof, nfs, ucx): the run records, one per
+    run, under one key for one pair as for many."""
+
+    records: list[RunResult]
+
+
+class UcxInfoOutput(TypedDict):
+    """`labctl run ucx-info --json`: one record per node asked."""
+
+    nodes: list[UcxInfo]
+
+
+# --- labctl stop|start|restart --json, cp --json, fault clear --json ----------------------
+class NodeActionOutput(TypedDict):
+    """`labctl stop|start|restart NODE --json`: what was done to the node."""
+
+    lab: str
+    node: str
+    action: Literal["stopped", "started", "restarted"]
+    seconds: float  # how long it took (start, restart: until the RDMA port was ACTIVE)
+
+
+class CopyOutput(TypedDict):
+    """`labctl cp SRC DST --json`: what was copied where."""
+
+    lab: str
+    node: str
+    direction: Literal["to-node", "from-node"]
+    source: str  # SRC as given
+    destination: str  # where it landed: NODE:/path, or the host path
+    skipped: str | None  # from a node: the device files or FIFOs it did not copy, or None
+    seconds: float
+
+
+class FaultClearOutput(TypedDict):
+    """`labctl fault clear --json`: the faults taken off (ids as `fault list` showed)."""
+
+    lab: str
+    removed: list[int]
+
+
+# --- labctl image build --json, docker-host up|down --json --------------------------------
+class ImageBuildOutput(TypedDict):
+    """`labctl image build --json`: the image now in the cache (built or found)."""
+
+    name: str  # the recipe
+    key: str  # the cache directory's name, NAME-HASH
+    kernel: str
+    rdma_core: str
+    path: str
+    seconds: float
+
+
+class DockerHostUpOutput(TypedDict):
+    """`labctl docker-host up --json`: the VM whose engine now answers."""
+
+    name: str
+    already_running: bool
+    engine: str  # the engine's URL (docker -H)
+    host_address: str | None  # named VMs: the address on the Docker hosts' network
+    seconds: float
+    timings: dict[str, float]  # the steps' seconds ({} when it was already running)
+
+
+class DockerHostDownOutput(TypedDict):
+    """`labctl docker-host down --json`: what was removed ([] when it was not running)."""
+
+    name: str
+    removed: list[str]
 
 
 # --- labctl link set --json --------------------------------------------------------------

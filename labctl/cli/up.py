@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import typer
 
@@ -17,10 +18,12 @@ from labctl.cli.common import (
     seconds,
 )
 from labctl.cli.complete import choice_metavar, choices
+from labctl.cli.report import on_interrupt
 from labctl.cli.shapes import UpOutput
 from labctl.cli.validate import mount_lines
 from labctl.errors import UsageError
 from labctl.lab import lifecycle
+from labctl.store.labdir import LabDir
 
 # Choices of the options (shown in --help, completed); checked below, with these messages.
 ACCELS = ("auto", "kvm", "tcg")
@@ -79,7 +82,10 @@ def up(
                                   boot=_boot_choice(boot, cold))
     options.check()
     path = find_topology(topology)
-    for line in mount_lines(lifecycle.resolve(path, options)):  # refused here: exit 2
+    resolved = lifecycle.resolve(path, options)
+    existed = LabDir(resolved.name).exists() and not recreate  # recreate: made anew
+    on_interrupt(lambda: up_interrupted(resolved.name, shlex.quote(topology), existed))
+    for line in mount_lines(resolved):  # refused here: exit 2
         (err_console if as_json else console).print(line, markup=False, soft_wrap=True)
     with progress_reporter(f"up {path.stem}") as progress:
         result = lifecycle.up(path, options, progress)
@@ -114,6 +120,18 @@ def up(
         f" --lab {lab.name} -- ibv_devinfo`, `labctl down --lab {lab.name}`",
         soft_wrap=True,  # commands to copy: never broken across lines
     )
+
+
+def up_interrupted(name: str, topology: str, existed: bool) -> str:
+    """What an interrupted `up` left of lab `name`, and the command that cleans only that."""
+    down = f"`labctl down --lab {name}`"
+    if not LabDir(name).exists():
+        return f"nothing of lab {name} was made" if not existed else f"lab {name} is gone"
+    if existed:
+        return (f"lab {name} was up before; a node being restarted may be down: "
+                f"`labctl up {topology}` again repairs it, {down} removes the lab")
+    return (f"lab {name} is half-made (`labctl status --lab {name}` shows what): {down} "
+            "removes it and nothing else")
 
 
 def register(app: typer.Typer) -> None:

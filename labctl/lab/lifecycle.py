@@ -78,15 +78,19 @@ class UpOptions:
 
     def check(self) -> None:
         if self.accel not in ACCELS:
-            raise UsageError(f"--accel must be auto, kvm or tcg (got {self.accel!r})")
+            raise UsageError(f"--accel must be auto, kvm or tcg (got {self.accel!r})",
+                             hint="auto uses KVM when /dev/kvm is usable, else tcg")
         if self.engine is not None and self.engine not in ENGINES:
-            raise UsageError(f"--engine must be vm or local (got {self.engine!r})")
+            raise UsageError(f"--engine must be vm or local (got {self.engine!r})",
+                             hint="vm: the Docker host VM; local: this host's engine")
         if self.boot_mode() not in BOOTS:
             where = "--boot" if self.boot else BOOT_ENV
-            raise UsageError(f"{where} must be restore or cold (got {self.boot_mode()!r})")
+            raise UsageError(f"{where} must be restore or cold (got {self.boot_mode()!r})",
+                             hint="restore (the default) or cold (every node boots)")
         if self.provider is not None and self.provider not in PROVIDERS:
             raise UsageError(
-                f"--provider must be qemu, docker or vagrant (got {self.provider!r})")
+                f"--provider must be qemu, docker or vagrant (got {self.provider!r})",
+                hint="or leave it out: the topology's provider: (default qemu)")
 
 
 @dataclass

@@ -90,7 +90,8 @@ def _check_node_path(path: str, what: str) -> str:
         raise UsageError(f"{what}: the node path is empty",
                          hint="write NODE:/absolute/path, e.g. node1:/root/src")
     if any(ch in path for ch in "\0\n"):
-        raise UsageError(f"{what}: the node path {short_repr(path)} holds a control character")
+        raise UsageError(f"{what}: the node path {short_repr(path)} holds a control character",
+                         hint="name the file without control characters")
     if not path.startswith("/"):
         raise UsageError(f"{what}: the node path {short_repr(path)} is not absolute",
                          hint="write NODE:/absolute/path, e.g. node1:/root/src")
@@ -119,7 +120,7 @@ def parse_copy(src: str, dst: str) -> CopyRequest:
         return CopyRequest(src_node, _check_node_path(src_path, "SRC"), dst_path, False)
     assert dst_node is not None
     if not src_path:
-        raise UsageError("SRC: the host path is empty")
+        raise UsageError("SRC: the host path is empty", hint="e.g. ./file")
     return CopyRequest(dst_node, _check_node_path(dst_path, "DST"), src_path, True)
 
 
@@ -169,9 +170,11 @@ def copy_to_node(handle: LabHandle, request: CopyRequest, timeout: float) -> str
     """Host file or directory -> node; returns where it landed (as the request said)."""
     source = Path(os.path.abspath(request.host_path))
     if not source.exists() and not source.is_symlink():
-        raise UsageError(f"{short_repr(request.host_path)}: no such file or directory")
+        raise UsageError(f"{short_repr(request.host_path)}: no such file or directory",
+                         hint="give an existing host file or directory as SRC")
     if source == Path("/"):
-        raise UsageError("cannot copy the host's whole root directory")
+        raise UsageError("cannot copy the host's whole root directory",
+                         hint="copy the directory you need")
     pack = ["tar", "-cf", "-", "-C", str(source.parent), "--", source.name]
     unpack = handle.argv(request.node, ["sh", "-c", _UNPACK, "sh", request.node_path,
                                         source.name])
@@ -239,9 +242,11 @@ def copy_from_node(handle: LabHandle, request: CopyRequest, timeout: float,
         final = target / name
     else:
         if request.host_path.endswith("/"):
-            raise UsageError(f"{short_repr(request.host_path)}: no such directory")
+            raise UsageError(f"{short_repr(request.host_path)}: no such directory",
+                             hint="make it first, or leave out the trailing /")
         if not target.parent.is_dir():
-            raise UsageError(f"{short_repr(str(target.parent))}: no such directory")
+            raise UsageError(f"{short_repr(str(target.parent))}: no such directory",
+                             hint="DST's directory must exist")
         final = target
     host_filter = HostFilter(top=name, room=room or Room.of(final.parent),
                              umask=current_umask())

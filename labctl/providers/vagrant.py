@@ -277,7 +277,7 @@ class VagrantProvider(Provider):
         if wanted:
             why = problem(wanted)
             if why is not None:
-                raise LabctlError(f"Vagrant provider {wanted} is not usable: {why}")
+                raise LabctlError(f"the Vagrant provider {wanted} is not usable: {why}")
             return wanted
         for provider in PLUGINS:
             if problem(provider) is None:

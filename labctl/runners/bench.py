@@ -119,7 +119,8 @@ class Counters:
 
 def counters_command(interface: str) -> list[str]:
     if not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", interface):
-        raise UsageError(f"bad interface name {interface!r}")
+        raise UsageError(f"bad interface name {interface!r}",
+                         hint="data interfaces are eth1..eth99")
     base = f"/sys/class/net/{interface}/statistics"
     return ["sh", "-c", f"head -n1 /proc/stat; cat {base}/tx_packets {base}/rx_packets"]
 

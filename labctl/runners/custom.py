@@ -33,7 +33,8 @@ def _fields(template: str, flag: str) -> list[tuple[str, str | None]]:
                          hint="put a long script in a file, `labctl cp` it to the node and "
                          "run that")
     if "\0" in template:
-        raise UsageError(f"{flag}: the command holds a NUL character")
+        raise UsageError(f"{flag}: the command holds a NUL character",
+                         hint="write the command without NUL characters")
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:  # "Single '}' encountered", "expected '}' before end"

@@ -105,6 +105,16 @@ class RunCommand:
     variant: Callable[[Values], str] | None = None  # may refuse the values (UsageError)
     server: RunOption = SERVER
     client: RunOption = CLIENT
+    # The C tool's own short options (its getopt string in rdma-core) and those of ours that
+    # mean there what they mean here: a letter the tool uses for something else is not ours
+    # (`run ucmatose -c` would read as ucmatose's connections, not our --count).
+    c_letters: str = ""
+    same_as_c: tuple[str, ...] = ()
+
+    def flags_of(self, option: RunOption) -> tuple[str, ...]:
+        """The option's flags without a short one the C tool gives another meaning."""
+        return tuple(f for f in option.flags if f.startswith("--") or "/" in f
+                     or f[1] not in self.c_letters or f in self.same_as_c)
 
     def run_options(self, values: Values) -> dict[str, Any]:
         """The values the runners read (check_options' keys), timeout last."""
@@ -145,8 +155,12 @@ def _stream(name: str, doc: str) -> RunCommand:
         COUNT.but("Transfers (-C).", default=100),
         SIZE.but("Transfer size in bytes (-S).", default=4096),
         PORT,
-    ), _fixed("rsocket"))
+    ), _fixed("rsocket"), c_letters=RSTREAM_LETTERS, same_as_c=("-p",))
 
+
+# The C tools' getopt strings (rdma-core's libibverbs/examples/*.c, librdmacm/examples/*.c).
+PINGPONG_LETTERS = "p:d:i:s:m:r:n:l:eg:oOPtcjNU"  # ibv_rc_pingpong (uc, ud, srq: fewer)
+RSTREAM_LETTERS = "s:b:f:B:i:I:C:S:p:k:T:"  # rstream; riostream has the same but -k
 
 _IMPL_HELP = ("Server implementation (and the client's unless --client-impl): c "
               "(ibv_rc_pingpong) or python (labctl.nodeside.pingpong on pyverbs). RC only.")
@@ -169,14 +183,14 @@ RUN_COMMANDS: tuple[RunCommand, ...] = (
                    RunOption("rx_depth", ("--rx-depth",), int, "Receives posted at a time.",
                              metavar="COUNT"),
                    PORT.but("TCP port of the exchange (18515)."),
-               ), _pingpong),
+               ), _pingpong, c_letters=PINGPONG_LETTERS, same_as_c=("-p", "-s", "-m", "-n")),
     RunCommand("rping", "rping (RDMA CM, RC, RDMA READ/WRITE) between two nodes; rxe and siw.", (
         COUNT.but("Pings (rping -C)."),
         SIZE.but("Ping data size (rping -S)."),
         PORT.but("RDMA CM port (rping -p)."),
-        RunOption("verbose", ("--verbose/--quiet", "-v/-q"), bool,
+        RunOption("verbose", ("--verbose/--quiet", "-v"), bool,
                   "rping -v: print (and count) each ping.", default=True),
-    ), _fixed("rc")),
+    ), _fixed("rc"), c_letters="a:I:Pp:C:S:t:scvVdq", same_as_c=("-p", "-v")),
     RunCommand("perftest", "A perftest benchmark (-d and -x chosen automatically; -R on "
                "siw); the atomic tests\non rxe only (siw has no atomics).", (
                    RunOption("test", (), str, f"One of: {', '.join(ALL_PERFTESTS)}.",
@@ -200,22 +214,27 @@ RUN_COMMANDS: tuple[RunCommand, ...] = (
                              "(mckey -C N): on rxe only the first arrives.", default=False),
                ), lambda values: "ud-1qp" if values["one_qp"] else "ud",
                server=SERVER.but("Receiver node (default: the first)."),
-               client=CLIENT.but("Sender node (default: the second).")),
+               client=CLIENT.but("Sender node (default: the second)."),
+               c_letters="m:M:sb:c:C:S:p:ol"),
     RunCommand("rdma-server", "librdmacm's rdma_server/rdma_client: connect, one send and "
-               "receive; rxe and siw.", (PORT,), _fixed("rc")),
+               "receive; rxe and siw.", (PORT,), _fixed("rc"), c_letters="s:p:",
+               same_as_c=("-p",)),
     RunCommand("udaddy", "udaddy: UD datagrams through RDMA CM (address resolution, no "
-               "connection); rxe only.", (COUNT, SIZE), _fixed("ud")),
+               "connection); rxe only.", (COUNT, SIZE), _fixed("ud"),
+               c_letters="s:b:c:C:S:t:p:P:f:"),
     RunCommand("ucmatose", "ucmatose: several RC connections through RDMA CM, sends both "
                "ways; rxe and siw.", (CONNECTIONS.but(default=4), COUNT, SIZE, PORT),
-               _fixed("rc")),
+               _fixed("rc"), c_letters="s:b:f:P:c:C:S:t:p:a:m", same_as_c=("-p",)),
     RunCommand("cmtime", "cmtime: the time each step of RDMA CM connection setup takes; rxe "
-               "only.", (CONNECTIONS.but(default=10), PORT), _fixed("rc")),
+               "only.", (CONNECTIONS.but(default=10), PORT), _fixed("rc"),
+               c_letters="B:b:C:c:Lm:n:P:p:q:r:S:t:", same_as_c=("-p",)),
     _stream("rstream", "rstream: socket calls over rsockets (RDMA underneath); rxe only."),
     _stream("riostream", "riostream: rsockets with riomap/riowrite (RDMA writes); rxe and "
             "siw."),
     RunCommand("rcopy", "rcopy: a file made in the client node copied over rsockets, "
                "compared on arrival.", (SIZE.but("Bytes of the file copied.", default=65536),
-                                        PORT), _fixed("rsocket")),
+                                        PORT), _fixed("rsocket"), c_letters="p:",
+               same_as_c=("-p",)),
 )
 
 
@@ -233,7 +252,7 @@ WORKLOAD_COMMANDS: tuple[RunCommand, ...] = (
     RunCommand("qperf", "qperf: RDMA (RC through RDMA CM) against TCP latency and bandwidth, "
                "one table;\ntests a device cannot run show as unsupported, with why.", (
                    RunOption("tests", ("--tests",), str, "Comma-separated qperf tests (default "
-                             f"{','.join(DEFAULT_TESTS)}); known: {', '.join(QPERF_TESTS)}.",
+                             f"{', '.join(DEFAULT_TESTS)}); known: {', '.join(QPERF_TESTS)}.",
                              metavar="TEST"),
                    RunOption("duration", ("--duration",), int, "Seconds each test runs "
                              f"(qperf -t; default {DEFAULT_DURATION}).", metavar="SECONDS"),

@@ -144,5 +144,6 @@ def select_pairs(lab: Lab, pairs: str = "first", server: str | None = None,
                          hint="add nodes with rdma: rxe, or pick them with "
                          f"{names[0]}/{names[1]}")
     if server == client:
-        raise UsageError(f"{names[0]} and {names[1]} must be different nodes")
+        raise UsageError(f"{names[0]} and {names[1]} must be different nodes",
+                         hint="`labctl status` lists the lab's nodes")
     return [(server, client)]

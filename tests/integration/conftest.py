@@ -53,11 +53,25 @@ def labctl(
     return result
 
 
+def run_records(stdout: str) -> list[dict[str, Any]]:
+    """The records a `labctl run ... --json` printed: `{"records": [...]}` for one pair as
+    for many (docs/json.md: the top level is always an object)."""
+    document = json.loads(stdout)
+    assert isinstance(document, dict) and list(document) == ["records"], stdout[:2000]
+    records: list[dict[str, Any]] = document["records"]
+    return records
+
+
+def only_record(stdout: str) -> dict[str, Any]:
+    """The one record of a `labctl run ... --json` between one pair."""
+    (record,) = run_records(stdout)
+    return record
+
+
 def passed_run(lab: str, *args: str) -> dict[str, Any]:
     """`labctl run ARGS --lab LAB --json`, which must pass: its (first pair's) record."""
     result = labctl("run", *args, "--lab", lab, "--json", check=True, timeout=300)
-    record = json.loads(result.stdout)
-    first: dict[str, Any] = record[0] if isinstance(record, list) else record
+    first = run_records(result.stdout)[0]
     assert first["status"] == "passed", result.stdout
     return first
 

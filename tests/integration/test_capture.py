@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import subprocess
@@ -16,7 +15,7 @@ from labctl.lab.handle import LabHandle
 from labctl.net.labnet import netns_name
 from labctl.wire.summary import decode_file
 from tests.integration.capturecheck import assert_pingpong_on_the_wire
-from tests.integration.conftest import REPO, labctl
+from tests.integration.conftest import REPO, labctl, only_record
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +37,7 @@ def packet_sockets(lab: str) -> list[str]:
 def run_captured(lab: str, tmp_path: Path, *args: str) -> dict:  # type: ignore[type-arg]
     result = labctl("run", *args, "--lab", lab, "--capture-dir", str(tmp_path), "--json",
                     timeout=300)
-    record = json.loads(result.stdout)
+    record = only_record(result.stdout)
     assert record["status"] == "passed", result.stdout + result.stderr
     assert Path(record["capture"]["pcap"]).parent == tmp_path
     assert not workers(lab)

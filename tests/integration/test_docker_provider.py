@@ -28,7 +28,14 @@ from labctl.dockerhost.vm import DockerHostVM
 from labctl.lab.handle import LabHandle
 from labctl.wire.summary import decode_file
 from tests.integration.capturecheck import assert_pingpong_on_the_wire
-from tests.integration.conftest import REPO, host_folders, labctl, make_topology, passed_run
+from tests.integration.conftest import (
+    REPO,
+    host_folders,
+    labctl,
+    make_topology,
+    only_record,
+    passed_run,
+)
 from tests.integration.leftovers import docker_leftovers
 from tests.integration.modulelab import ModuleLab, module_lab
 
@@ -159,7 +166,7 @@ def test_capture_in_the_vm_matches_the_programs_and_leaves_nothing(handle: LabHa
         assert vm_captures()
         result = labctl("run", "pingpong", "--lab", LAB, "--transport", "rc", "--iters", "3",
                         "--size", "64", "--capture-dir", str(tmp_path), "--json", timeout=300)
-        record = json.loads(result.stdout)
+        record = only_record(result.stdout)
         assert record["status"] == "passed", result.stdout + result.stderr
         assert (record["capture"]["node"], record["capture"]["interface"]) == ("node1", "eth1")
         assert_pingpong_on_the_wire(record, 3)

@@ -21,7 +21,7 @@ from labctl.pytest_plugin import RdmaLab
 from labctl.runners.examples import EXAMPLES, KNOWN_LIMITATIONS, PERFTESTS
 from labctl.runners.execute import RunResult, command_line, run_example
 from labctl.runners.spec import ExampleSpec
-from tests.integration.conftest import LAB_NAME, example_programs_left, labctl
+from tests.integration.conftest import LAB_NAME, example_programs_left, labctl, run_records
 
 pytestmark = pytest.mark.integration
 
@@ -82,7 +82,7 @@ def run_all(rdma_lab: RdmaLab) -> RunAll:
     proc = labctl("run", "all", "--lab", LAB_NAME, "--json", "-n", str(RUN_ALL_ITERS))
     left = example_programs_left(rdma_lab.handle)
     try:
-        records = json.loads(proc.stdout)
+        records = run_records(proc.stdout)
     except json.JSONDecodeError:
         pytest.fail(f"labctl run all --json exited {proc.returncode} without JSON:\n"
                     f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
@@ -174,7 +174,7 @@ def test_run_all_between_explicit_pairs(lab_handle: LabHandle) -> None:
     pair; one pair keeps CI time down); each record names its pair."""
     proc = labctl("run", "all", "--lab", LAB_NAME, "--json", "-n", "20", "--pairs",
                   f"{CLIENT}:{SERVER}")
-    records = json.loads(proc.stdout)
+    records = run_records(proc.stdout)
     assert proc.returncode == 0, proc.stderr
     assert [(r["server"], r["client"]) for r in records] == [(CLIENT, SERVER)] * len(EXAMPLES)
     assert not [r for r in records if r["status"] == "failed"]

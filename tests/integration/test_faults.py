@@ -21,7 +21,7 @@ from labctl.lab.handle import LabHandle
 from labctl.pytest_plugin.faults import injected_fault
 from labctl.runners.execute import RunResult, failure_details
 from labctl.store.labdir import LabDir
-from tests.integration.conftest import REPO, labctl
+from tests.integration.conftest import REPO, labctl, only_record
 from tests.integration.siwstall import RPING_ATTEMPTS, siw_stall
 
 pytestmark = pytest.mark.integration
@@ -66,7 +66,7 @@ def listed(lab_name: str) -> list[dict[str, Any]]:
 
 def run(lab_name: str, example: str, *args: str) -> dict[str, Any]:
     out = labctl("run", example, *args, "--lab", lab_name, "--json", timeout=600).stdout
-    record: dict[str, Any] = json.loads(out)
+    record: dict[str, Any] = only_record(out)
     return record
 
 

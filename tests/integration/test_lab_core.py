@@ -13,7 +13,7 @@ from labctl.lab.handle import LabHandle
 from labctl.lab.lifecycle import UpResult
 from labctl.store.state import Phase
 from labctl.vm.machine import START_HELPER
-from tests.integration.conftest import LAB_NAME, labctl
+from tests.integration.conftest import LAB_NAME, labctl, only_record
 from tests.integration.leftovers import lab_leftovers
 
 pytestmark = pytest.mark.integration
@@ -72,7 +72,7 @@ def test_rc_pingpong_passes_between_the_nodes() -> None:
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    record = json.loads(result.stdout)
+    record = only_record(result.stdout)
     assert record["status"] == "passed"
     assert record["figures"]["bytes"] == 2 * 200 * 4096
     assert record["figures"]["iters"] == 200

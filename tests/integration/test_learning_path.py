@@ -12,7 +12,7 @@ import json
 import pytest
 
 from labctl.lab.handle import LabHandle
-from tests.integration.conftest import LAB_NAME, labctl
+from tests.integration.conftest import LAB_NAME, labctl, only_record
 from tests.unit.test_learning_path import run_commands
 
 pytestmark = pytest.mark.integration
@@ -25,12 +25,13 @@ def test_learning_path_line_passes(lab_handle: LabHandle, words: list[str]) -> N
     if words == ["run", "list"]:  # runs nothing, takes no --lab
         result = labctl(*words, "--json", timeout=120)
         assert result.returncode == 0, result.stderr
-        assert {row["example"] for row in json.loads(result.stdout)} >= {"rdma-server"}
+        rows = json.loads(result.stdout)["examples"]
+        assert {row["example"] for row in rows} >= {"rdma-server", "ucx", "rdma-core-tests"}
         return
     args = [*words, "--lab", LAB_NAME] + ([] if "--json" in words else ["--json"])
     result = labctl(*args, timeout=600)
     assert result.returncode == 0, f"labctl {' '.join(args)}\n{result.stdout}\n{result.stderr}"
-    record = json.loads(result.stdout)
+    record = only_record(result.stdout)
     assert record["status"] == "passed", record
     if "--capture" in words:
         assert record["capture"]["opcodes"], record["capture"]

@@ -28,7 +28,7 @@ from labctl.dockerhost.vm import DockerHostVM
 from labctl.errors import LabctlError
 from labctl.store.labdir import LabDir
 from labctl.vm.machine import check_qemu_host
-from tests.integration.conftest import labctl, make_topology, passed_run
+from tests.integration.conftest import labctl, make_topology, passed_run, run_records
 from tests.integration.leftovers import docker_leftovers
 from tests.integration.modulelab import ModuleLab, module_lab
 
@@ -107,7 +107,7 @@ def test_rc_pingpong_between_every_pair(multihost_lab: ModuleLab) -> None:
     result = labctl("run", "pingpong", "--transport", "rc", "--iters", "50", "--size", "8192",
                     "--mtu", "4096", "--pairs", "all", "--lab", LAB, "--json", check=True,
                     timeout=600)
-    records = json.loads(result.stdout)
+    records = run_records(result.stdout)
     pairs = {(r["server"], r["client"]): r["status"] for r in records}
     assert pairs == {("node1", "node2"): "passed", ("node1", "node3"): "passed",
                      ("node2", "node3"): "passed"}, result.stdout

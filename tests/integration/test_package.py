@@ -9,7 +9,6 @@ dependencies through pip from the configured package index (pip's cache makes it
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import labctl
+from tests.integration.conftest import only_record
 from tests.integration.modulelab import ModuleLab, module_lab
 
 pytestmark = pytest.mark.integration
@@ -139,8 +139,7 @@ def test_live_pingpong_from_the_wheel(installed: Installed, pkg_lab: ModuleLab) 
     assert f"lab {LAB} is up" in pkg_lab.up.stdout
     lab = pkg_lab.name
     out = _must(installed.labctl("run", "pingpong", "--lab", lab, "--json", timeout=300))
-    records = json.loads(out)
-    record = records[0] if isinstance(records, list) else records
+    record = only_record(out)
     assert record["status"] == "passed", record
     assert record["figures"]["usec_per_iter"] > 0
 

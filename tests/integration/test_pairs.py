@@ -3,13 +3,12 @@ one switch): every pair runs, none two at once on a node, records in the pairs' 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import labctl, make_topology
+from tests.integration.conftest import labctl, make_topology, run_records
 from tests.integration.modulelab import ModuleLab, module_lab
 
 pytestmark = pytest.mark.integration
@@ -33,7 +32,7 @@ def test_pingpong_between_every_pair(switch_lab: str) -> None:
     result = labctl("run", "pingpong", "--pairs", "all", "--jobs", "2", "--iters", "5",
                     "--json", "--lab", switch_lab, timeout=600)
     assert result.returncode == 0, result.stderr
-    records = json.loads(result.stdout)
+    records = run_records(result.stdout)
     assert [(r["server"], r["client"]) for r in records] == [
         ("node1", "node2"), ("node1", "node3"), ("node2", "node3")]
     for record in records:

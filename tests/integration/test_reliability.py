@@ -31,7 +31,7 @@ from labctl.lab.handle import LabHandle
 from labctl.paths import state_root
 from labctl.runners.diagnose import DIAGNOSE_SECONDS
 from labctl.runners.server import ServerProcess
-from tests.integration.conftest import LAB_NAME, REPO, labctl
+from tests.integration.conftest import LAB_NAME, REPO, labctl, only_record
 
 pytestmark = pytest.mark.integration
 PORT = "/sys/class/infiniband/rxe0/ports/1"
@@ -100,7 +100,7 @@ def _explain(record: dict[str, object]) -> str:
 def _run(example: str, *args: str, timeout: float = 300) -> dict[str, object]:
     result = labctl("run", *example.split(), "--lab", LAB_NAME, "--json", *args,
                     timeout=timeout)
-    record: dict[str, object] = json.loads(result.stdout)
+    record: dict[str, object] = only_record(result.stdout)
     assert (result.returncode == 0) == (record["status"] == "passed"), result.stderr
     return record
 
@@ -337,7 +337,7 @@ def test_link_down_under_the_verbs_pingpong_ends_at_its_timeout(
     finally:
         _end_pingpong_run(lab_handle, run)
     took = time.monotonic() - started
-    record = json.loads(out)
+    record = only_record(out)
     assert run.returncode == 1 and record["status"] == "failed"
     assert "(timed out)" in record["reason"], record["reason"]
     # Never a hang: the bound, its 5 s kill grace, ssh, and the failure snapshot of both
@@ -408,7 +408,7 @@ def test_node_killed_during_a_pingpong(lab_handle: LabHandle, lab_topology: Path
             out, _ = run.communicate(timeout=120)
         finally:
             _end_pingpong_run(lab_handle, run)
-        record = json.loads(out)
+        record = only_record(out)
         assert run.returncode == 1 and record["status"] == "failed"
         assert f"node node2 is stopped (qemu process {pid} is gone" in record["reason"], record
         assert time.monotonic() - killed < 20  # at once, well within the run's 60 s

@@ -23,7 +23,7 @@ from benchmarks.cycles import host_snapshot, lab_snapshot, lab_topology, leaks, 
 from labctl.faults import STEPS
 from labctl.lab.handle import LabHandle
 from labctl.store.labdir import LabDir
-from tests.integration.conftest import LAB_NAME, REPO, labctl
+from tests.integration.conftest import LAB_NAME, REPO, labctl, only_record
 
 pytestmark = pytest.mark.integration
 LAB = os.environ.get("LABCTL_TEST_REL_LAB", "itest-rel")
@@ -100,7 +100,8 @@ def test_sigint_during_up(when: str, topology: Path) -> None:
             proc.send_signal(signal.SIGINT)
             seen += list(proc.stderr)  # up to labctl's last word
     assert proc.wait(timeout=60) == 130, "".join(seen)
-    assert "interrupted" in seen[-1]
+    # what was made, and the command that removes only that (never a bare `labctl down`)
+    assert seen[-1].startswith("interrupted; ") and f"`labctl down --lab {LAB}`" in seen[-1]
     _honest_then_clean("".join(seen))
 
 
@@ -183,7 +184,7 @@ def test_two_labs_side_by_side_and_the_lock(topology: Path, lab_handle: LabHandl
     for run in runs:
         out, err = run.communicate(timeout=300)
         assert run.returncode == 0, err
-        assert json.loads(out)["status"] == "passed"
+        assert only_record(out)["status"] == "passed"
 
     assert labctl("down", "--lab", LAB).returncode == 0
     assert lab_snapshot(LAB) == NOTHING

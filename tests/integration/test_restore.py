@@ -28,7 +28,14 @@ from labctl.store.labdir import LabDir
 from labctl.topology.load import load_lab
 from labctl.vm.saved import RESTORE_FORMAT, MachineShape, file_sha256, saved_dir
 from tests.integration.capturecheck import assert_pingpong_on_the_wire
-from tests.integration.conftest import REPO, labctl, make_topology, nothing_left, passed_run
+from tests.integration.conftest import (
+    REPO,
+    labctl,
+    make_topology,
+    nothing_left,
+    only_record,
+    passed_run,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -169,7 +176,7 @@ def test_a_restored_four_node_lab_passes_what_a_cold_one_does(tmp_path: Path) ->
         captured = labctl("run", "pingpong", "--server", "node3", "--client", "node4",
                           "--transport", "rc", "--iters", "3", "--size", "64", "--lab", FOUR,
                           "--capture-dir", str(tmp_path), "--json", timeout=300)
-        run = json.loads(captured.stdout)
+        run = only_record(captured.stdout)
         assert run["status"] == "passed", captured.stdout + captured.stderr
         assert_pingpong_on_the_wire(run, 3)
         passed_run(FOUR, "rping", "--server", "node4", "--client", "node2")

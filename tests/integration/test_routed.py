@@ -5,14 +5,13 @@ learning path's lines that name the routed lab are run here, on this lab."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 
 from labctl.lab.handle import LabHandle
-from tests.integration.conftest import labctl, make_topology
+from tests.integration.conftest import labctl, make_topology, only_record
 from tests.integration.modulelab import ModuleLab, module_lab
 from tests.unit.test_learning_path import run_commands
 
@@ -63,7 +62,7 @@ def test_learning_path_runs_across_the_router(routed: LabHandle, words: list[str
     args = [*words[:-1], ROUTED_LAB]
     result = labctl(*args, timeout=600)
     assert result.returncode == 0, f"labctl {' '.join(args)}\n{result.stdout}\n{result.stderr}"
-    record = json.loads(result.stdout)
+    record = only_record(result.stdout)
     _check_routed_record(record)
     if record["example"] == "pingpong":  # the GIDs as ibv_rc_pingpong printed them
         assert record["figures"]["local_gid"] == "::ffff:10.77.2.2"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from labctl.lab.handle import LabHandle
-from tests.integration.conftest import labctl, make_topology
+from tests.integration.conftest import labctl, make_topology, only_record
 from tests.integration.hotplug import check_hot_plug
 from tests.integration.modulelab import ModuleLab, module_lab
 from tests.integration.siwstall import RPING_ATTEMPTS, siw_stall
@@ -52,7 +52,7 @@ def rping_until_it_passes(*args: str) -> dict[str, Any]:
         result = labctl("run", "rping", "--lab", SIW_LAB, "--timeout", "40", *args, "--json",
                         timeout=300)
         assert result.stdout, f"exit {result.returncode}, no record:\n{result.stderr}"
-        record: dict[str, Any] = json.loads(result.stdout)
+        record: dict[str, Any] = only_record(result.stdout)
         if record["status"] == "passed":
             assert result.returncode == 0
             if stalls:
@@ -76,7 +76,7 @@ def test_perftest_uses_rdma_cm_on_siw(siw_lab: LabHandle) -> None:
     result = labctl("run", "perftest", "ib_send_bw", "--lab", SIW_LAB, "--iters", "50",
                     "--timeout", "60", "--json", timeout=400)
     assert result.returncode == 0, result.stderr
-    record = json.loads(result.stdout)
+    record = only_record(result.stdout)
     assert record["status"] == "passed"
     assert "-R" in record["client_argv"]
     if record["attempts"] > 1:
@@ -87,7 +87,7 @@ def test_perftest_uses_rdma_cm_on_siw(siw_lab: LabHandle) -> None:
 def test_verbs_pingpong_is_reported_unsupported(siw_lab: LabHandle, transport: str) -> None:
     result = labctl("run", "pingpong", "--lab", SIW_LAB, "--transport", transport, "--json",
                     timeout=120)
-    record = json.loads(result.stdout)
+    record = only_record(result.stdout)
     assert result.returncode == 2
     assert "refused" in result.stderr
     assert record["status"] == "skipped"
@@ -118,7 +118,7 @@ def test_librdmacm_example_passes_on_siw(siw_lab: LabHandle, example: str,
     for attempt in (1, 2):
         result = labctl("run", example, *args, "--lab", SIW_LAB, "--timeout", "40", "--json",
                         timeout=300)
-        record = json.loads(result.stdout)
+        record = only_record(result.stdout)
         if record["status"] == "passed":
             assert result.returncode == 0
             break
@@ -146,7 +146,7 @@ REFUSED_ON_SIW = [(["udaddy"], "Operation not supported"), (["cmtime"], "cmtime"
 def test_librdmacm_example_refused_on_siw(siw_lab: LabHandle, args: list[str],
                                           why: str) -> None:
     result = labctl("run", *args, "--lab", SIW_LAB, "--json", timeout=120)
-    record = json.loads(result.stdout)
+    record = only_record(result.stdout)
     assert result.returncode == 2 and "refused" in result.stderr
     assert record["status"] == "skipped" and why in record["reason"]
 

@@ -5,7 +5,6 @@ read-only one in node1): the folders both ways, `labctl cp` both ways, `exec --a
 from __future__ import annotations
 
 import filecmp
-import json
 import os
 import time
 import uuid
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.conftest import LAB_NAME, labctl
+from tests.integration.conftest import LAB_NAME, labctl, only_record
 from tests.integration.modulelab import ModuleLab, module_lab
 
 pytestmark = pytest.mark.integration
@@ -157,7 +156,7 @@ def test_run_custom_passes_with_placeholders(wb_lab: Path) -> None:
         "--client-cmd", "ib_send_bw -d {device} -x {gid_index} -n 20 -p {port} {server_ip}",
         timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    record = json.loads(result.stdout)
+    record = only_record(result.stdout)
     assert record["status"] == "passed"
     assert record["server_argv"][:2] == ["sh", "-c"]
     assert record["client_argv"][2] == "ib_send_bw -d rxe0 -x 1 -n 20 -p 18620 10.77.1.1"

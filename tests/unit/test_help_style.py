@@ -83,7 +83,7 @@ def test_unknown_option_is_a_labctl_usage_error(monkeypatch: pytest.MonkeyPatch,
                                                 path: tuple[str, ...], command: Any) -> None:
     code, out, err = run_main(monkeypatch, capsys, *path, "--no-such-option")
     _assert_labctl_usage_error(code, out, err)
-    assert "No such option: --no-such-option" in err
+    assert "no such option: --no-such-option" in err
 
 
 BAD_VALUES = [(path, cmd, bad) for path, cmd in LEAVES if (bad := _bad_value(cmd))]

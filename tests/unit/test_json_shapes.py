@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -300,17 +301,24 @@ def _captured_run() -> RunResult:
     return RunResult(**json.loads((CAPTURED / "run-pingpong-rc.json").read_text()))
 
 
-def test_run_one_example_prints_one_record(capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_one_example_prints_its_record_under_records(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """One pair as many: the top level is an object, the records under "records"."""
     print_results([_captured_run()], as_json=True)
-    record = parsed("run", capsys.readouterr().out)
+    (record,) = parsed("run", capsys.readouterr().out).records
     assert (record.status, record.key_figure) == ("passed", "usec_per_iter")
+    other = dataclasses.replace(_captured_run(), server="node2", client="node1")
+    print_results([_captured_run(), other], as_json=True)
+    out = parsed("run", capsys.readouterr().out)
+    assert list(out) == ["records"]
+    assert [(r.server, r.client) for r in out.records] == [("node1", "node2"), ("node2", "node1")]
 
 
 def test_run_across_a_router_has_its_path_and_ttls(capsys: pytest.CaptureFixture[str]) -> None:
     """The record of a real `labctl run rping --lab routed --capture --json`."""
     run = RunResult(**json.loads((OUTPUTS / "run-rping-routed.json").read_text()))
     print_results([run], as_json=True)
-    record = parsed("run", capsys.readouterr().out)
+    (record,) = parsed("run", capsys.readouterr().out).records
     assert record.path is not None and record.path.routers == ["router"]
     assert record.capture is not None and record.capture.hops == 1
     assert {f.ttl for f in record.capture.ttl} == {63, 64}
@@ -320,10 +328,10 @@ def test_run_all_prints_a_list_of_records(capsys: pytest.CaptureFixture[str]) ->
     skipped = dataclasses.replace(_captured_run(), variant="ud-1qp", example="mckey",
                                   status="skipped", reason="rxe delivers only the first")
     print_results([_captured_run(), skipped], as_json=True, summary=True)
-    records = parsed("run-all", capsys.readouterr().out)
+    records = parsed("run-all", capsys.readouterr().out).records
     assert [r.status for r in records] == ["passed", "skipped"]
     print_results([_captured_run()], as_json=True, summary=True)  # a list even of one
-    assert len(parsed("run-all", capsys.readouterr().out)) == 1
+    assert len(parsed("run-all", capsys.readouterr().out).records) == 1
 
 
 def test_bench_report() -> None:
@@ -645,7 +653,102 @@ def test_run_record_has_each_nodes_counter_change(capsys: pytest.CaptureFixture[
     run = RunResult(**json.loads(
         (OUTPUTS / "run-pingpong-fault-dropped-send.json").read_text()))
     print_results([run], as_json=True)
-    record = parsed("run", capsys.readouterr().out)
+    (record,) = parsed("run", capsys.readouterr().out).records
     assert record.counters is not None
     node1 = record.counters["node1"]
     assert node1 is not None and node1["rxe0/1"]["out_of_seq_request"] >= 1
+
+
+# --- stop, start, restart, cp, fault clear, image build, docker-host up|down --------------
+@pytest.mark.parametrize(("verb", "action"), [
+    ("stop", "stopped"), ("start", "started"), ("restart", "restarted")])
+def test_node_actions(verb: str, action: str, state_dir: Path,
+                      monkeypatch: pytest.MonkeyPatch,
+                      capsys: pytest.CaptureFixture[str]) -> None:
+    from labctl.lab import lifecycle
+
+    _make_lab(state_dir, "ut-node", "two-node.yaml")
+    done: list[tuple[str, str]] = []
+    monkeypatch.setattr(lifecycle, f"{verb}_node",
+                        lambda labdir, node, *rest: done.append((labdir.name, node)))
+    code, out, err = _main(monkeypatch, capsys, verb, "node2", "--lab", "ut-node", "--json")
+    assert code == 0, err
+    record = parsed("node-action", out)
+    assert (record.lab, record.node, record.action) == ("ut-node", "node2", action)
+    assert record.seconds >= 0 and done == [("ut-node", "node2")]
+
+
+def test_cp_both_ways(state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                      capsys: pytest.CaptureFixture[str]) -> None:
+    import labctl.cli.cp as cp_cli
+
+    _make_lab(state_dir, "ut-cp", "two-node.yaml")
+    monkeypatch.setattr(cp_cli, "copy_to_node",
+                        lambda handle, request, timeout: f"{request.node}:{request.node_path}")
+    monkeypatch.setattr(cp_cli, "copy_from_node", lambda handle, request, timeout: (
+        str(tmp_path / "got"), "skipped 1 FIFO (fifo)"))
+    code, out, err = _main(monkeypatch, capsys, "cp", str(tmp_path), "node1:/tmp/x",
+                           "--lab", "ut-cp", "--json")
+    assert code == 0, err
+    sent = parsed("cp", out)
+    assert (sent.node, sent.direction, sent.destination, sent.skipped) == (
+        "node1", "to-node", "node1:/tmp/x", None)
+    code, out, err = _main(monkeypatch, capsys, "cp", "node2:/etc", str(tmp_path / "got"),
+                           "--lab", "ut-cp", "--json")
+    assert code == 0, err
+    got = parsed("cp", out)
+    assert (got.node, got.direction, got.source) == ("node2", "from-node", "node2:/etc")
+    assert got.skipped == "skipped 1 FIFO (fifo)" and "FIFO" not in err  # in the record
+
+
+def test_fault_clear(state_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                     capsys: pytest.CaptureFixture[str]) -> None:
+    from labctl.rdmafault import apply
+
+    _make_lab(state_dir, "ut-fc", "two-node.yaml")
+    removed = [SimpleNamespace(id=3), SimpleNamespace(id=5)]
+    monkeypatch.setattr(apply, "clear_faults", lambda handle, endpoint, fault_id: removed)
+    code, out, err = _main(monkeypatch, capsys, "fault", "clear", "--lab", "ut-fc", "--json")
+    assert code == 0, err
+    assert parsed("fault-clear", out) == {"lab": "ut-fc", "removed": [3, 5]}
+    monkeypatch.setattr(apply, "clear_faults", lambda handle, endpoint, fault_id: [])
+    code, out, _ = _main(monkeypatch, capsys, "fault", "clear", "--lab", "ut-fc", "--json")
+    assert (code, parsed("fault-clear", out).removed) == (0, [])
+
+
+def test_image_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                     capsys: pytest.CaptureFixture[str]) -> None:
+    import labctl.cli.image as image_cli
+
+    manifest = {"key": "trixie-0123abcd", "kernel": "6.12.1", "rdma_core": "56.1"}
+    image = SimpleNamespace(path=tmp_path / "trixie-0123abcd", manifest=manifest)
+    monkeypatch.setattr(image_cli, "build_image", lambda *args, **kwargs: image)
+    code, out, err = _main(monkeypatch, capsys, "image", "build", "trixie", "--json")
+    assert code == 0, err
+    record = parsed("image-build", out)
+    assert (record.name, record.key, record.path) == (
+        "trixie", "trixie-0123abcd", str(tmp_path / "trixie-0123abcd"))
+
+
+def test_docker_host_up_and_down(monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import labctl.cli.docker_host as docker_host_cli
+    from labctl.dockerhost.vm import DockerHostVM
+
+    monkeypatch.setattr(DockerHostVM, "up", lambda self, progress, **kw: {
+        "image_seconds": 0.1, "boot_seconds": 20.5, "engine_seconds": 3.0})
+    code, out, err = _main(monkeypatch, capsys, "docker-host", "up", "--json")
+    assert code == 0, err
+    up = parsed("docker-host-up", out)
+    assert (up.name, up.already_running, up.host_address) == ("default", False, None)
+    assert up.engine.startswith("unix://") and up.timings["boot_seconds"] == 20.5
+    monkeypatch.setattr(DockerHostVM, "up", lambda self, progress, **kw: {
+        "already_running": True})
+    code, out, _ = _main(monkeypatch, capsys, "docker-host", "up", "--json")
+    assert code == 0 and parsed("docker-host-up", out).already_running is True
+    monkeypatch.setattr(docker_host_cli, "_labs_using_vm", lambda name="default": [])
+    monkeypatch.setattr(DockerHostVM, "down", lambda self: ["qemu dockerhost (pid 7)"])
+    code, out, err = _main(monkeypatch, capsys, "docker-host", "down", "--json")
+    assert code == 0, err
+    assert parsed("docker-host-down", out) == {"name": "default",
+                                               "removed": ["qemu dockerhost (pid 7)"]}

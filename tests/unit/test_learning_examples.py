@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from labctl.cli.app import app
@@ -170,18 +171,24 @@ def test_every_example_teaches_something() -> None:
 def test_run_list_json() -> None:
     result = CliRunner().invoke(app, ["run", "list", "--json"])
     assert result.exit_code == 0, result.output
-    records = parsed("run-list", result.output)
+    records = parsed("run-list", result.output).examples
     rows = {row["example"]: row for row in records}
     assert rows["rdma-server"]["devices"] == {"rxe": ["rc"], "siw": ["rc"]}
     assert rows["udaddy"]["devices"] == {"rxe": ["ud"], "siw": []}
     assert "ib_atomic_bw" not in rows["perftest"]["devices"]["siw"]
     assert rows["rcopy"]["teaches"] == TEACHES["rcopy"]
+    # every `labctl run` subcommand, derived from the registered ones so none can drift
+    run_group = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    assert list(rows) == [n for n in run_group.commands if n != "list"]
+    assert {"ucx", "ucx-info", "mpi", "rdma-core-tests", "all", "custom"} <= rows.keys()
+    assert rows["ucx"]["devices"] is None and rows["ucx"]["teaches"]
+    assert all(row["teaches"] for row in rows.values())
 
 
 def test_run_list_table() -> None:
     result = CliRunner().invoke(app, ["run", "list"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    for name in TEACHES:
+    for name in [*TEACHES, "ucx-info", "rdma-core-tests"]:
         assert f" {name} " in result.output
 
 

@@ -625,7 +625,7 @@ def test_labctl_run_reports_the_unreadable_reply(
     _replies(monkeypatch, tmp_path, reply, node="node2")
     code, out, err = run_main(monkeypatch, capsys, "run", "pingpong", "--lab", LAB, "--json")
     assert code == 1
-    record = parsed("run", out)
+    (record,) = parsed("run", out).records
     assert record.status == "failed" and record.client == "node2"
     assert record.reason.startswith("node2 sent an unreadable reply (") and why in record.reason
     _no_traceback(out, err)

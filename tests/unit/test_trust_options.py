@@ -280,7 +280,7 @@ def test_every_numeric_option_refuses_what_its_help_does_not_allow(
         assert_clean_refusal(code, out, err, flag)
     else:
         assert code == 2 and "Traceback" not in out + err
-        assert "Invalid value" in err and flag in err
+        assert "invalid value" in err and flag in err
     assert not (tmp_path / "state").exists() and not (tmp_path / "cache").exists()
 
 

@@ -455,7 +455,7 @@ def test_up_mount_on_a_lab_that_is_up_is_refused(tmp_path: Path,
 
 @pytest.mark.parametrize(("args", "says"), [
     (["exec", "--all"], "--all needs a command"),
-    (["exec"], "Missing argument 'NODE'"),
+    (["exec"], "missing argument 'NODE'"),
     (["cp", "a", "b"], "one of SRC and DST must be NODE:PATH"),
     (["cp", "node1:/a", "node2:/b"], "copying from node to node is not supported"),
     (["run", "custom", "--server-cmd", "x {nope}", "--client-cmd", "y"],

@@ -7,7 +7,6 @@ Small sizes: TCG moves a few MB/s over rxe.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ from labctl.runners.execute import RunResult, endpoint, failure_details
 from labctl.runners.nvmeof import NQN_PREFIX
 from labctl.runners.spec import RunContext
 from labctl.runners.storage import WORKLOADS, run_storage
-from tests.integration.conftest import labctl
+from tests.integration.conftest import labctl, run_records
 from tests.integration.modulelab import ModuleLab
 
 pytestmark = pytest.mark.integration
@@ -47,7 +46,7 @@ def test_nvmeof_over_rdma_and_tcp_on_rxe(workloads_lab: ModuleLab) -> None:
     done = labctl("run", "nvmeof", "--lab", workloads_lab.name, "--server", "rxe1",
                   "--client", "rxe2", "--size-mib", str(MIB), "--json", timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    records = json.loads(done.stdout)
+    records = run_records(done.stdout)
     assert [r["variant"] for r in records] == ["rdma", "tcp"]
     for record in records:
         assert record["status"] == "passed" and record["figures"]["verified"] is True, record

@@ -5,11 +5,10 @@ rxe nodes over UCX and TCP. Small iterations: TCG."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
-from tests.integration.conftest import labctl
+from tests.integration.conftest import labctl, run_records
 from tests.integration.modulelab import ModuleLab
 from tests.integration.workloads.conftest import WORKLOADS_LAB
 
@@ -20,7 +19,7 @@ def test_ucx_tag_latency_over_rc_verbs_and_tcp_in_one_run(workloads_lab: ModuleL
     result = labctl("run", "ucx", "--lab", WORKLOADS_LAB, "--server", "rxe1", "--client",
                     "rxe2", "--test", "tag_lat", "--iters", "50", "--json", timeout=900)
     assert result.returncode == 0, result.stderr
-    records: list[dict[str, Any]] = json.loads(result.stdout)
+    records = run_records(result.stdout)
     by_variant = {r["variant"]: r for r in records}
     assert list(by_variant) == ["tag_lat-rdma", "tag_lat-tcp"]
     for variant, lane in (("tag_lat-rdma", "rc_verbs/rxe0:1"), ("tag_lat-tcp", "tcp/eth1")):
@@ -41,7 +40,7 @@ def test_ucx_over_rdma_is_refused_on_siw_in_ucx_own_words(workloads_lab: ModuleL
     info = labctl("run", "ucx-info", "--lab", WORKLOADS_LAB, "--nodes", "siw1,rxe1", "--json",
                   timeout=300)
     assert info.returncode == 0, info.stderr
-    siw1, rxe1 = json.loads(info.stdout)
+    siw1, rxe1 = json.loads(info.stdout)["nodes"]
     assert siw1["rdma_transports"] == []
     assert siw1["ucx_says"] == ["device uverbs0 of type iWARP is not supported"]
     assert "tcp/eth1" in siw1["transports"]
