@@ -15,12 +15,14 @@ import typer
 from rich.console import Console
 
 from labctl.cli import complete
+from labctl.cli.safeprint import OutsideSafeConsole
 from labctl.errors import UsageError, short_repr
 from labctl.progress import Progress
 from labctl.runners.spec import check_options, check_seconds
 
-console = Console(highlight=False, width=None if Console().is_terminal else 120)
-err_console = Console(stderr=True, highlight=False)
+# OutsideSafeConsole: what these print may quote a node or a file (labctl/cli/safeprint.py)
+console = OutsideSafeConsole(highlight=False, width=None if Console().is_terminal else 120)
+err_console = OutsideSafeConsole(stderr=True, highlight=False)
 
 # Every command and group takes -h as well as --help (no command uses -h for anything else;
 # click passes it down to subcommands too, but each group names it so a group alone shows it).

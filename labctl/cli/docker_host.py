@@ -6,7 +6,6 @@ manage it explicitly (see docs/docker.md).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import TYPE_CHECKING
@@ -23,6 +22,7 @@ from labctl.cli.common import (
     wants_terminal,
 )
 from labctl.cli.complete import choice_metavar, choices
+from labctl.cli.safeprint import print_json
 from labctl.cli.up import ACCELS
 from labctl.errors import LabctlError, UsageError
 
@@ -111,7 +111,7 @@ def status(
     # Every other VM in one line each, so one `status` shows them all.
     info["others"] = [_brief(DockerHostVM(n)) for n in vm_names() if n != vm.name]
     if as_json:
-        print(json.dumps(info, indent=2))
+        print_json(info)
     else:
         for key, value in info.items():
             if key == "others":

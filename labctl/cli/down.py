@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -11,6 +10,7 @@ import typer
 
 from labctl.cli import complete
 from labctl.cli.common import LabOption, console
+from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import DownOutput
 from labctl.errors import UsageError
 from labctl.lab.lifecycle import destroy
@@ -61,7 +61,7 @@ def down(
             )
     if as_json:
         output: DownOutput = {"labs": [{"lab": n, "removed": destroy(n)} for n in names]}
-        print(json.dumps(output, indent=2))
+        print_json(output)
         return
     if not names:
         console.print("no lab is up; nothing to remove")

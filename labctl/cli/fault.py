@@ -4,7 +4,6 @@ RDMA device's counters (and TCP's, for siw)."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import typer
@@ -13,6 +12,7 @@ from rich.text import Text
 
 from labctl.cli import complete
 from labctl.cli.common import HELP_SETTINGS, LabOption, NodeArgument, console, int_range
+from labctl.cli.safeprint import print_json
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab, parse_endpoint
 from labctl.rdmafault.spec import COUNT_MAX
@@ -76,7 +76,7 @@ def add(
     node, ifname = parse_endpoint(handle, endpoint)
     fault = add_fault(handle, node, ifname, spec)
     if as_json:
-        print(json.dumps(fault.to_json(), indent=2))
+        print_json(fault.to_json())
     else:
         console.print(Text(f"fault {fault.id} on {node}:{ifname}: {spec.describe()}"))
 
@@ -104,7 +104,7 @@ def list_faults(
 
     record = list_record(lab)
     if as_json:
-        print(json.dumps(record, indent=2))
+        print_json(record)
     elif not record["faults"]:
         console.print(f"lab {record['lab']} has no faults")
     else:
@@ -162,7 +162,7 @@ def counters(
     found = read_counters(handle, node)
     if as_json:
         record = CountersRecord(lab=handle.lab.name, node=node, counters=found)
-        print(json.dumps(record, indent=2))
+        print_json(record)
         return
     shown = found if every_counter else changed(found)
     table = Table(title=f"counters of {node} (lab {handle.lab.name})"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from labctl.cli.common import HELP_SETTINGS, MirrorOption, console, err_console, progress_reporter
+from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import ImageRecord
 from labctl.data.recipes import RECIPES, recipe
 from labctl.images.builder import CorruptImage, Image, build_image, image_dir
@@ -103,12 +103,12 @@ def list_images(
         records = [{k: i.manifest.get(k) for k in IMAGE_KEYS}
                    | {"added_packages": added_packages(i), "path": str(i.path)}
                    for i in images]
-        print(json.dumps({"images": records, "corrupt": [
+        print_json({"images": records, "corrupt": [
             {"path": str(c.path), "problem": c.problem} for c in corrupt],
             "saved": [{"path": str(s.path), "image": s.image, "shape": s.shape,
                        "state_bytes": s.state_bytes, "ram_bytes": s.ram_bytes,
                        "made": s.made, "usable": s.usable}
-                      for s in saved]}, indent=2))
+                      for s in saved]})
         return
     table = Table(title=f"images in {base}")
     for column in ("image", "recipe + packages", "kernel", "rdma-core", "root fs", "built in"):

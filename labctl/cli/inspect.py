@@ -9,7 +9,6 @@ command prints; a node whose reply is not is named on stderr and labctl exits 1.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,7 @@ import typer
 from labctl import bounded
 from labctl.cli import complete
 from labctl.cli.common import LabOption, err_console
+from labctl.cli.safeprint import print_json
 
 if TYPE_CHECKING:
     from labctl.lab.handle import LabHandle
@@ -102,7 +102,7 @@ def _report(results: dict[str, subprocess.CompletedProcess[str]], as_json: bool,
         return proc.returncode
     if as_json:
         merged, unreadable = _merge_json(results, kinds)
-        sys.stdout.write(json.dumps(merged, indent=2) + "\n")
+        print_json(merged)
         for node, why in unreadable.items():
             err_console.print(f"{node} sent an unreadable reply ({why})", markup=False)
         if unreadable:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from labctl.cli.common import (
     run_value,
     seconds,
 )
+from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import ExampleRow
 from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle, open_lab
@@ -193,7 +193,7 @@ def print_results(results: list[RunResult], as_json: bool, *, summary: bool = Fa
     if as_json:
         records = [r.to_dict() for r in results]
         one = len(records) == 1 and not summary and not as_list
-        print(json.dumps(records[0] if one else records, indent=2))
+        print_json(records[0] if one else records)
     elif summary:
         table = Table(title="summary")
         for column in ("example", "transport/test", "server", "client", "result",
@@ -358,7 +358,7 @@ def _run_storage(command: RunCommand, values: dict[str, Any]) -> None:
 
     results = [r for rs in run_pairs(chosen, values["jobs"], pair) for r in rs]
     if as_json:
-        print(json.dumps([r.to_dict() for r in results], indent=2))
+        print_json([r.to_dict() for r in results])
     else:
         _print_storage_table(command.name, results)
         for r in results:
@@ -432,7 +432,7 @@ def run_list(as_json: bool = JsonOption) -> None:
     """Every example: what it teaches and which devices (rxe, siw) it runs on."""
     rows = example_list()
     if as_json:
-        print(json.dumps(rows, indent=2))
+        print_json(rows)
         return
     table = Table(title="examples (labctl run NAME)")
     for column in ("example", "variants", "teaches", "devices"):
