@@ -15,6 +15,7 @@ Stdlib only on purpose: the helpers below are small, and the node-side code may 
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -57,6 +58,18 @@ def _file_kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "special file")
 
 
+def _kind_at(path: Path) -> str:
+    try:
+        return _file_kind(os.lstat(path).st_mode)
+    except OSError:
+        return "special file"
+
+
+def _cut(text: str, limit: int = 80) -> str:
+    """A path for a message: a 5,000-character name is not echoed whole."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def _open_regular(path: Path, follow_symlinks: bool) -> tuple[int, os.stat_result]:
     """An fd on `path`, checked to be a regular file. O_NONBLOCK: a FIFO never blocks
     open(); O_NOFOLLOW (unless asked to follow): a symlink is refused, not followed."""
@@ -66,8 +79,13 @@ def _open_regular(path: Path, follow_symlinks: bool) -> tuple[int, os.stat_resul
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        if exc.errno == 40 and not follow_symlinks:  # ELOOP: the last part is a symlink
+        if exc.errno == errno.ELOOP and not follow_symlinks:  # the last part is a symlink
             raise BoundedError(f"{path} is a symbolic link (not followed)") from None
+        if exc.errno == errno.ENXIO:  # a socket: open() cannot open one
+            raise BoundedError(f"{path} is a {_kind_at(path)}, not a regular file") from None
+        if exc.errno == errno.ENAMETOOLONG:
+            raise BoundedError(f"{_cut(str(path))} is too long a path ({len(str(path))} "
+                               "characters, or a name of more than 255 bytes)") from None
         raise
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from labctl.cli.common import HELP_SETTINGS, MirrorOption, console, err_console, progress_reporter
-from labctl.cli.safeprint import print_json
+from labctl.cli.safeprint import outside_text, print_json
 from labctl.cli.shapes import ImageRecord
 from labctl.data.recipes import RECIPES, recipe
 from labctl.images.builder import CorruptImage, Image, build_image, image_dir
@@ -115,11 +115,12 @@ def list_images(
         table.add_column(column)
     for i in images:
         m = i.manifest
+        # Text, not markup: a manifest is a file of the cache ("[/]" in it is no markup)
         table.add_row(
-            m["key"],
-            image_label(i),
-            m["kernel"],
-            m["rdma_core"],
+            outside_text(m["key"]),
+            outside_text(image_label(i)),
+            outside_text(m["kernel"]),
+            outside_text(m["rdma_core"]),
             f"{m['rootfs_bytes'] >> 20} MiB",
             f"{m['build_seconds']} s",
         )
@@ -141,11 +142,18 @@ def saved_table(saved: list[SavedListing]) -> Table:
                  f"{s.shape.get('cpus')} CPU, {s.shape.get('nics')} NIC, "
                  f"{s.shape.get('accel')}")
         table.add_row(
-            s.image, escape(shape),
-            _size(s.state_bytes), _size(s.ram_bytes),
-            "?" if s.made is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(s.made)),
+            outside_text(s.image), outside_text(shape),
+            _size(s.state_bytes), _size(s.ram_bytes), _when(s.made),
             "yes" if s.usable else "no (removed at the next save)")
     return table
+
+
+def _when(made: float | None) -> str:
+    """A saved machine's `made` (from its meta.json: any number) as a UTC time, or "?"."""
+    try:
+        return "?" if made is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(made))
+    except (OverflowError, OSError, ValueError):  # 1e300: past what time_t holds
+        return "?"
 
 
 def _size(size: int | None) -> str:
