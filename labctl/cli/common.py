@@ -14,8 +14,9 @@ from typing import Any, Literal
 import typer
 from rich.console import Console
 
+from labctl.bounded import printable
 from labctl.cli import complete
-from labctl.cli.safeprint import OutsideSafeConsole
+from labctl.cli.safeprint import OutsideSafeConsole, outside_text
 from labctl.errors import UsageError, short_repr
 from labctl.progress import Progress
 from labctl.runners.spec import check_options, check_seconds
@@ -177,7 +178,8 @@ def progress_reporter(title: str) -> Iterator[Progress]:
     """A spinner on a terminal; on a pipe or log, one line per new step."""
     if err_console.is_terminal:
         with err_console.status(title) as status:
-            yield lambda message: status.update(f"{title}: {message}")
+            # Text: a step's message can quote a guest's console ("[/]" is no markup)
+            yield lambda message: status.update(outside_text(f"{title}: {message}"))
         return
     last = [""]
 
@@ -185,6 +187,6 @@ def progress_reporter(title: str) -> Iterator[Progress]:
         key = _ELAPSED.sub("", message)
         if key != last[0]:
             last[0] = key
-            print(f"{title}: {message}", file=sys.stderr, flush=True)
+            print(printable(f"{title}: {message}"), file=sys.stderr, flush=True)
 
     yield report
