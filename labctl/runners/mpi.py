@@ -29,7 +29,7 @@ from labctl.data.recipes import RECIPES, node_recipe
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
 from labctl.runners.labssh import setup_data_ssh, ssh_command, stop_data_sshd
-from labctl.runners.spec import check_seconds
+from labctl.runners.spec import check_seconds, parse_output
 from labctl.runners.ucx import UCX_ON_IWARP
 from labctl.topology.resolved import Node
 from labctl.wire.record import CaptureRecord
@@ -267,9 +267,13 @@ def run_transport(handle: LabHandle, nodes: list[Node], transport: str, subnet: 
     try:
         result = handle.run(names[0], run.argv, timeout=seconds + 30)
         run.output = (result.stdout + result.stderr)[-MAX_OUTPUT:]
-        run.figures = parse_mpi_bench(result.stdout)
+        figures, unreadable = parse_output(parse_mpi_bench, result.stdout, "rank 0")
+        run.figures = figures or {}
         allreduce = run.figures.get("allreduce", {})
-        if result.returncode == 0 and run.figures.get("pingpong") and allreduce.get("correct"):
+        if unreadable:
+            run.reason = unreadable
+        elif (result.returncode == 0 and run.figures.get("pingpong")
+                and allreduce.get("correct")):
             run.status = "passed"
         elif result.returncode in (124, 137):
             run.reason = f"mpirun did not finish within {seconds:.0f} s (--timeout)"

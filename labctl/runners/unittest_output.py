@@ -113,8 +113,11 @@ def parse_unittest(text: str) -> UnittestOutput:
             continue
         ran = _RAN.match(line)
         if ran:
-            out.ran = parse_int(ran["count"], "tests ran")
-            out.seconds = parse_float(ran["secs"], "seconds")
+            try:  # a summary whose numbers do not read is no summary: "no-result"
+                out.ran, out.seconds = (parse_int(ran["count"], "tests ran"),
+                                        parse_float(ran["secs"], "seconds"))
+            except ValueError:
+                out.ran = out.seconds = None
             pending = None
             continue
         verdict = _VERDICT.match(line)
