@@ -551,7 +551,7 @@ def doctor(
     any_works = any(p["verdict"] != "no" for p in providers)
     if as_json:
         print_json({"checks": [asdict(c) for c in checks], "providers": providers,
-                          "usable": any_works})
+                    "usable": any_works})
     else:
         table = Table(title="labctl doctor")
         for column in ("check", "result", "detail", "what to do"):
