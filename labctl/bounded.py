@@ -6,11 +6,16 @@ from them goes through here, so that a 400 MB console log, a FIFO in place of st
 /dev/zero, 100k-deep JSON or a reply that never ends costs a bounded amount and ends in a
 `BoundedError` (a ValueError) that the caller turns into a message, never a traceback.
 
+Numbers are read by one parser (`parse_int`, `parse_float`, and `loads` uses them): at
+most MAX_NUMBER_CHARS characters, finite, in range, else a `NumberError`. Text from outside
+is made safe to print by `printable` (no terminal escape sequences reach the terminal).
+
 Stdlib only on purpose: the helpers below are small, and the node-side code may import them.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -21,6 +26,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
+
+from labctl.errors import LabctlError
 
 # What a state or record file may cost: a lab's state.json is a few KiB, a node's status
 # reply less than that.
@@ -33,11 +40,34 @@ class BoundedError(ValueError):
     """What was read is not acceptable: too large, too deep, not a regular file..."""
 
 
+class NumberError(BoundedError, LabctlError):
+    """A number from outside labctl that is not one, is too long, not finite or out of
+    range. A BoundedError (ValueError) for the callers that turn those into a node's or a
+    file's reason, and a LabctlError with a hint for those that let it reach the user."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        LabctlError.__init__(self, message, hint or (
+            "the text came from a node, a lab's state or the image cache, not from labctl: "
+            "look at what wrote it, or remove the file and make it again"))
+
+
 def _file_kind(mode: int) -> str:
     kinds = ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "named pipe (FIFO)"),
              (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
              (stat.S_ISSOCK, "socket"), (stat.S_ISLNK, "symbolic link"))
     return next((name for test, name in kinds if test(mode)), "special file")
+
+
+def _kind_at(path: Path) -> str:
+    try:
+        return _file_kind(os.lstat(path).st_mode)
+    except OSError:
+        return "special file"
+
+
+def _cut(text: str, limit: int = 80) -> str:
+    """A path for a message: a 5,000-character name is not echoed whole."""
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _open_regular(path: Path, follow_symlinks: bool) -> tuple[int, os.stat_result]:
@@ -49,8 +79,13 @@ def _open_regular(path: Path, follow_symlinks: bool) -> tuple[int, os.stat_resul
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        if exc.errno == 40 and not follow_symlinks:  # ELOOP: the last part is a symlink
+        if exc.errno == errno.ELOOP and not follow_symlinks:  # the last part is a symlink
             raise BoundedError(f"{path} is a symbolic link (not followed)") from None
+        if exc.errno == errno.ENXIO:  # a socket: open() cannot open one
+            raise BoundedError(f"{path} is a {_kind_at(path)}, not a regular file") from None
+        if exc.errno == errno.ENAMETOOLONG:
+            raise BoundedError(f"{_cut(str(path))} is too long a path ({len(str(path))} "
+                               "characters, or a name of more than 255 bytes)") from None
         raise
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
@@ -121,12 +156,14 @@ def _refuse_constant(name: str) -> Any:
 def loads(text: str | bytes, *, limit: int = STATE_FILE_BYTES,
           max_depth: int = MAX_JSON_DEPTH) -> Any:
     """json.loads() that refuses more than `limit` bytes, nesting deeper than `max_depth`,
-    NaN and Infinity (not JSON; `status --json` must stay valid JSON), with BoundedError."""
+    NaN and Infinity (not JSON; `status --json` must stay valid JSON), and numbers that
+    parse_int/parse_float refuse (5,000 digits, 1e999), with BoundedError."""
     if len(text) > limit:
         raise BoundedError(f"{len(text)} bytes of JSON (at most {limit})")
     _check_depth(text, max_depth)
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_int=_json_int,
+                           parse_float=_json_float)
     except RecursionError:
         raise BoundedError(f"JSON nested deeper than {max_depth} levels") from None
     except json.JSONDecodeError as exc:
@@ -171,6 +208,105 @@ def _json_kind(value: Any) -> str:
 
 def finite(value: float) -> bool:
     return not (math.isnan(value) or math.isinf(value))
+
+
+# --------------------------------------------------------------------------- numbers
+# Python refuses int() of more than 4,300 digits with a ValueError that names no input; a
+# float() of 400 digits is inf. Every number labctl takes from outside (a node's reply, a
+# program's output, a file of a lab or the cache) is read here instead: a figure of a
+# program, a size or a time stamp never needs more than MAX_NUMBER_CHARS characters.
+MAX_NUMBER_CHARS = 64
+_INT = re.compile(r"[+-]?\d+")
+_FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _number_text(text: str | bytes, what: str) -> str:
+    if isinstance(text, bytes):
+        text = text.decode("ascii", errors="replace")
+    text = text.strip()
+    if len(text) > MAX_NUMBER_CHARS:
+        raise NumberError(f"{what} is not a number labctl accepts ({len(text)} characters; "
+                          f"at most {MAX_NUMBER_CHARS})")
+    return text
+
+
+def _in_range(value: float, what: str, low: float | None, high: float | None) -> None:
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"{'' if low is None else low}..{'' if high is None else high}"
+        raise NumberError(f"{what} is out of range ({value}; expected {bounds})")
+
+
+def parse_int(text: str | bytes, what: str = "a number", *, low: int | None = None,
+              high: int | None = None, base: int = 10) -> int:
+    """int(text) for text from outside: at most MAX_NUMBER_CHARS characters, digits only
+    (base 10) or what int(text, base) takes, in [low, high]; else NumberError."""
+    text = _number_text(text, what)
+    if base == 10 and not _INT.fullmatch(text):
+        raise NumberError(f"{what} is not a whole number ({printable(repr(text))})")
+    try:
+        value = int(text, base)
+    except ValueError:
+        raise NumberError(f"{what} is not a whole number ({printable(repr(text))})") from None
+    _in_range(value, what, low, high)
+    return value
+
+
+def parse_float(text: str | bytes, what: str = "a number", *, low: float | None = None,
+                high: float | None = None) -> float:
+    """float(text) for text from outside: decimal notation only (no "nan", "inf" or
+    "1_0"), at most MAX_NUMBER_CHARS characters, finite, in [low, high]; else
+    NumberError."""
+    text = _number_text(text, what)
+    if not _FLOAT.fullmatch(text):
+        raise NumberError(f"{what} is not a number ({printable(repr(text))})")
+    value = float(text)
+    if not finite(value):
+        raise NumberError(f"{what} is not a finite number ({printable(text)})")
+    _in_range(value, what, low, high)
+    return value
+
+
+def finite_number(value: object, what: str = "a number", *, low: float | None = None,
+                  high: float | None = None) -> float:
+    """A number already parsed (from JSON): an int or a float, not a bool, finite, in
+    range; else NumberError. What `made: 1e999` in a file or a node's reply comes to."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise NumberError(f"{what} is not a number ({type(value).__name__})")
+    number = float(value) if isinstance(value, float) else value
+    if isinstance(number, float) and not finite(number):
+        raise NumberError(f"{what} is not a finite number")
+    if isinstance(number, int) and abs(number) >= 1 << 63:
+        raise NumberError(f"{what} is out of range (more than 63 bits)")
+    _in_range(number, what, low, high)
+    return number
+
+
+def _json_int(text: str) -> int:
+    return parse_int(text, "a number in the JSON")
+
+
+def _json_float(text: str) -> float:
+    return parse_float(text, "a number in the JSON")
+
+
+# --------------------------------------------------------------------------- printing
+# A node's words, a file's name or a program's output may hold terminal escape sequences
+# (ESC: CSI, OSC such as a window title or a hyperlink; 8-bit CSI 0x9b) and other control
+# characters: printed raw they rewrite the terminal. `printable` shows them as Python
+# escapes instead; newline and tab stay as they are.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e"
+                       "\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """`text` with every control character but newline and tab (C0, DEL, C1, and the
+    bidirectional overrides) written as a visible escape such as \\x1b."""
+    return _CONTROLS.sub(_escaped, text)
 
 
 # --------------------------------------------------------------------------- processes

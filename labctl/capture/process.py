@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
+from labctl.bounded import parse_int
 from labctl.capture.target import VM, CaptureTarget
 from labctl.capture.worker import COUNT, READY
 from labctl.dockerhost import vmcapture
@@ -104,7 +105,9 @@ class Capture:
             if text == READY:
                 self._ready.set()
             elif text.startswith(COUNT + " "):
-                self.packets = int(text.split()[1])
+                # the capture process may run in a Docker host VM: its count is read bounded
+                with contextlib.suppress(ValueError, IndexError):
+                    self.packets = parse_int(text.split()[1], "a packet count", low=0)
             elif text:
                 self._errors.append(text)
 

@@ -3,8 +3,6 @@ over message sizes between two nodes."""
 
 from __future__ import annotations
 
-import json
-
 import typer
 from rich.table import Table
 
@@ -19,6 +17,7 @@ from labctl.cli.common import (
 )
 from labctl.cli.report import on_interrupt
 from labctl.cli.run import ClientOption, ServerOption, TimeoutOption, run_interrupted
+from labctl.cli.safeprint import print_json
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab
 from labctl.runners.bench import (
@@ -142,7 +141,7 @@ def bench(
     report = run_bench(handle, server, client, sizes=size_list, iters=iters, rounds=rounds,
                        impls=impl_list, timeout=timeout, progress=progress)
     if as_json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print_json(report.to_dict())
     else:
         print_report(report)
     if report.emulation_bound and as_json:

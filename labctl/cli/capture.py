@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from labctl.cli.common import (
     path_option,
     seconds,
 )
+from labctl.cli.safeprint import print_json
 from labctl.errors import LabctlError, UsageError
 
 DEFAULT_DURATION = 60.0  # a -w capture without --count or --duration stops after this
@@ -102,7 +102,7 @@ def _decode(path: Path, first: int | None, ladder: Path | None, as_json: bool) -
     notes: list[str] = []
     for frame in iter_frames(path, first, notes):
         if as_json:
-            print(json.dumps(dataclasses.asdict(frame)), flush=True)
+            print_json(dataclasses.asdict(frame), indent=None, flush=True)
             continue
         console.print(line(frame), markup=False, soft_wrap=True)
         count(totals, frame)

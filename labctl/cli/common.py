@@ -14,13 +14,16 @@ from typing import Any, Literal
 import typer
 from rich.console import Console
 
+from labctl.bounded import printable
 from labctl.cli import complete
+from labctl.cli.safeprint import OutsideSafeConsole, outside_text
 from labctl.errors import UsageError, short_repr
 from labctl.progress import Progress
 from labctl.runners.spec import check_options, check_seconds
 
-console = Console(highlight=False, width=None if Console().is_terminal else 120)
-err_console = Console(stderr=True, highlight=False)
+# OutsideSafeConsole: what these print may quote a node or a file (labctl/cli/safeprint.py)
+console = OutsideSafeConsole(highlight=False, width=None if Console().is_terminal else 120)
+err_console = OutsideSafeConsole(stderr=True, highlight=False)
 
 # Every command and group takes -h as well as --help (no command uses -h for anything else;
 # click passes it down to subcommands too, but each group names it so a group alone shows it).
@@ -175,7 +178,8 @@ def progress_reporter(title: str) -> Iterator[Progress]:
     """A spinner on a terminal; on a pipe or log, one line per new step."""
     if err_console.is_terminal:
         with err_console.status(title) as status:
-            yield lambda message: status.update(f"{title}: {message}")
+            # Text: a step's message can quote a guest's console ("[/]" is no markup)
+            yield lambda message: status.update(outside_text(f"{title}: {message}"))
         return
     last = [""]
 
@@ -183,6 +187,6 @@ def progress_reporter(title: str) -> Iterator[Progress]:
         key = _ELAPSED.sub("", message)
         if key != last[0]:
             last[0] = key
-            print(f"{title}: {message}", file=sys.stderr, flush=True)
+            print(printable(f"{title}: {message}"), file=sys.stderr, flush=True)
 
     yield report

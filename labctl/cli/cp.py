@@ -3,13 +3,13 @@ host and a node (a tar stream over the node's exec channel: ssh, or `docker exec
 
 from __future__ import annotations
 
-import json
 import time
 
 import typer
 
 from labctl.cli.common import LabOption, console, err_console, seconds
 from labctl.cli.report import on_interrupt
+from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import CopyOutput
 from labctl.lab.handle import open_lab
 from labctl.lab.transfer import copy_from_node, copy_to_node, parse_copy
@@ -47,7 +47,7 @@ def cp(
             "direction": "to-node" if request.to_node else "from-node",
             "source": src, "destination": where, "skipped": skipped,
             "seconds": round(time.monotonic() - started, 1)}
-        print(json.dumps(record, indent=2))
+        print_json(record)
         return
     console.print(f"copied {src} -> {where}", markup=False, soft_wrap=True)
 

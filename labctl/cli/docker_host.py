@@ -6,7 +6,6 @@ manage it explicitly (see docs/docker.md).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import TYPE_CHECKING
@@ -23,6 +22,7 @@ from labctl.cli.common import (
     wants_terminal,
 )
 from labctl.cli.complete import choice_metavar, choices
+from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import DockerHostDownOutput, DockerHostUpOutput
 from labctl.cli.up import ACCELS
 from labctl.errors import LabctlError, UsageError
@@ -73,7 +73,7 @@ def up(
             "engine": vm.base_url, "host_address": (vm.host_address or None) if vm.named else None,
             "seconds": round(time.monotonic() - started, 1),
             "timings": {k: float(v) for k, v in timings.items() if k != "already_running"}}
-        print(json.dumps(record, indent=2))
+        print_json(record)
         return
     where = f"; address {vm.host_address} on the Docker hosts' network" if vm.named else ""
     if timings.get("already_running"):
@@ -107,7 +107,7 @@ def down(
     removed = vm.down()
     if as_json:
         done: DockerHostDownOutput = {"name": vm.name, "removed": removed}
-        print(json.dumps(done, indent=2))
+        print_json(done)
         return
     console.print(f"{vm.title} removed: " + ", ".join(removed) if removed
                   else f"{vm.title} is not running; nothing to remove")
@@ -127,7 +127,7 @@ def status(
     # Every other VM in one line each, so one `status` shows them all.
     info["others"] = [_brief(DockerHostVM(n)) for n in vm_names() if n != vm.name]
     if as_json:
-        print(json.dumps(info, indent=2))
+        print_json(info)
     else:
         for key, value in info.items():
             if key == "others":

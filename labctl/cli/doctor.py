@@ -20,7 +20,6 @@ Checks, each with a verdict and a hint:
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import platform
 import resource
@@ -39,6 +38,7 @@ from typing_extensions import TypedDict
 
 from labctl import bounded
 from labctl.cli.common import console
+from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import ProviderVerdict
 from labctl.errors import LabctlError, short_repr
 
@@ -550,8 +550,8 @@ def doctor(
     providers = verdicts(checks)
     any_works = any(p["verdict"] != "no" for p in providers)
     if as_json:
-        print(json.dumps({"checks": [asdict(c) for c in checks], "providers": providers,
-                          "usable": any_works}, indent=2))
+        print_json({"checks": [asdict(c) for c in checks], "providers": providers,
+                    "usable": any_works})
     else:
         table = Table(title="labctl doctor")
         for column in ("check", "result", "detail", "what to do"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -12,6 +11,7 @@ import typer
 from labctl.cli import complete
 from labctl.cli.common import LabOption, console
 from labctl.cli.report import on_interrupt
+from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import DownOutput
 from labctl.errors import UsageError
 from labctl.lab.lifecycle import destroy
@@ -72,7 +72,7 @@ def down(
     on_interrupt(lambda: _down_interrupted(names))
     if as_json:
         output: DownOutput = {"labs": [{"lab": n, "removed": destroy(n)} for n in names]}
-        print(json.dumps(output, indent=2))
+        print_json(output)
         return
     if not names:
         console.print("no lab is up; nothing to remove")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -15,6 +14,7 @@ import typer
 from labctl.cli import complete
 from labctl.cli.common import LabOption, err_console, wants_terminal
 from labctl.cli.report import on_interrupt
+from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import ExecAllOutput
 from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import LabHandle, open_lab
@@ -46,7 +46,7 @@ def exec_everywhere(handle: LabHandle, command: list[str], as_json: bool = False
                        "stderr": r.stderr} for node, r in results.items()],
             "failed": [node for node, r in results.items() if r.returncode != 0],
         }
-        print(json.dumps(output, indent=2))
+        print_json(output)
     else:
         for node, result in results.items():
             sys.stdout.write(labelled(node, result.stdout))

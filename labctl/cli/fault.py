@@ -4,7 +4,6 @@ RDMA device's counters (and TCP's, for siw)."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import typer
@@ -13,6 +12,7 @@ from rich.text import Text
 
 from labctl.cli import complete
 from labctl.cli.common import HELP_SETTINGS, LabOption, NodeArgument, console, int_range
+from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import FaultClearOutput
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab, parse_endpoint
@@ -77,7 +77,7 @@ def add(
     node, ifname = parse_endpoint(handle, endpoint)
     fault = add_fault(handle, node, ifname, spec)
     if as_json:
-        print(json.dumps(fault.to_json(), indent=2))
+        print_json(fault.to_json())
     else:
         console.print(Text(f"fault {fault.id} on {node}:{ifname}: {spec.describe()}"))
 
@@ -105,7 +105,7 @@ def list_faults(
 
     record = list_record(lab)
     if as_json:
-        print(json.dumps(record, indent=2))
+        print_json(record)
     elif not record["faults"]:
         console.print(f"lab {record['lab']} has no faults")
     else:
@@ -129,7 +129,7 @@ def clear(
     removed = clear_faults(handle, chosen, fault_id)
     if as_json:
         record: FaultClearOutput = {"lab": handle.lab.name, "removed": [f.id for f in removed]}
-        print(json.dumps(record, indent=2))
+        print_json(record)
         return
     console.print(f"lab {handle.lab.name}: " + (
         f"removed fault(s) {', '.join(str(f.id) for f in removed)}" if removed
@@ -168,7 +168,7 @@ def counters(
     found = read_counters(handle, node)
     if as_json:
         record = CountersRecord(lab=handle.lab.name, node=node, counters=found)
-        print(json.dumps(record, indent=2))
+        print_json(record)
         return
     shown = found if every_counter else changed(found)
     table = Table(title=f"counters of {node} (lab {handle.lab.name})"

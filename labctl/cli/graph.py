@@ -7,7 +7,6 @@ labctl/topology/graph.py; its text forms graph_text.py, its images graph_draw.py
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +14,7 @@ import typer
 
 from labctl.cli import complete
 from labctl.cli.common import console, lab_option
+from labctl.cli.safeprint import print_json
 from labctl.errors import UsageError, short_repr
 from labctl.store.state import atomic_write
 
@@ -152,7 +152,7 @@ def register(app: typer.Typer) -> None:
         chosen = _check_arguments(topology, lab, fmt, output, as_json)
         drawn = graph_of_topology(topology) if topology is not None else graph_of_lab(lab)
         if as_json:
-            typer.echo(json.dumps(drawn.to_dict(), indent=2))
+            print_json(drawn.to_dict())
             return
         data = render(drawn, chosen)
         if output is None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from labctl.cli.common import HELP_SETTINGS, MirrorOption, console, err_console, progress_reporter
+from labctl.cli.safeprint import outside_text, print_json
 from labctl.cli.shapes import ImageBuildOutput, ImageRecord
 from labctl.data.recipes import RECIPES, recipe
 from labctl.images.builder import CorruptImage, Image, build_image, image_dir
@@ -42,7 +42,7 @@ def build(
             "name": name, "key": str(m["key"]), "kernel": str(m["kernel"]),
             "rdma_core": str(m["rdma_core"]), "path": str(image.path),
             "seconds": round(time.monotonic() - started, 1)}
-        print(json.dumps(record, indent=2))
+        print_json(record)
         return
     console.print(
         f"image {m['key']}: kernel {m['kernel']}, rdma-core {m['rdma_core']} "
@@ -111,23 +111,24 @@ def list_images(
         records = [{k: i.manifest.get(k) for k in IMAGE_KEYS}
                    | {"added_packages": added_packages(i), "path": str(i.path)}
                    for i in images]
-        print(json.dumps({"images": records, "corrupt": [
+        print_json({"images": records, "corrupt": [
             {"path": str(c.path), "problem": c.problem} for c in corrupt],
             "saved": [{"path": str(s.path), "image": s.image, "shape": s.shape,
                        "state_bytes": s.state_bytes, "ram_bytes": s.ram_bytes,
                        "made": s.made, "usable": s.usable}
-                      for s in saved]}, indent=2))
+                      for s in saved]})
         return
     table = Table(title=f"images in {base}")
     for column in ("image", "recipe + packages", "kernel", "rdma-core", "root fs", "built in"):
         table.add_column(column)
     for i in images:
         m = i.manifest
+        # Text, not markup: a manifest is a file of the cache ("[/]" in it is no markup)
         table.add_row(
-            m["key"],
-            image_label(i),
-            m["kernel"],
-            m["rdma_core"],
+            outside_text(m["key"]),
+            outside_text(image_label(i)),
+            outside_text(m["kernel"]),
+            outside_text(m["rdma_core"]),
             f"{m['rootfs_bytes'] >> 20} MiB",
             f"{m['build_seconds']} s",
         )
@@ -149,11 +150,18 @@ def saved_table(saved: list[SavedListing]) -> Table:
                  f"{s.shape.get('cpus')} CPU, {s.shape.get('nics')} NIC, "
                  f"{s.shape.get('accel')}")
         table.add_row(
-            s.image, escape(shape),
-            _size(s.state_bytes), _size(s.ram_bytes),
-            "?" if s.made is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(s.made)),
+            outside_text(s.image), outside_text(shape),
+            _size(s.state_bytes), _size(s.ram_bytes), _when(s.made),
             "yes" if s.usable else "no (removed at the next save)")
     return table
+
+
+def _when(made: float | None) -> str:
+    """A saved machine's `made` (from its meta.json: any number) as a UTC time, or "?"."""
+    try:
+        return "?" if made is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(made))
+    except (OverflowError, OSError, ValueError):  # 1e300: past what time_t holds
+        return "?"
 
 
 def _size(size: int | None) -> str:

@@ -9,7 +9,6 @@ command prints; a node whose reply is not is named on stderr and labctl exits 1.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -18,8 +17,10 @@ from typing import TYPE_CHECKING
 import typer
 
 from labctl import bounded
+from labctl.bounded import printable
 from labctl.cli import complete
 from labctl.cli.common import LabOption, err_console
+from labctl.cli.safeprint import print_json
 
 if TYPE_CHECKING:
     from labctl.lab.handle import LabHandle
@@ -95,14 +96,16 @@ def _report(results: dict[str, subprocess.CompletedProcess[str]], as_json: bool,
     many nodes: an object keyed by node name (a node that failed: {"error": text})."""
     if len(results) == 1 and not as_json:
         (proc,) = results.values()
-        sys.stdout.write(proc.stdout or "")
+        # printable(): a node's text never carries a terminal escape sequence to the
+        # terminal (ibv_devinfo's own output has none: it stays byte for byte)
+        sys.stdout.write(printable(proc.stdout or ""))
         sys.stdout.flush()
         if proc.stderr:
-            sys.stderr.write(proc.stderr)
+            sys.stderr.write(printable(proc.stderr))
         return proc.returncode
     if as_json:
         merged, unreadable = _merge_json(results, kinds)
-        sys.stdout.write(json.dumps(merged, indent=2) + "\n")
+        print_json(merged)
         for node, why in unreadable.items():
             err_console.print(f"{node} sent an unreadable reply ({why})", markup=False)
         if unreadable:
@@ -114,10 +117,11 @@ def _report(results: dict[str, subprocess.CompletedProcess[str]], as_json: bool,
                 sys.stdout.write("\n")
             first = False
             sys.stdout.write(f"=== {node} (exit {proc.returncode}) ===\n")
-            sys.stdout.write(proc.stdout or "")
+            sys.stdout.write(printable(proc.stdout or ""))
             sys.stdout.flush()
             if proc.stderr:
-                sys.stderr.write(f"[{node}] " + proc.stderr.replace("\n", f"\n[{node}] ").rstrip())
+                sys.stderr.write(f"[{node}] " + printable(proc.stderr).replace(
+                    "\n", f"\n[{node}] ").rstrip())
                 sys.stderr.write("\n")
     return max((p.returncode for p in results.values()), key=lambda rc: (rc != 0, rc))
 
@@ -145,7 +149,7 @@ def _merge_json(results: dict[str, subprocess.CompletedProcess[str]],
                 merged[node] = {"error": (proc.stderr or proc.stdout or "").strip()[-2000:]}
             continue
         if proc.stderr:
-            sys.stderr.write(f"[{node}] {proc.stderr.rstrip()}\n")
+            sys.stderr.write(f"[{node}] {printable(proc.stderr.rstrip())}\n")
     return merged, unreadable
 
 

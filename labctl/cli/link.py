@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -14,6 +13,7 @@ from rich.text import Text
 
 from labctl.cli import complete
 from labctl.cli.common import HELP_SETTINGS, LabOption, console
+from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import LinkSetOutput
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import open_lab, parse_endpoint
@@ -93,7 +93,7 @@ def set_link(
         done["netem"] = [] if tc[2] == "del" else tc[7:]
         say(f"{node}:{ifname} " + ("cleared" if tc[2] == "del" else " ".join(tc[6:])))
     if as_json:
-        print(json.dumps(done, indent=2))
+        print_json(done)
 
 
 def _netem_words(netem: Mapping[str, Any] | None) -> str:
@@ -137,7 +137,7 @@ def show_links(
 
     record = collect_links(open_lab(lab))
     if as_json:
-        print(json.dumps(record, indent=2))
+        print_json(record)
     else:
         console.print(_links_table(record))
     if any(e["node_state"] == "?" for link in record["links"] for e in link["ends"]):

@@ -7,7 +7,6 @@ prints."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Literal
 
@@ -15,6 +14,7 @@ import typer
 
 from labctl.cli.common import LabOption, NodeArgument, console, progress_reporter, seconds
 from labctl.cli.report import on_interrupt
+from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import NodeActionOutput
 from labctl.lab import lifecycle
 from labctl.store.labdir import find_labdir
@@ -34,7 +34,7 @@ def _print_json(lab: str, node: str, action: Literal["stopped", "started", "rest
                 started: float) -> None:
     record: NodeActionOutput = {"lab": lab, "node": node, "action": action,
                                 "seconds": round(time.monotonic() - started, 1)}
-    print(json.dumps(record, indent=2))
+    print_json(record)
 
 
 def stop(node: str = NodeArgument, lab: str = LabOption, as_json: bool = JsonOption) -> None:

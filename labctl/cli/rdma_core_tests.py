@@ -3,7 +3,6 @@ per module, each module's results against the known failures (labctl.runners.rdm
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 import typer
@@ -13,6 +12,7 @@ from rich.table import Table
 from labctl.cli import complete
 from labctl.cli.common import LabOption, console, err_console, seconds
 from labctl.cli.report import on_interrupt
+from labctl.cli.safeprint import print_json
 from labctl.data.rdma_core_tests import GENERIC_MODULES
 from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import open_lab
@@ -142,7 +142,7 @@ def rdma_core_tests(
     report = run_suite(handle, targets, chosen, timeout,
                        progress=None if as_json else _progress)
     if as_json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print_json(report.to_dict())
     else:
         print_report(report)
     if report.status != "passed":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -25,6 +24,7 @@ from labctl.cli.common import (
     seconds,
 )
 from labctl.cli.report import on_interrupt, print_error
+from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import ExampleRow, RunListOutput
 from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle, open_lab
@@ -217,7 +217,7 @@ def _outcome(r: RunResult) -> str:
 def print_records(results: list[RunResult]) -> None:
     """A run's --json: its records under one key, `{"records": [...]}`, for one pair as for
     many (docs/json.md: the top level is always an object)."""
-    print(json.dumps({"records": [r.to_dict() for r in results]}, indent=2))
+    print_json({"records": [r.to_dict() for r in results]})
 
 
 def print_results(results: list[RunResult], as_json: bool, *, summary: bool = False) -> None:
@@ -487,7 +487,7 @@ def run_list(as_json: bool = JsonOption) -> None:
     rows = example_list()
     if as_json:
         listing: RunListOutput = {"examples": rows}
-        print(json.dumps(listing, indent=2))
+        print_json(listing)
         return
     table = Table(title="examples (labctl run NAME)")
     for column in ("example", "variants", "teaches", "devices"):

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -14,6 +13,7 @@ from rich.table import Table
 from labctl.capture.runhook import capture_line, captured_runner, capturing_run
 from labctl.cli.common import console, err_console
 from labctl.cli.run import _lab_and_pairs, _progress, add_command, print_records, refuse, run_app
+from labctl.cli.safeprint import print_json
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab
 from labctl.runners.execute import RunResult, failure_details
@@ -127,7 +127,7 @@ def _run_ucx_info(command: RunCommand, values: dict[str, Any]) -> None:
         infos = list(pool.map(lambda n: ucx_info(handle, n.name, handle.rdma_device(n.name),
                                                  n.rdma), nodes))
     if values["as_json"]:
-        print(json.dumps({"nodes": [info.__dict__ for info in infos]}, indent=2))
+        print_json({"nodes": [info.__dict__ for info in infos]})
     else:
         _ucx_info_table(infos)
     failed = [i for i in infos if i.status != "ok"]
@@ -208,7 +208,7 @@ def _run_mpi(command: RunCommand, values: dict[str, Any]) -> None:
     if cap is not None:
         report.capture = cap.record()
     if as_json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print_json(report.to_dict())
     else:
         _mpi_table(report)
         if report.capture:

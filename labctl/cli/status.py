@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Literal, cast
 
@@ -11,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from labctl.cli.common import console, err_console, lab_option
+from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import LabBusy, LabStatusRecord, NodeRecord, StatusOutput
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
@@ -184,7 +184,7 @@ def status(
     results = [_lab_status(labdir) for labdir in _labdirs(lab)]
     if as_json:
         output: StatusOutput = {"labs": results}
-        print(json.dumps(output, indent=2))
+        print_json(output)
     elif not results:
         console.print("no lab is up")
     for result in results:

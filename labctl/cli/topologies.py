@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import cast
 
 import typer
 from rich.table import Table
 
 from labctl.cli.common import console
+from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import TopologiesOutput, TopologyRow
 from labctl.topology.resolved import Provider
 
@@ -43,7 +43,7 @@ def topologies(
     rows = topology_rows()
     if as_json:
         output: TopologiesOutput = {"topologies": rows}
-        print(json.dumps(output, indent=2))
+        print_json(output)
         return
     table = Table(title="shipped topologies (labctl up NAME)")
     for column in ("name", "nodes", "rdma", "provider", "file"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 
 import typer
@@ -19,6 +18,7 @@ from labctl.cli.common import (
 )
 from labctl.cli.complete import choice_metavar, choices
 from labctl.cli.report import on_interrupt
+from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import UpOutput
 from labctl.cli.validate import mount_lines
 from labctl.errors import UsageError
@@ -95,7 +95,7 @@ def up(
         output: UpOutput = {"lab": lab.name, "seconds": round(result.seconds, 1),
                             "repaired": result.repaired, "restored": restored,
                             "status": collect_status(LabHandle(result.labdir), live=False)}
-        print(json.dumps(output, indent=2))
+        print_json(output)
         return
     if result.already_up:
         console.print(f"[bold green]lab {lab.name} is already up[/] from this topology; "

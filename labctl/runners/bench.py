@@ -21,6 +21,7 @@ from typing import Any
 
 from typing_extensions import TypedDict
 
+from labctl.bounded import parse_int
 from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle
 from labctl.runners.examples import EXAMPLES, PINGPONG_PORT, RDMA_DEVICES
@@ -85,7 +86,9 @@ def parse_sizes(text: str) -> list[int]:
         if not match:
             raise UsageError(f"--sizes: {part.strip()!r} is not a size",
                              hint="a comma-separated list such as 64,256,1K,4K,16K,64K")
-        size = int(match.group(1)) * {"": 1, "k": 1024, "m": 1 << 20}[match.group(2).lower()]
+        digits = match.group(1)  # 5,000 digits would be Python's int-length ValueError
+        size = (int(digits) if len(digits) < 10 else MAX_SIZE + 1) * {
+            "": 1, "k": 1024, "m": 1 << 20}[match.group(2).lower()]
         if not 1 <= size <= MAX_SIZE:
             raise UsageError(f"--sizes: {part.strip()} is out of range",
                              hint=f"each size from 1 byte to {MAX_SIZE >> 20}M")
@@ -130,8 +133,9 @@ def parse_counters(text: str) -> Counters | None:
     lines = text.split()
     try:
         at = lines.index("cpu")
-        ticks = [int(v) for v in lines[at + 1:at + 8]]
-        tx, rx = int(lines[at + 11]), int(lines[at + 12])
+        ticks = [parse_int(v, "CPU ticks") for v in lines[at + 1:at + 8]]
+        tx = parse_int(lines[at + 11], "tx_packets")
+        rx = parse_int(lines[at + 12], "rx_packets")
     except (ValueError, IndexError):
         return None
     user, nice, system, _idle, _iowait, irq, softirq = ticks

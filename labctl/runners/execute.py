@@ -20,7 +20,13 @@ from labctl.runners.diagnose import snapshot
 from labctl.runners.pairs import ip_path, no_path_reason, pair_interfaces
 from labctl.runners.probes import NetnsProbe
 from labctl.runners.server import ServerProcess
-from labctl.runners.spec import Endpoint, ExampleSpec, RunContext, check_options
+from labctl.runners.spec import (
+    Endpoint,
+    ExampleSpec,
+    RunContext,
+    check_options,
+    parse_output,
+)
 from labctl.topology.resolved import Interface, Node
 from labctl.wire.record import CaptureRecord
 
@@ -346,10 +352,13 @@ def _attempt(handle: LabHandle, spec: ExampleSpec, ctx: RunContext, result: RunR
             _diagnose(handle, ctx, result, lost)
         server.stop(in_node=server_node not in lost)
         result.server_output = server.output()
-        result.figures = spec.parse(result.client_output)
-        if spec.parse_server:
-            result.server_figures = spec.parse_server(result.server_output)
-        shortfall = _shortfall(result)
+        figures, unreadable = parse_output(spec.parse, result.client_output, "the client")
+        result.figures = figures or {}
+        if spec.parse_server and not unreadable:
+            figures, unreadable = parse_output(spec.parse_server, result.server_output,
+                                               "the server")
+            result.server_figures = figures or {}
+        shortfall = unreadable or _shortfall(result)
         if (client.returncode == 0 and server.returncode == 0 and result.figures
                 and not shortfall):
             result.status = "passed"

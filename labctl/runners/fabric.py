@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from labctl.bounded import parse_float, parse_int
 from labctl.errors import UsageError
 from labctl.runners import spec
 from labctl.runners.probes import ports_listening_probe
@@ -106,7 +107,7 @@ MAX_LINES = 2000
 def _bytes(text: str) -> int:
     """fi_pingpong's sizes: 64, 4k, 1m (powers of 1024)."""
     suffix = text[-1] if text[-1] in "kmg" else ""
-    return int(text[: len(text) - len(suffix)]) * _SCALE[suffix]
+    return parse_int(text[: len(text) - len(suffix)], "a size") * _SCALE[suffix]
 
 
 def parse_fabric(output: str) -> dict[str, Any]:
@@ -143,10 +144,11 @@ def parse_fabric(output: str) -> dict[str, Any]:
             continue
         result = _RESULT.match(line) if header else None
         if result:
-            current.update(size=_bytes(result.group(1)), iterations=int(result.group(2)),
-                           seconds=float(result.group(5)),
-                           bw_mb_per_s=float(result.group(6)),
-                           latency_us=float(result.group(7)))
+            current.update(size=_bytes(result.group(1)),
+                           iterations=parse_int(result.group(2), "iterations"),
+                           seconds=parse_float(result.group(5), "seconds"),
+                           bw_mb_per_s=parse_float(result.group(6), "MB/sec"),
+                           latency_us=parse_float(result.group(7), "usec/xfer"))
         elif line.strip() and not current["reason"] and not header:
             current["reason"] = line.strip()[:300]  # the stack's own message
     if not rows:

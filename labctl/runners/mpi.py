@@ -24,11 +24,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from labctl.bounded import parse_float, parse_int
 from labctl.data.recipes import RECIPES, node_recipe
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
 from labctl.runners.labssh import setup_data_ssh, ssh_command, stop_data_sshd
-from labctl.runners.spec import check_seconds
+from labctl.runners.spec import check_seconds, parse_output
 from labctl.runners.ucx import UCX_ON_IWARP
 from labctl.topology.resolved import Node
 from labctl.wire.record import CaptureRecord
@@ -98,18 +99,20 @@ def parse_mpi_bench(text: str) -> dict[str, Any]:
     for line in text[-MAX_OUTPUT:].splitlines():
         row = _PINGPONG.match(line)
         if row:
-            rows.append({"size": int(row.group(1)), "mb_per_sec": float(row.group(2)),
-                         "usec": round(float(row.group(3)) * 1e6, 1),
-                         "usec_stddev": round(float(row.group(4)) * 1e6, 1),
-                         "samples": int(row.group(5))})
+            rows.append({"size": parse_int(row.group(1), "size"),
+                         "mb_per_sec": parse_float(row.group(2), "MB/s"),
+                         "usec": round(parse_float(row.group(3), "seconds") * 1e6, 1),
+                         "usec_stddev": round(parse_float(row.group(4), "seconds") * 1e6, 1),
+                         "samples": parse_int(row.group(5), "samples")})
             continue
         reduce = _ALLREDUCE.match(line.strip())
         if reduce:
-            ranks, iters, total, expected, wrong = (int(v) for v in reduce.groups()[:5])
+            ranks, iters, total, expected, wrong = (parse_int(v, "an allreduce figure")
+                                                    for v in reduce.groups()[:5])
             figures["allreduce"] = {
                 "ranks": ranks, "iterations": iters, "sum": total, "expected": expected,
-                "wrong": wrong, "usec_mean": float(reduce.group(6)),
-                "usec_max": float(reduce.group(7)),
+                "wrong": wrong, "usec_mean": parse_float(reduce.group(6), "usec_mean"),
+                "usec_max": parse_float(reduce.group(7), "usec_max"),
                 # checked here too: the sum of 1..ranks, and no wrong iteration
                 "correct": total == expected == ranks * (ranks + 1) // 2 and wrong == 0}
     if rows:
@@ -264,9 +267,13 @@ def run_transport(handle: LabHandle, nodes: list[Node], transport: str, subnet: 
     try:
         result = handle.run(names[0], run.argv, timeout=seconds + 30)
         run.output = (result.stdout + result.stderr)[-MAX_OUTPUT:]
-        run.figures = parse_mpi_bench(result.stdout)
+        figures, unreadable = parse_output(parse_mpi_bench, result.stdout, "rank 0")
+        run.figures = figures or {}
         allreduce = run.figures.get("allreduce", {})
-        if result.returncode == 0 and run.figures.get("pingpong") and allreduce.get("correct"):
+        if unreadable:
+            run.reason = unreadable
+        elif (result.returncode == 0 and run.figures.get("pingpong")
+                and allreduce.get("correct")):
             run.status = "passed"
         elif result.returncode in (124, 137):
             run.reason = f"mpirun did not finish within {seconds:.0f} s (--timeout)"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from labctl.bounded import parse_float, parse_int
+
 _BYTES = re.compile(r"^(\d+) bytes in ([\d.]+) seconds = ([\d.]+) Mbit/sec$", re.M)
 _ITERS = re.compile(r"^(\d+) iters in ([\d.]+) seconds = ([\d.]+) usec/iter$", re.M)
 _ADDRESS = re.compile(r"^[ \t]*(local|remote) address: [^\n]*, GID (\S+)$", re.M)
@@ -19,12 +21,12 @@ def parse_pingpong(output: str) -> dict[str, Any]:
     bytes_match = _BYTES.search(output)
     iters_match = _ITERS.search(output)
     if bytes_match:
-        figures["bytes"] = int(bytes_match.group(1))
-        figures["seconds"] = float(bytes_match.group(2))
-        figures["mbit_per_sec"] = float(bytes_match.group(3))
+        figures["bytes"] = parse_int(bytes_match.group(1), "bytes")
+        figures["seconds"] = parse_float(bytes_match.group(2), "seconds")
+        figures["mbit_per_sec"] = parse_float(bytes_match.group(3), "Mbit/sec")
     if iters_match:
-        figures["iters"] = int(iters_match.group(1))
-        figures["usec_per_iter"] = float(iters_match.group(3))
+        figures["iters"] = parse_int(iters_match.group(1), "iters")
+        figures["usec_per_iter"] = parse_float(iters_match.group(3), "usec/iter")
     return figures
 
 
@@ -40,7 +42,7 @@ def parse_rping(output: str) -> dict[str, Any]:
     pings = _PING.findall(output)
     if pings:
         figures["pings"] = len(pings)
-        figures["last_ping"] = int(pings[-1][1])
+        figures["last_ping"] = parse_int(pings[-1][1], "a ping's number")
     error = _CMA_ERROR.search(output)
     if error:
         figures["cm_error"] = f"{error.group(1)} ({error.group(2)})"
@@ -70,7 +72,8 @@ def _setting(part: str) -> tuple[str, str] | None:
 
 
 def _number(text: str) -> int | float:
-    return int(text) if text.lstrip("-").isdigit() else float(text)
+    return (parse_int(text, "a perftest figure") if text.lstrip("-").isdigit()
+            else parse_float(text, "a perftest figure"))
 
 
 def parse_perftest(output: str) -> dict[str, Any]:
@@ -92,7 +95,7 @@ def parse_perftest(output: str) -> dict[str, Any]:
             elif key == "Connection type":
                 figures["connection"] = value
             elif key == "GID index":
-                figures["gid_index"] = int(value) if value.isdigit() else value
+                figures["gid_index"] = parse_int(value, "GID index") if value.isdigit() else value
             elif key == "rdma_cm QPs":
                 figures["rdma_cm"] = value == "ON"
             elif key == "Link type":
@@ -136,12 +139,13 @@ def parse_mckey(output: str) -> dict[str, Any]:
         figures["transfers_complete"] = True
     status = _STATUS.search(output)
     if status:
-        figures["return_status"] = int(status.group(1))
+        figures["return_status"] = parse_int(status.group(1), "return status")
     counters = _COUNTERS.search(output)
     if counters:
-        figures["expected"] = int(counters.group(1))
+        figures["expected"] = parse_int(counters.group(1), "expected receives")
         if counters.group(2) and counters.group(3):
-            figures["delivered"] = int(counters.group(3)) - int(counters.group(2))
+            figures["delivered"] = (parse_int(counters.group(3), "rdma_recvs")
+                                    - parse_int(counters.group(2), "rdma_recvs"))
     return figures
 
 
@@ -152,7 +156,7 @@ _END = re.compile(r"^(rdma_server|rdma_client): end (-?\d+)$", re.M)
 def parse_rdma_server(output: str) -> dict[str, Any]:
     """rdma_server / rdma_client: one "start" line and "end N" (N is the return code)."""
     end = _END.search(output)
-    return {"end": int(end.group(2))} if end else {}
+    return {"end": parse_int(end.group(2), "end status")} if end else {}
 
 
 def parse_cmatose(output: str) -> dict[str, Any]:
@@ -163,7 +167,7 @@ def parse_cmatose(output: str) -> dict[str, Any]:
         figures["transfers_complete"] = True
     status = _STATUS.search(output)
     if status:
-        figures["return_status"] = int(status.group(1))
+        figures["return_status"] = parse_int(status.group(1), "return status")
     failure = re.search(r"^\w+: (unable to [^\n]*)$", output, re.M)
     if failure:
         figures["error"] = failure.group(1)
@@ -184,8 +188,9 @@ def parse_cmtime(output: str) -> dict[str, Any]:
     first = table[1].split("cm_conn", 1)[0]
     conns = re.match(r"\s+(\d+)", first)
     if conns:
-        figures["connections"] = int(conns.group(1))
-    steps = {m.group(1): [int(v) for v in m.groups()[1:]] for m in _CMTIME_ROW.finditer(first)}
+        figures["connections"] = parse_int(conns.group(1), "connections")
+    steps = {m.group(1): [parse_int(v, "a cmtime figure") for v in m.groups()[1:]]
+             for m in _CMTIME_ROW.finditer(first)}
     if "full connect" in steps:
         figures["full_connect_us"] = steps["full connect"][1]  # total(us), all connections
         figures["full_connect_max_us"] = steps["full connect"][4]
@@ -209,9 +214,11 @@ def parse_rstream(output: str) -> dict[str, Any]:
     row = _STREAM.search(output)
     if not row:
         return {}
-    return {"name": row.group(1), "size": row.group(2), "xfers": int(row.group(3)),
-            "iters": int(row.group(4)), "total": row.group(5), "seconds": float(row.group(6)),
-            "gbit_per_sec": float(row.group(7)), "usec_per_xfer": float(row.group(8))}
+    return {"name": row.group(1), "size": row.group(2), "xfers": parse_int(row.group(3), "xfers"),
+            "iters": parse_int(row.group(4), "iters"), "total": row.group(5),
+            "seconds": parse_float(row.group(6), "seconds"),
+            "gbit_per_sec": parse_float(row.group(7), "Gb/sec"),
+            "usec_per_xfer": parse_float(row.group(8), "usec/xfer")}
 
 
 _RCOPY = re.compile(r"^(\d+) bytes in ([\d.]+) seconds = ([\d.]+) Gb/sec$", re.M)
@@ -224,12 +231,13 @@ def parse_rcopy(output: str) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     sent = _RCOPY.search(output)
     if sent:
-        figures.update(bytes=int(sent.group(1)), seconds=float(sent.group(2)),
-                       gbit_per_sec=float(sent.group(3)))
+        figures.update(bytes=parse_int(sent.group(1), "bytes"),
+                       seconds=parse_float(sent.group(2), "seconds"),
+                       gbit_per_sec=parse_float(sent.group(3), "Gb/sec"))
     if "...done" in output:
         figures["done"] = True
     check = _RCOPY_CHECK.search(output)
     if check:
-        figures["received_bytes"] = int(check.group(1))
+        figures["received_bytes"] = parse_int(check.group(1), "received bytes")
         figures["identical"] = check.group(2) == "identical"
     return figures

@@ -11,6 +11,7 @@ import re
 import shlex
 from typing import Any, Literal
 
+from labctl.bounded import parse_float
 from labctl.runners import spec
 from labctl.runners.probes import ports_listening_probe
 from labctl.runners.spec import ExampleSpec, RunContext
@@ -174,7 +175,8 @@ def parse_qperf(output: str) -> dict[str, Any]:
             continue
         figure = _FIGURE.match(line)
         if figure:
-            name, number, unit = figure.group(1), float(figure.group(2)), figure.group(3)
+            name, number, unit = (figure.group(1), parse_float(figure.group(2), "a qperf figure"),
+                                  figure.group(3))
             if name == "latency" and unit in _TO_US:
                 current["latency_us"] = round(number * _TO_US[unit], 3)
             elif name == "bw" and unit in _TO_MB:

@@ -30,8 +30,8 @@ def split_group_line(output: str) -> tuple[int | None, str]:
     """The process group named by the first line, and the output without that line."""
     first, newline, rest = output.partition("\n")
     number = first[len(GROUP_LINE):]
-    if newline and first.startswith(GROUP_LINE) and number.isdigit():
-        return int(number), rest
+    if newline and first.startswith(GROUP_LINE) and number.isdigit() and len(number) <= 10:
+        return bounded.parse_int(number, "a process group"), rest
     return None, output
 
 

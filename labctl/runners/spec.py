@@ -39,6 +39,16 @@ ArgvBuilder = Callable[[RunContext], list[str]]
 Parser = Callable[[str], dict[str, Any]]
 
 
+def parse_output(parse: Callable[[str], Any], output: str, whose: str) -> tuple[Any, str]:
+    """(parse(output), "") or, when the output is not what the parser takes (a figure of
+    5,000 digits, "1.2.3 seconds": a BoundedError, a ValueError), (None, the reason): a
+    run whose node printed that fails with the reason, never with a traceback."""
+    try:
+        return parse(output), ""
+    except ValueError as exc:
+        return None, f"cannot read {whose}'s output: {exc}"
+
+
 @dataclass(frozen=True)
 class ExampleSpec:
     name: str  # e.g. "pingpong"

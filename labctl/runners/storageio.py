@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from labctl.bounded import parse_float, parse_int
+
 # A prefix on every line the scripts print for the parser; the programs' own output (dd,
 # nvme, mount) stays in the record between them, as data.
 MARK = "labctl: "
@@ -70,9 +72,10 @@ def parse_storage_io(output: str) -> dict[str, Any]:
     copied: tuple[int, float] | None = None  # dd's own count and time, before each note
     for line in output.splitlines()[:10000]:
         if m := _DD_LINE.match(line):
-            copied = int(m.group(1)), float(m.group(2))
+            copied = parse_int(m.group(1), "bytes copied"), parse_float(m.group(2), "seconds")
         elif m := _IO_LINE.match(line):
-            way, nbytes, ns = m.group(1), int(m.group(2)), int(m.group(3))
+            way, nbytes, ns = (m.group(1), parse_int(m.group(2), "bytes"),
+                               parse_int(m.group(3), "nanoseconds"))
             figures[f"{way}_bytes"] = nbytes
             figures[f"{way}_wall_seconds"] = round(ns / 1e9, 3)
             # dd's time is the transfer alone; the wall time adds dd's start (fork+exec
@@ -91,7 +94,7 @@ def parse_storage_io(output: str) -> dict[str, Any]:
         elif m := _FAILED.match(line):
             figures["failed_step"] = m.group(1).strip()
         elif m := _TRIES.match(line):
-            figures[f"{m.group(1)}_tries"] = int(m.group(2))
+            figures[f"{m.group(1)}_tries"] = parse_int(m.group(2), "tries")
         elif m := _DEVICE.match(line):
             figures["target"] = m.group(1)
     return figures

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from labctl.bounded import parse_float, parse_int
 from labctl.errors import LabctlError
 from labctl.lab.handle import LabHandle
 from labctl.runners.examples import RDMA_DEVICES, ROCE_ONLY
@@ -83,8 +84,8 @@ def parse_ucx_perftest(text: str) -> dict[str, Any]:
     for line in text.splitlines():
         final = _FINAL.match(line.strip())
         if final:
-            values = [float(v) for v in final.groups()[1:]]
-            figures = {"iterations": int(final.group(1)),
+            values = [parse_float(v, "a ucx_perftest figure") for v in final.groups()[1:]]
+            figures = {"iterations": parse_int(final.group(1), "iterations"),
                        "usec_percentile": values[0], "usec_average": values[1],
                        "usec_overall": values[2], "mb_per_sec_average": values[3],
                        "mb_per_sec_overall": values[4], "msg_per_sec_average": values[5],

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from labctl.bounded import parse_float, parse_int
+
 TestStatus = Literal["passed", "failed", "errored", "skipped"]
 MAX_LINES = 200_000  # a module prints a few hundred lines; past this the rest is ignored
 MAX_REASON = 300  # characters kept of a skip reason or a failure's last line
@@ -111,7 +113,11 @@ def parse_unittest(text: str) -> UnittestOutput:
             continue
         ran = _RAN.match(line)
         if ran:
-            out.ran, out.seconds = int(ran["count"]), float(ran["secs"])
+            try:  # a summary whose numbers do not read is no summary: "no-result"
+                out.ran, out.seconds = (parse_int(ran["count"], "tests ran"),
+                                        parse_float(ran["secs"], "seconds"))
+            except ValueError:
+                out.ran = out.seconds = None
             pending = None
             continue
         verdict = _VERDICT.match(line)

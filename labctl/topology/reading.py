@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from labctl.bounded import read_at_most
+from labctl.bounded import MAX_NUMBER_CHARS, read_at_most
 from labctl.topology.errors import TopologyError
 from labctl.topology.locate import Loc, field_path
 
@@ -107,6 +107,14 @@ class _BoundedLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
 
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        _refuse_long_number(node)
+        return int(super().construct_yaml_int(node))
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        _refuse_long_number(node)
+        return float(super().construct_yaml_float(node))
+
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         self._depth += 1
         try:
@@ -115,6 +123,19 @@ class _BoundedLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+
+def _refuse_long_number(node: yaml.ScalarNode) -> None:
+    """A number of 5,000 digits is Python's int-length ValueError (no line, a traceback):
+    no topology value is longer than bounded.MAX_NUMBER_CHARS."""
+    if len(node.value) > MAX_NUMBER_CHARS:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"a number of {len(node.value)} characters (at most "
+            f"{MAX_NUMBER_CHARS})", node.start_mark)
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+_BoundedLoader.add_constructor("tag:yaml.org,2002:float", _BoundedLoader.construct_yaml_float)
 
 
 def _expanded_size(root: yaml.Node) -> int:

@@ -128,7 +128,7 @@ class Lab:
             for key in Node.OMITTED_WHEN_EMPTY:
                 if not node[key]:
                     del node[key]
-        return json.dumps(data, indent=2, sort_keys=True)
+        return json.dumps(data, indent=2, sort_keys=True, allow_nan=False)
 
     @classmethod
     def from_json(cls, text: str) -> Lab:

@@ -108,6 +108,16 @@ def resolve_source(source: str, base: Path, allowances: tuple[Path, ...] = ()) -
     if not path.is_absolute():
         path = base / path
     path = Path(os.path.normpath(path.absolute()))
+    try:
+        return _resolved_source(path, source, allowances)
+    except OSError as exc:  # /proc/1/root/... (EACCES), a name past 255 bytes, a link loop
+        raise WorkbenchValueError(
+            f"cannot look at the host folder {short_repr(source)} ({exc.strerror or exc})",
+            "give a folder of your own, by a path of at most 4,096 characters with names of "
+            "at most 255 bytes") from None
+
+
+def _resolved_source(path: Path, source: str, allowances: tuple[Path, ...]) -> str:
     # Named as written: the message reads the same wherever the file lives.
     if not path.exists():
         raise WorkbenchValueError(

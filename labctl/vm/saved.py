@@ -172,12 +172,32 @@ def saved_dir(image: Image, shape: MachineShape) -> Path:
     return cache_root() / "saved" / f"{image.path.name}-{saved_key(image, shape)}"
 
 
+# Hashing runs under the saved machine's lock (every `up` of that image and shape waits):
+# a 64 GiB sparse RAM file took 196 s. What the file may be is bounded by the shape first
+# (_ram_fits); this is the bound on the time whatever the file.
+HASH_SECONDS = 300.0
+
+
 def file_sha256(path: Path) -> str:
+    """The file's SHA-256; TimeoutError (an OSError) past HASH_SECONDS."""
     digest = hashlib.sha256()
+    deadline = time.monotonic() + HASH_SECONDS
     with path.open("rb") as f:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"hashing {path.name} took more than {HASH_SECONDS:.0f} s")
     return digest.hexdigest()
+
+
+def _ram_fits(saved: SavedMachine, shape: MachineShape) -> None:
+    """Unusable when the RAM file is not the shape's memory size (qemu makes it exactly
+    that): checked by its size before anything is hashed."""
+    with contextlib.suppress(FileNotFoundError):  # check_saved says what is missing
+        size = saved.ram.lstat().st_size
+        if size != shape.memory_mib << 20:
+            raise Unusable(f"its RAM file is {size} bytes, not the {shape.memory_mib} MiB "
+                           "of the nodes it is for")
 
 
 def check_saved(path: Path, key: str) -> SavedMachine:
@@ -269,6 +289,7 @@ def find_or_make(image: Image, shape: MachineShape, progress: Progress,
     key = path.name.rsplit("-", 1)[1]
     with blocking_lock(path.with_name(f".{path.name}.lock")):
         try:
+            _ram_fits(SavedMachine(path), shape)
             return check_saved(path, key)
         except FileNotFoundError:
             pass

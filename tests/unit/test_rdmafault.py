@@ -4,6 +4,7 @@ counters' parsing, and add's all-or-nothing against a fake lab."""
 from __future__ import annotations
 
 import json
+import socket
 import struct
 import subprocess
 import threading
@@ -422,7 +423,7 @@ def test_a_tampered_faults_file_is_refused(tmp_path: Path, change: Any, why: str
     (handle.labdir.path / apply.FAULTS_FILE).write_text(json.dumps(record))
     with pytest.raises(LabctlError) as info:
         apply.load_faults(handle)  # type: ignore[arg-type]
-    assert why in info.value.message and "fault clear" in (info.value.hint or "")
+    assert why in info.value.message and "labctl down" in (info.value.hint or "")
 
 
 def test_a_faults_file_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
@@ -437,3 +438,66 @@ def test_a_recorded_fault_reads_back_as_it_was(tmp_path: Path) -> None:
     handle = FakeHandle(tmp_path)
     added = _add(handle)
     assert apply.load_faults(handle) == [added]  # type: ignore[arg-type]
+
+
+def test_a_faults_file_that_is_a_socket_is_an_error_with_a_hint(tmp_path: Path) -> None:
+    """open() of a socket is ENXIO (an OSError, once a traceback)."""
+    handle = FakeHandle(tmp_path)
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(tmp_path / apply.FAULTS_FILE))
+        with pytest.raises(LabctlError) as info:
+            apply.load_faults(handle)  # type: ignore[arg-type]
+    assert "socket" in info.value.message and "labctl down" in (info.value.hint or "")
+
+
+def _many_faults(handle: FakeHandle, count: int, *, band: int | None = None) -> None:
+    record = _recorded(handle)
+    one = record["faults"][0]
+    record["faults"] = [dict(one, id=i + 1, node=f"node{1 + i % 2}",
+                             band=band or 2 + (i // 2) % 15) for i in range(count)]
+    (handle.labdir.path / apply.FAULTS_FILE).write_text(json.dumps(record))
+
+
+def test_clear_takes_a_nodes_faults_off_in_two_node_commands(tmp_path: Path) -> None:
+    """30 faults (every band of eth1 on both nodes): 4 node commands, not 60."""
+    handle = FakeHandle(tmp_path)
+    _many_faults(handle, 30)
+    handle.calls.clear()
+    removed = apply.clear_faults(handle)  # type: ignore[arg-type]
+    assert len(removed) == 30 and apply.load_faults(handle) == []  # type: ignore[arg-type]
+    assert len(handle.calls) == 4
+    scripts = [c[-1] for c in handle.calls if c[:2] == ["sh", "-c"]]
+    assert [s.count("tc filter del") for s in scripts] == [15, 15]
+    assert all(s.count("tc qdisc del dev eth1 root") == 1 for s in scripts)  # once, last
+    gates = [c for c in handle.calls if c[:2] == ["python3", "-"]]
+    assert sorted(len(g) - 3 for g in gates) == [15, 15]  # every pin of the node at once
+
+
+def test_clear_keeps_the_faults_of_a_node_whose_script_fails(tmp_path: Path) -> None:
+    handle = FakeHandle(tmp_path)
+    _many_faults(handle, 4)
+    real_run = handle.run
+
+    def run(node: str, command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        if node == "node2" and command[:2] == ["sh", "-c"]:
+            return subprocess.CompletedProcess(command, 255, "", "no answer")
+        return real_run(node, command, **kwargs)
+
+    handle.run = run  # type: ignore[method-assign]
+    with pytest.raises(LabctlError, match=r"could not remove fault\(s\) 2, 4"):
+        apply.clear_faults(handle)  # type: ignore[arg-type]
+    assert [f.id for f in apply.load_faults(handle)] == [2, 4]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("count", "band", "why"), [
+    (apply.MAX_FAULTS + 1, None, f"{apply.MAX_FAULTS + 1} faults (labctl records at most"),
+    (3, 5, "two faults share an id or a band"),  # node1 eth1 band 5 twice
+])
+def test_a_faults_file_labctl_cannot_have_written_is_refused(
+        tmp_path: Path, count: int, band: int | None, why: str) -> None:
+    handle = FakeHandle(tmp_path)
+    _many_faults(handle, count, band=band)
+    handle.calls.clear()
+    with pytest.raises(LabctlError) as info:
+        apply.clear_faults(handle)  # type: ignore[arg-type]
+    assert why in info.value.message and handle.calls == []  # nothing sent to a node

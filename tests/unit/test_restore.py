@@ -387,3 +387,40 @@ def test_a_host_without_the_hole_punch_guard_boots_cold_with_one_line(
     assert made is None and len(notes) == 1
     assert "booting cold" in notes[0] and "'riscv64'" in notes[0]
     assert list(tmp_path.iterdir()) == []
+
+
+# --- hashing under the saved machine's lock is bounded ------------------------------------
+def test_a_ram_file_larger_than_the_shape_is_unusable_before_any_hashing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 64 GiB sparse RAM file (meta.json agreeing) for a 512 MiB shape: once 196 s of
+    hashing under the lock; now refused by its size, nothing hashed, the entry discarded."""
+    shape = MachineShape("tcg", 512, 1, 1, "rxe")
+    image = _image()
+    monkeypatch.setattr(saved, "cache_root", lambda: tmp_path)
+    monkeypatch.setattr(saved.ramguard, "supported", lambda: True)
+    path = saved.saved_dir(image, shape)
+    key = path.name.rsplit("-", 1)[1]
+    _write_saved(path, key=key)
+    with (path / "ram").open("r+b") as ram:
+        ram.truncate(64 << 30)
+    hashed: list[str] = []
+    monkeypatch.setattr(saved, "file_sha256", lambda f: hashed.append(f.name) or "x")
+    notes: list[str] = []
+    started = time.monotonic()
+    assert saved.find_or_make(image, shape, lambda _: None, notes.append) is None
+    assert time.monotonic() - started < 5 and hashed == []
+    assert "its RAM file is 68719476736 bytes, not the 512 MiB" in notes[0]
+    assert not path.exists()  # discarded: made again at the next `up`
+
+
+def test_hashing_stops_at_its_time_bound(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    big = tmp_path / "ram"
+    with big.open("wb") as f:
+        f.truncate(8 << 20)
+    monkeypatch.setattr(saved, "HASH_SECONDS", 0.0)
+    with pytest.raises(TimeoutError, match="hashing ram took more than 0 s"):
+        saved.file_sha256(big)
+    path = _write_saved(tmp_path / "m")
+    with pytest.raises(Unusable, match="took more than 0 s"):  # what `up` then says
+        check_saved(path, KEY)

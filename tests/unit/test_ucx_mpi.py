@@ -24,6 +24,7 @@ from labctl.runners.mpi import (
     mpirun_argv,
     parse_mpi_bench,
     parse_transports,
+    run_transport,
     transport_mca,
 )
 from labctl.runners.spec import Endpoint, RunContext
@@ -291,3 +292,31 @@ def test_node_side_files_and_sshd_are_fixed_paths_on_the_data_address() -> None:
     assert "ListenAddress=10.77.1.1:22" in start
     assert "AuthorizedKeysFile=/root/.ssh/labctl-mpi.authorized_keys" in start
     assert labssh.STOP_SSHD[2].startswith("[ -f /run/labctl-mpi-sshd.pid ]")
+
+
+@pytest.mark.parametrize(("replace", "why"), [
+    (r"(?m)^(\s*)(\d+)(\s)", "a number labctl accepts (5000 characters"),  # a size
+    (r"usec_mean \S+", "a finite number (1e999)"),
+])
+def test_a_transport_whose_rank0_printed_unreadable_figures_fails_with_the_reason(
+        replace: str, why: str) -> None:
+    """mpirun exits 0, but rank 0's figures do not read (5,000 digits, 1e999): a failed
+    transport saying why, not a traceback, and the nodes still cleaned up."""
+    import re
+
+    good = output("mpi-ucx.rank0.txt")
+    new = (r"\g<1>" + "9" * 5000 + r"\g<3>") if "usec_mean" not in replace \
+        else "usec_mean 1e999"
+    hostile = re.sub(replace, new, good, count=1)
+    assert hostile != good
+    asked: list[list[str]] = []
+
+    def run(node: str, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        asked.append(argv)
+        return subprocess.CompletedProcess(argv, 0, hostile if len(asked) == 1 else "", "")
+
+    handle = cast(LabHandle, SimpleNamespace(run=run, rdma_device=lambda name: "rxe0"))
+    result = run_transport(handle, RXE, "ucx", "10.77.1.0/24", 10, 64, 30.0)
+    assert result.status == "failed"
+    assert result.reason.startswith("cannot read rank 0's output: ") and why in result.reason
+    assert len(asked) == 3  # mpirun, then the cleanup in both nodes
