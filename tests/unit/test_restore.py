@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -36,12 +37,34 @@ def _image(name: str = "trixie-aaaa") -> Image:
                  {"kernel": "7.3.4+deb13-amd64"})
 
 
+TINY = MachineShape("tcg", 1, 1, 1, "rxe")  # 1 MiB of RAM: its file is exactly that
+
+
+def _disk_image(saved_path: Path) -> Image:
+    """An image whose root disk is a small sparse file (what the saved machine at
+    `saved_path` is backed by), beside it under a name no listing takes for one."""
+    path = saved_path.parent / f".image-of-{saved_path.name}" / "trixie-aaaa"
+    path.mkdir(parents=True, exist_ok=True)
+    with (path / "root.ext4").open("wb") as f:
+        f.truncate(8 << 20)
+    return Image(path, path / "vmlinux", path / "initrd.cpio", path / "root.ext4",
+                 {"kernel": "7.3.4+deb13-amd64"})
+
+
+def _qcow2(path: Path, *options: str) -> None:
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", *options, str(path)],
+                   check=True)
+
+
 def _write_saved(path: Path, state: bytes = b"QEVM" + b"\x01" * 4096,
-                 disk: bytes = b"QFI\xfb" + b"\0" * 512, ram: bytes = b"\x90" * 8192,
+                 ram: bytes = b"\x90" * (1 << 20), record: bool = True,
                  **meta_changes: object) -> Path:
+    """A saved machine as make_saved leaves it: its files, meta.json, labctl's record."""
+    image = _disk_image(path)
     path.mkdir(parents=True)
     (path / "state").write_bytes(state)
-    (path / "disk.qcow2").write_bytes(disk)
+    _qcow2(path / "disk.qcow2", "-b", str(image.rootfs), "-F", "raw")
+    disk = (path / "disk.qcow2").read_bytes()
     (path / "ram").write_bytes(ram)
     meta = {"format": saved.RESTORE_FORMAT, "key": KEY,
             "state_bytes": len(state), "state_sha256": hashlib.sha256(state).hexdigest(),
@@ -49,27 +72,34 @@ def _write_saved(path: Path, state: bytes = b"QEVM" + b"\x01" * 4096,
             "ram_bytes": len(ram), "ram_sha256": hashlib.sha256(ram).hexdigest(),
             "made": 1.0, "seconds": 2.0} | meta_changes
     (path / "meta.json").write_text(json.dumps(meta))
+    if record:
+        saved.record_made(saved.SavedMachine(path))
     return path
+
+
+def _check(path: Path) -> saved.SavedMachine:
+    return check_saved(path, KEY, _disk_image(path), TINY)
 
 
 def test_a_whole_saved_machine_is_used(tmp_path: Path) -> None:
     path = _write_saved(tmp_path / "m")
-    machine = check_saved(path, KEY)
+    machine = _check(path)
     assert machine.state == path / "state" and machine.disk == path / "disk.qcow2"
     assert machine.restore() == Restore(path / "ram", path / "state")
 
 
 def test_no_saved_machine_is_not_a_reason_but_absence(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
-        check_saved(tmp_path / "none", KEY)
+        _check(tmp_path / "none")
 
 
 @pytest.mark.parametrize(("damage", "reason"), [
-    (lambda p: (p / "state").write_bytes(b"QEVM" + b"\x02" * 4096), "does not match its checksum"),
+    (lambda p: (p / "state").write_bytes(b"QEVM" + b"\x02" * 4096),
+     "state does not match the checksum labctl recorded"),
     (lambda p: (p / "state").write_bytes(b"QEVM"), "state is 4 bytes, meta.json says 4100"),
     (lambda p: (p / "disk.qcow2").unlink(), "disk.qcow2 is missing"),
     (lambda p: (p / "ram").unlink(), "ram is missing"),
-    (lambda p: (p / "ram").write_bytes(b"\0" * 8192), "ram does not match its checksum"),
+    (lambda p: (p / "ram").write_bytes(b"\0" * (1 << 20)), "ram does not match the checksum"),
     (lambda p: (p / "meta.json").write_text("{not json"), "meta.json"),
     (lambda p: (p / "meta.json").write_text("x" * (saved.META_BYTES + 1)), "meta.json"),
     (lambda p: (p / "meta.json").write_text(json.dumps({"format": "0", "key": KEY})),
@@ -85,37 +115,45 @@ def test_a_damaged_or_foreign_saved_machine_is_unusable_with_a_reason(
     path = _write_saved(tmp_path / "m")
     damage(path)  # type: ignore[operator]
     with pytest.raises(Unusable) as caught:
-        check_saved(path, KEY)
+        _check(path)
     assert reason in str(caught.value)
 
 
 def test_a_checked_saved_machine_is_not_hashed_again_until_a_file_changes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write_saved(tmp_path / "m")
-    check_saved(path, KEY)  # hashes all three, then records their stamps
     hashed: list[str] = []
     real = saved.file_sha256
-    monkeypatch.setattr(saved, "file_sha256", lambda f: hashed.append(f.name) or real(f))
-    check_saved(path, KEY)
-    assert hashed == []
+    monkeypatch.setattr(saved, "file_sha256",
+                        lambda f, *a: hashed.append(f.name) or real(f, *a))
+    _check(path)
+    assert hashed == []  # recorded when made: the stamps match
     (path / "state").write_bytes(b"QEVM" + b"\x02" * 4096)  # same size, other bytes
-    with pytest.raises(Unusable, match="state does not match its checksum"):
-        check_saved(path, KEY)
+    with pytest.raises(Unusable, match="state does not match the checksum"):
+        _check(path)
     assert hashed == ["state"]
 
 
-@pytest.mark.parametrize("verified", [b"{not json", b"x" * (saved.META_BYTES + 1),
-                                      b'{"state": [1, 2, 3, 4, 5]}'])
-def test_an_unreadable_or_stale_verified_file_means_hashing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verified: bytes) -> None:
+@pytest.mark.parametrize("record", [b"{not json", b"x" * (saved.META_BYTES + 1),
+                                    b'{"sha256": {}, "stamps": {}}'])
+def test_an_unreadable_or_stale_record_means_hashing_or_refusal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record: bytes) -> None:
     path = _write_saved(tmp_path / "m")
-    (path / "verified").write_bytes(verified)
+    kept = saved.SavedMachine(path).record
+    good = kept.read_bytes()
+    kept.write_bytes(record)
+    with pytest.raises(Unusable):
+        _check(path)
+    stale = json.loads(good)
+    stale["stamps"] = {}
+    kept.write_text(json.dumps(stale))
     hashed: list[str] = []
     real = saved.file_sha256
-    monkeypatch.setattr(saved, "file_sha256", lambda f: hashed.append(f.name) or real(f))
-    assert check_saved(path, KEY).path == path
+    monkeypatch.setattr(saved, "file_sha256",
+                        lambda f, *a: hashed.append(f.name) or real(f, *a))
+    assert _check(path).path == path
     assert hashed == ["state", "disk.qcow2", "ram"]
-    assert json.loads((path / "verified").read_text()).keys() == {"state", "disk", "ram"}
+    assert json.loads(kept.read_text())["stamps"].keys() == {"state", "disk", "ram"}
 
 
 def test_a_state_that_is_a_link_is_refused(tmp_path: Path) -> None:
@@ -124,13 +162,15 @@ def test_a_state_that_is_a_link_is_refused(tmp_path: Path) -> None:
     (path / "state").rename(target)
     (path / "state").symlink_to(target)
     with pytest.raises(Unusable, match="not a regular file"):
-        check_saved(path, KEY)
+        _check(path)
 
 
-def test_discard_removes_a_saved_machine(tmp_path: Path) -> None:
+def test_discard_removes_a_saved_machine_and_its_record(tmp_path: Path) -> None:
     path = _write_saved(tmp_path / "m")
+    record = saved.SavedMachine(path).record
+    assert record.exists()
     saved.discard(path)
-    assert not path.exists() and list(tmp_path.iterdir()) == []
+    assert not path.exists() and not record.exists()
 
 
 def test_the_key_changes_with_every_part_of_the_shape_and_the_qemu(
@@ -367,7 +407,7 @@ def test_only_nodes_that_booted_get_the_helper_started(
     started: list[dict[Path, list[str]]] = []
     monkeypatch.setattr(qemu, "wait_machines_ready", lambda *args, **kwargs: 0.0)
     monkeypatch.setattr(qemu.QemuProvider, "_refresh_ssh_config", lambda self: None)
-    monkeypatch.setattr(qemu, "start_detached", started.append)
+    monkeypatch.setattr(qemu, "start_detached", lambda argvs, root: started.append(argvs))
     provider.wait_ready(state, 60, lambda message: None)
     [argvs] = started
     assert [provider.machine("node2").helper_log] == list(argvs)

@@ -49,9 +49,9 @@ def netns_asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     asked: list[str] = []
     real = labnet.delete_netns
 
-    def spy(name: str) -> bool:
+    def spy(name: str, owner: str | None = None) -> bool:
         asked.append(name)
-        return real(name)
+        return real(name, owner)
 
     monkeypatch.setattr(labnet, "delete_netns", spy)
     return asked
