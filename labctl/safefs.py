@@ -183,6 +183,9 @@ def copy_file(source: Path, path: Path, root: Path, mode: int = 0o600,
     opened without following a link too when `source_root` is given."""
     if source_root is not None:
         src_fd = open_existing(source, source_root)
+        if os.fstat(src_fd).st_nlink != 1:  # a second name of a host file is not labctl's
+            os.close(src_fd)
+            raise NotLabctls(source, "a file with more than one hard link")
     else:
         src_fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         _check_regular(src_fd, source)
