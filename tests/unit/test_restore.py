@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -427,3 +428,130 @@ def test_a_host_without_the_hole_punch_guard_boots_cold_with_one_line(
     assert made is None and len(notes) == 1
     assert "booting cold" in notes[0] and "'riscv64'" in notes[0]
     assert list(tmp_path.iterdir()) == []
+
+
+# --- a saved machine from elsewhere: what qemu would open is not labctl's ------------------
+
+def _swap_disk(*options: str) -> Callable[[Path], None]:
+    """disk.qcow2 made anew with `options` (a backing file or data file on the host)."""
+    def swap(path: Path) -> None:
+        disk = path / "disk.qcow2"
+        disk.unlink()
+        _qcow2(disk, *options)
+    return swap
+
+
+def _host_link(name: str, hard: bool = False, directory: bool = False) -> Callable[[Path], None]:
+    def plant(path: Path) -> None:
+        decoy = path.parent / "host-file"
+        if directory:
+            (path.parent / "elsewhere").mkdir()
+            for child in path.iterdir():
+                child.rename(path.parent / "elsewhere" / child.name)
+            path.rmdir()
+            path.symlink_to(path.parent / "elsewhere")
+            return
+        (path / name).rename(decoy)
+        if hard:
+            os.link(decoy, path / name)
+        else:
+            (path / name).symlink_to(decoy)
+    return plant
+
+
+def _sparse_ram(size: int) -> Callable[[Path], None]:
+    def swap(path: Path) -> None:
+        with (path / "ram").open("r+b") as f:
+            f.truncate(size)
+    return swap
+
+
+# class -> (how the entry is changed, the reason given)
+CACHE_CORPUS: dict[str, tuple[Callable[[Path], None], str]] = {
+    "backing-file-on-the-host": (_swap_disk("-b", "/etc/passwd", "-F", "raw", "-o",
+                                            "size=1M"), "its backing file is '/etc/passwd'"),
+    "backing-format-qcow2": (lambda p: None, ""),  # filled in below (needs the image)
+    "no-backing-file": (_swap_disk("-o", "size=1M"), "its backing file is None"),
+    "external-data-file": (lambda p: _swap_disk(
+        "-o", f"data_file={p.parent / 'host-data'},size=1M")(p),
+        "names an external data file"),
+    "disk-not-qcow2": (lambda p: (p / "disk.qcow2").write_bytes(  # the same size
+        b"\0" * (p / "disk.qcow2").stat().st_size), "not a qcow2 file"),
+    "entry-is-a-link": (_host_link("", directory=True), "a symbolic link or not a directory"),
+    "state-is-a-link": (_host_link("state"), "state is missing or not a regular file"),
+    "disk-is-a-link": (_host_link("disk.qcow2"), "disk.qcow2 is missing or not a regular"),
+    "ram-is-a-link": (_host_link("ram"), "ram is missing or not a regular file"),
+    "state-hard-link": (_host_link("state", hard=True), "state has 2 hard links"),
+    "disk-hard-link": (_host_link("disk.qcow2", hard=True), "disk.qcow2 has 2 hard links"),
+    "ram-hard-link": (_host_link("ram", hard=True), "ram has 2 hard links"),
+    "ram-64-gib-sparse": (_sparse_ram(64 << 30), "ram is 68719476736 bytes, its shape allows "
+                          "exactly 1048576"),
+    "ram-short": (_sparse_ram(4096), "its shape allows exactly 1048576"),
+    "state-huge-sparse": (lambda p: os.truncate(p / "state", 64 << 30),
+                          "state is 68719476736 bytes, its shape allows at most"),
+    "no-record (a cache from elsewhere)": (lambda p: saved.SavedMachine(p).record.unlink(),
+                                           "labctl has no record of making it"),
+    "record-folder-writable-by-others": (
+        lambda p: saved.SavedMachine(p).record.parent.chmod(0o777),
+        "labctl has no record of making it"),
+}
+
+
+def _backing_qcow2(path: Path) -> None:
+    image = _disk_image(path)
+    _swap_disk("-u", "-b", str(image.rootfs), "-F", "qcow2", "-o", "size=8M")(path)
+
+
+CACHE_CORPUS["backing-format-qcow2"] = (_backing_qcow2, "its backing file's format is "
+                                        "'qcow2', not 'raw'")
+
+
+@pytest.mark.parametrize("kind", list(CACHE_CORPUS))
+def test_a_saved_machine_qemu_would_open_differently_is_refused_fast(
+        tmp_path: Path, kind: str) -> None:
+    path = _write_saved(tmp_path / "m")
+    decoy = tmp_path / "decoy"
+    decoy.write_bytes(b"host file\n")
+    damage, reason = CACHE_CORPUS[kind]
+    damage(path)
+    started = time.monotonic()
+    with pytest.raises(Unusable) as caught:
+        _check(path)
+    assert time.monotonic() - started < 5  # refused from stat and the header, not hashed
+    assert reason in str(caught.value)
+    assert decoy.read_bytes() == b"host file\n"
+
+
+def test_making_a_saved_machine_follows_no_planted_link(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `.make-NAME-PID` link and a `ram` link waiting in the cache: the template's disk,
+    initrd and RAM are made in a new directory of labctl's own, never in their targets."""
+    monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path / "cache"))
+    image = _cached_image(tmp_path / "cache")
+    (image.path / "vmlinux").write_bytes(b"kernel")
+    (image.path / "initrd.cpio").write_bytes(b"stage1")
+    with (image.path / "root.ext4").open("wb") as f:
+        f.truncate(1 << 20)
+    shape = saved.MachineShape("tcg", 128, 1, 1, "rxe")
+    target = saved.saved_dir(image, shape)
+    target.parent.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (target.parent / f".make-{target.name}-{os.getpid()}").symlink_to(elsewhere)
+    (elsewhere / "ram").symlink_to(tmp_path / "host-ram")
+    made: list[Path] = []
+
+    def stop_before_booting(name: str) -> None:
+        made.extend(target.parent.glob(f".make-{target.name}-*"))
+        raise saved.LabctlError("stopped by the test before qemu")
+
+    monkeypatch.setattr(saved.labnet, "create_netns", lambda name, owner=None:
+                        stop_before_booting(name))
+    monkeypatch.setattr(saved.labnet, "delete_netns", lambda name, owner=None: False)
+    monkeypatch.setattr(saved.ramguard, "supported", lambda: True)
+    notes: list[str] = []
+    assert saved.find_or_make(image, shape, lambda _: None, notes.append) is None
+    assert "could not save a machine" in notes[0]
+    assert sorted(os.listdir(elsewhere)) == ["ram"] and not (tmp_path / "host-ram").exists()
+    work = [p for p in made if not p.is_symlink()]
+    assert len(work) == 1 and sorted(os.listdir(work[0])) >= ["disk.qcow2", "initrd", "ram"]
