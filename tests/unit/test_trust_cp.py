@@ -403,6 +403,8 @@ def test_a_source_that_is_a_link_is_copied_as_what_it_points_to(
 def _special(kind: str) -> Callable[[Path], None]:
     """Make a device file (as /dev/null), FIFO or socket at a path."""
     def make(path: Path) -> None:
+        if kind.endswith("dev") and os.geteuid() != 0:
+            pytest.skip("mknod needs root")
         if kind == "chardev":
             os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
         elif kind == "blockdev":

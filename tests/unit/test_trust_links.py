@@ -39,6 +39,9 @@ from labctl.store.labdir import LabDir
 from labctl.topology.resolved import Lab
 from labctl.vm.machine import node_machine, start_detached
 
+# The decoys include a character device (mknod) and the steps make lab files as root would.
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+
 NODE = "node1"
 DECOY_TEXT = b"a host file labctl must not touch\n"
 

@@ -510,6 +510,32 @@ def test_down_all_with_a_separate_state_dir_touches_only_its_labs(
     assert set(netns_asked) == {labnet.netns_name("ut-mine"), labnet.netns_name("ut-half")}
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+def test_down_deletes_only_a_namespace_of_its_own_state_dir(
+        state_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Lab names are per state dir, netns names global: `down --lab X` here leaves the
+    netns of lab X of another state dir (its loopback's alias names that one's lab dir)."""
+    name = f"ut-own-{os.getpid() % 100000}"
+    ns = labnet.netns_name(name)
+    theirs = LabDir(name, tmp_path / "other-state")
+    labnet.delete_netns(ns)
+    labnet.create_netns(ns, labnet.owner_mark(theirs.path))
+    try:
+        code, out, err = _cli(monkeypatch, capsys, "down", "--lab", name)
+        assert code == 0 and f"lab {name}: nothing to remove" in out, err
+        assert labnet.namespace_exists(ns)
+        assert lifecycle.destroy(name) == [] and labnet.namespace_exists(ns)
+        mine = LabDir(name)
+        assert labnet.netns_owner(ns) != labnet.owner_mark(mine.path)
+        labnet.delete_netns(ns)
+        labnet.create_netns(ns, labnet.owner_mark(mine.path))
+        assert lifecycle.destroy(name) == [f"netns {ns}"]
+        assert not labnet.namespace_exists(ns)
+    finally:
+        labnet.delete_netns(ns)
+
+
 # --- repair never runs a stored argv -----------------------------------------------------
 
 def test_repair_replans_the_argv_and_taps(state_root: Path, tmp_path: Path,
