@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -361,7 +362,8 @@ class QemuMachine:
         console.log.1), and no qemu.pid: qemu opens both by name itself, so a link planted
         there would have it create or write the file the link names."""
         with contextlib.suppress(FileNotFoundError, safefs.NotLabctls):
-            if safefs.lstat_beneath(self.console_log, self.root).st_size:
+            previous = safefs.lstat_beneath(self.console_log, self.root)
+            if stat.S_ISREG(previous.st_mode) and previous.st_size:
                 safefs.replace(self.console_log, self.dir / "console.log.1", self.root)
         os.close(safefs.create(self.console_log, self.root, 0o640))
         safefs.unlink(self.pidfile, self.root)
