@@ -8,11 +8,15 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from labctl import safefs
+
 
 def _lock_file(path: Path) -> int:
-    """The lock file at `path`, opened (made, with its folder, when missing)."""
+    """The lock file at `path`, opened (made, with its folder, when missing). Lock files
+    sit in a lab directory or the image cache: a link or FIFO planted there is replaced by
+    a new lock file, never followed (labctl would create or hold the file it names)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    return safefs.create(path, path.parent, 0o600, append=True, make_parents=False)
 
 
 @contextlib.contextmanager

@@ -49,3 +49,12 @@ def cache_root() -> Path:
         return _root("LABCTL_CACHE_DIR", os.environ["LABCTL_CACHE_DIR"])
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return _root("XDG_CACHE_HOME", xdg) / "labctl"
+
+
+def records_root() -> Path:
+    """labctl's own records of what it made (a saved machine's checksums, a lab's
+    --allow-host-mount opt-ins): outside the image cache and the lab directories, whose
+    contents may come from elsewhere (a CI cache, a copied state dir), and the same for
+    every state dir. Root's own folder; LABCTL_RECORDS_DIR moves it (tests)."""
+    return _root("LABCTL_RECORDS_DIR",
+                 os.environ.get("LABCTL_RECORDS_DIR", str(DEFAULT_STATE_ROOT.parent / "records")))

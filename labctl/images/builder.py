@@ -21,6 +21,7 @@ import shutil
 import stat
 import struct
 import subprocess
+import tempfile
 import time
 import zlib
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from labctl import bounded
+from labctl import bounded, safefs
 from labctl.data.recipes import RECIPES, Recipe, check_mirror
 from labctl.errors import LabctlError
 from labctl.images.cpio import CpioWriter
@@ -61,9 +62,30 @@ class Image:
     def at(cls, path: Path) -> Image:
         """The image in cache directory `path`; CorruptImage when its manifest is not one
         labctl wrote (FileNotFoundError or NotADirectoryError when there is none)."""
+        if path.is_symlink():
+            raise CorruptImage(path, "it is a symbolic link (a cache entry is a directory "
+                               "labctl made)")
         manifest = read_manifest(path)
-        kernel = path / "vmlinux" if (path / "vmlinux").is_file() else path / "vmlinuz"
-        return cls(path, kernel, path / "initrd.cpio", path / "root.ext4", manifest)
+        kernel = path / "vmlinux" if os.path.lexists(path / "vmlinux") else path / "vmlinuz"
+        image = cls(path, kernel, path / "initrd.cpio", path / "root.ext4", manifest)
+        for file in (image.kernel, image.initrd, image.rootfs):
+            _check_own_file(image, file)
+        return image
+
+
+def _check_own_file(image: Image, file: Path) -> None:
+    """What qemu opens from the image is a regular file of one name: never a link, nor a
+    hard link to a host file (the node would read it)."""
+    try:
+        info = file.lstat()
+    except FileNotFoundError:
+        raise CorruptImage(image.path, f"{file.name} is missing") from None
+    except OSError as exc:
+        raise CorruptImage(image.path, f"{file.name}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise CorruptImage(image.path, f"{file.name} is a link or not a regular file")
+    if info.st_nlink != 1:
+        raise CorruptImage(image.path, f"{file.name} has {info.st_nlink} hard links")
 
 
 class CorruptImage(LabctlError):
@@ -157,7 +179,7 @@ def _check_host_tools() -> None:
 
 def _run_streamed(argv: list[str], progress: Progress, log: Path) -> None:
     """Run a long build step, passing its status lines to `progress`, keeping a log."""
-    with log.open("a") as log_file:
+    with os.fdopen(safefs.create(log, log.parent.parent, 0o640, append=True), "a") as log_file:
         log_file.write(f"$ {' '.join(argv)}\n")
         proc = subprocess.Popen(
             argv,
@@ -414,8 +436,8 @@ def build_image(
     _check_host_tools()
     final.parent.mkdir(parents=True, exist_ok=True)
     # One build per image at a time: a second labctl waits, then finds it in the cache.
-    lock = os.open(final.parent / f".lock-{final.name}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                   0o600)
+    lock = safefs.create(final.parent / f".lock-{final.name}", final.parent, 0o600,
+                         append=True, make_parents=False)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -432,12 +454,11 @@ def build_image(
 def _build_locked(
     recipe: Recipe, mirror: str | None, final: Path, force: bool, progress: Progress
 ) -> Image:
-    work = final.parent / f".build-{final.name}-{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
+    # a new directory of its own, never one planted under a known name
+    work = Path(tempfile.mkdtemp(prefix=f".build-{final.name}-", suffix=f"-{os.getpid()}",
+                                 dir=final.parent))
     log = final.parent / "logs" / f"{final.name}.build.log"
-    log.parent.mkdir(exist_ok=True)
-    log.write_text("")
+    os.close(safefs.create(log, final.parent, 0o640))  # a new, empty log
     started = time.monotonic()
     try:
         rootdir = work / "rootfs"
@@ -471,6 +492,8 @@ def _build_locked(
         shutil.rmtree(rootdir)
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
         # Built because forced, or because what is there is corrupt or half-made: replaced.
+        if final.is_symlink():
+            final.unlink()  # the link only, never what it names
         shutil.rmtree(final, ignore_errors=True)
         work.rename(final)
     finally:

@@ -141,6 +141,11 @@ def resolve(topology: Path, options: UpOptions) -> Lab:
     return dataclasses.replace(lab, provider_options=provider_options)
 
 
+def _allowances(options: UpOptions) -> tuple[Path, ...]:
+    from labctl.topology.host import resolve_allowances
+    return resolve_allowances(options.allow_host_mounts)
+
+
 def up(topology: Path, options: UpOptions | None = None,
        progress: Progress = _quiet) -> UpResult:
     """Start the lab of `topology`, or repair it if it is up; see the module's doc."""
@@ -161,7 +166,7 @@ def up(topology: Path, options: UpOptions | None = None,
     with labdir.locked("up"):
         if labdir.exists():
             return _up_again(topology, lab, labdir, options, progress, started)
-        labdir.create(lab)
+        labdir.create(lab, _allowances(options))
         # Before anything exists: `status` and `down` know what to look for from here on.
         state = LabState(provider=lab.provider, phase=Phase.CREATING,
                          netns=labnet.netns_name(lab.name)
@@ -324,11 +329,13 @@ def destroy(name: str) -> list[str]:
     labdir = LabDir(name)
     removed: list[str] = []
     netns = labnet.netns_name(name)
+    # names are global, labs per state dir: only a namespace of this lab directory's
+    owner = labnet.owner_mark(labdir.path)
     if labdir.is_link() or not labdir.path.exists():
         # A symlinked lab directory is not followed: what it points at is not the lab's.
         if labdir.remove():
             removed.append(f"symbolic link {labdir.path} (not followed)")
-        if labnet.delete_netns(netns):
+        if labnet.delete_netns(netns, owner):
             removed.append(f"netns {netns}")
         return removed
     with labdir.locked("down"):
@@ -336,7 +343,7 @@ def destroy(name: str) -> list[str]:
         for provider in providers:
             removed += provider_for(dataclasses.replace(lab, provider=provider),
                                     labdir).destroy()
-        if labnet.delete_netns(netns):
+        if labnet.delete_netns(netns, owner):
             removed.append(f"netns {netns}")
         # Still under the lock: no `up` of the same name starts in a half-removed directory.
         if labdir.remove():

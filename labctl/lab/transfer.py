@@ -28,6 +28,7 @@ from labctl.lab.unpack import (
     current_umask,
     describe_skipped,
     place,
+    refuse_special,
     top_name,
     unpack,
 )
@@ -99,6 +100,11 @@ def _check_node_path(path: str, what: str) -> str:
         raise UsageError(f"{what}: cannot copy the node's whole root directory" if what == "SRC"
                          else f"{what}: give a directory or file under /, e.g. node1:/root/",
                          hint="name a directory or file")
+    if what == "SRC" and top_name(path) in (".", ".."):
+        # its name would be the host's "." or "..": DST's own entries, or its parent's
+        raise UsageError(f"SRC: {short_repr(path)} ends in {top_name(path)!r}",
+                         hint="name the directory itself, e.g. node1:"
+                         f"{posixpath.normpath(path)}")
     return path
 
 
@@ -237,6 +243,9 @@ def copy_from_node(handle: LabHandle, request: CopyRequest, timeout: float,
     (the tests give it)."""
     node_src = request.node_path.rstrip("/") or "/"
     name = top_name(node_src)
+    if name in ("", ".", ".."):
+        raise UsageError(f"SRC: {short_repr(request.node_path)} names no file or directory "
+                         "of its own", hint="name the directory itself")
     target = Path(os.path.abspath(request.host_path))
     if target.is_dir():
         final = target / name
@@ -248,6 +257,7 @@ def copy_from_node(handle: LabHandle, request: CopyRequest, timeout: float,
             raise UsageError(f"{short_repr(str(target.parent))}: no such directory",
                              hint="DST's directory must exist")
         final = target
+    refuse_special(final, request.host_path)
     host_filter = HostFilter(top=name, room=room or Room.of(final.parent),
                              umask=current_umask())
     temp = Path(tempfile.mkdtemp(prefix=".labctl-cp.", dir=final.parent))
@@ -261,7 +271,7 @@ def copy_from_node(handle: LabHandle, request: CopyRequest, timeout: float,
         if code_pack != 0:
             raise _fail(code_pack, request.node, pack_errors, f"copy from {request.node}")
         unpacked = temp / name
-        if not unpacked.exists() and not unpacked.is_symlink():
+        if unpacked.parent != temp or not os.path.lexists(unpacked):
             raise LabctlError(f"the node sent no {short_repr(name)}",
                               hint="is SRC readable in the node?")
         place(unpacked, final)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from labctl.errors import LabctlError, short_repr
+from labctl.errors import LabctlError, UsageError, short_repr
 
 METADATA_BYTES = 1 << 20  # a long name or pax header: Linux names are at most 4 KiB
 # Entries in one copy: tarfile keeps each directory's header until the end (to set its
@@ -251,9 +251,29 @@ def _is_dir(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink()
 
 
+def refuse_special(path: Path, given: str | None = None) -> None:
+    """UsageError (exit 2) if `path` is a device file, FIFO or socket: a copy never replaces
+    one (`cp node1:/x /dev/null` must not turn the host's /dev/null into a file), as cp
+    refuses to put a file in a directory's place."""
+    try:
+        mode = path.lstat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+        kind = ("a device file" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
+                "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a special file")
+        shown = short_repr(given) if given is not None else str(path)
+        where = "" if given is not None and Path(os.path.abspath(given)) == path else \
+            f" ({path})"
+        raise UsageError(f"{shown}{where} is {kind}; labctl cp replaces only files, "
+                         "directories and links", hint="choose another DST")
+
+
 def _check_placing(unpacked: Path, final: Path) -> None:
     if not os.path.lexists(final):
         return
+    refuse_special(final)
     if not _is_dir(final):
         if _is_dir(unpacked):
             raise LabctlError(f"{final} is a file; the node's copy is a directory",

@@ -3,11 +3,18 @@
 Everything of a lab's data plane lives inside the namespace `labctl-<lab>`: deleting the
 namespace removes every bridge and tap in it, so teardown is exact and cannot touch the
 host's own interfaces.
+
+Namespace names are global, lab names only per state directory (LABCTL_STATE_DIR): two
+state directories may each have a lab `x`. So a namespace carries its owner, a digest of
+its lab directory's path (`owner_mark`), as the alias of its loopback interface, set when
+it is made; `delete_netns(name, owner)` removes it only when that mark is the caller's
+(or there is none: a namespace made by an older labctl).
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import struct
 from collections.abc import Iterator
@@ -21,6 +28,7 @@ if TYPE_CHECKING:
     from pyroute2 import IPRoute
 
 NETNS_PREFIX = "labctl-"
+_OWNER_PREFIX = "labctl-owner:"
 _TUNSETIFF = 0x400454CA
 _IFF_TAP = 0x0002
 _IFF_NO_PI = 0x1000
@@ -45,6 +53,24 @@ def netns_name(lab: str) -> str:
     return f"{NETNS_PREFIX}{lab}"
 
 
+def owner_mark(lab_dir: str | os.PathLike[str]) -> str:
+    """What a lab's namespace carries to say whose it is: its lab directory's path, as a
+    digest (an interface alias holds 255 bytes; a path may be longer)."""
+    digest = hashlib.sha256(os.fsencode(os.path.abspath(lab_dir))).hexdigest()[:32]
+    return f"{_OWNER_PREFIX}{digest}"
+
+
+def netns_owner(name: str) -> str | None:
+    """The owner mark of namespace `name` (which must exist), None when it has none."""
+    with _iproute(name) as ipr:
+        found = ipr.link_lookup(ifname="lo")
+        if not found:
+            return None
+        (link,) = ipr.get_links(found[0])
+        alias = link.get_attr("IFLA_IFALIAS")
+    return alias if isinstance(alias, str) and alias.startswith(_OWNER_PREFIX) else None
+
+
 def bridge_name(segment_index: int) -> str:
     return f"br{segment_index}"
 
@@ -67,7 +93,7 @@ def has_link(ns: str, name: str) -> bool:
         return bool(ipr.link_lookup(ifname=name))
 
 
-def create_netns(name: str) -> None:
+def create_netns(name: str, owner: str | None = None) -> None:
     if namespace_exists(name):
         raise LabctlError(
             f"network namespace {name} already exists",
@@ -77,12 +103,20 @@ def create_netns(name: str) -> None:
     with _iproute(name) as ipr:
         (lo,) = ipr.link_lookup(ifname="lo")
         ipr.link("set", index=lo, state="up")
+        if owner is not None:
+            ipr.link("set", index=lo, ifalias=owner)
 
 
-def delete_netns(name: str) -> bool:
-    """Remove the namespace (and with it every bridge and tap in it). True if it existed."""
+def delete_netns(name: str, owner: str | None = None) -> bool:
+    """Remove the namespace (and with it every bridge and tap in it). True if it existed
+    and was removed. With `owner`, a namespace whose mark names another owner (a lab of
+    the same name in another state directory) is left alone: False."""
     if not namespace_exists(name):
         return False
+    if owner is not None:
+        found = netns_owner(name)
+        if found is not None and found != owner:
+            return False
     _netns().remove(name)
     return True
 

@@ -42,8 +42,15 @@ class MasterError(Exception):
 
 
 def make_key(path: Path) -> str:
-    """Create the lab's ed25519 key (0600) if missing; return the public key line."""
-    if not path.exists():
+    """Create the lab's ed25519 key (0600) if missing; return the public key line.
+    Anything but a regular file there (a link, say: ssh-keygen would write through it)
+    is removed first, never followed."""
+    with contextlib.suppress(FileNotFoundError):
+        for each in (path, path.with_suffix(".pub")):
+            if not stat.S_ISREG(each.lstat().st_mode):
+                each.unlink()
+    if not os.path.lexists(path):
+        path.with_suffix(".pub").unlink(missing_ok=True)
         try:
             subprocess.run(
                 ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "labctl", "-f", str(path)],
@@ -54,8 +61,17 @@ def make_key(path: Path) -> str:
             raise LabctlError(
                 "ssh-keygen not found", hint="apt-get install openssh-client"
             ) from None
-    os.chmod(path, 0o600)
-    return path.with_suffix(".pub").read_text().strip()
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    try:
+        return bounded.read_text(path.with_suffix(".pub"), 4096).strip()
+    except (OSError, ValueError) as exc:
+        raise LabctlError(f"cannot read {path.with_suffix('.pub')}: {exc}",
+                          hint="remove the lab (`labctl down`) and bring it up again") \
+            from None
 
 
 def write_known_hosts(path: Path, host_keys: dict[str, str]) -> None:
@@ -64,8 +80,7 @@ def write_known_hosts(path: Path, host_keys: dict[str, str]) -> None:
     for host, public in sorted(host_keys.items()):
         keytype, key = public.split()[:2]
         lines.append(f"{host} {keytype} {key}\n")
-    path.write_text("".join(lines))
-    os.chmod(path, 0o600)
+    atomic_write(path, "".join(lines), 0o600)  # a link there is replaced, not followed
 
 
 def config_path(path: Path) -> str:
@@ -82,6 +97,27 @@ def config_path(path: Path) -> str:
 
 def control_path(config: Path, node: str) -> Path:
     return config.parent / f"cm-{node}"
+
+
+def check_control_paths(directory: Path) -> None:
+    """Refuse to talk to a node while a cm-* entry of the lab's directory is not an ssh
+    master's socket that this user made: ssh connects through a link there to whatever
+    master it names (another lab's, another host's), and sends it our commands."""
+    with contextlib.suppress(OSError):
+        for path in directory.glob("cm-*"):
+            try:
+                info = path.lstat()
+            except FileNotFoundError:
+                continue  # a master exiting meanwhile
+            if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.geteuid():
+                kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else (
+                    "not a socket" if not stat.S_ISSOCK(info.st_mode) else
+                    f"a socket of uid {info.st_uid}")
+                raise LabctlError(
+                    f"{path} is {kind}, not the ssh master socket labctl made; labctl "
+                    "does not send commands through it",
+                    hint=f"remove it (`rm {shlex.quote(str(path))}`), or `labctl down` "
+                    "the lab")
 
 
 def write_config(path: Path, key: Path, ports: dict[str, int], known_hosts: Path) -> None:
@@ -129,6 +165,7 @@ def host_arg(node: str) -> str:
 def ssh_argv(config: Path, node: str, command: list[str], *, tty: bool = False,
              options: dict[str, str] | None = None) -> list[str]:
     host_arg(node)
+    check_control_paths(config.parent)
     argv = ["ssh", "-F", str(config),
             *(f"-o{key}={value}" for key, value in (options or {}).items()),
             "-tt" if tty else "-T", node, "--"]
@@ -139,6 +176,7 @@ def ssh_argv(config: Path, node: str, command: list[str], *, tty: bool = False,
 def start_master(config: Path, host: str, deadline: float) -> None:
     """Open (or keep) `host`'s master connection, retrying until `deadline`."""
     host_arg(host)
+    check_control_paths(config.parent)
     check = subprocess.run(["ssh", "-F", str(config), "-O", "check", host],
                            stdin=subprocess.DEVNULL, capture_output=True, check=False)
     if check.returncode == 0:
@@ -170,8 +208,9 @@ def close_masters(config: Path, nodes: list[str] | None = None, wait: float = 5.
     if nodes is None:
         sockets = _control_sockets(config.parent)
     else:
-        sockets = [control_path(config, node) for node in nodes
-                   if re.fullmatch(NODE_NAME_RE, node)]
+        # only sockets: `-O exit` through a link would end whatever master it names
+        sockets = [cm for node in nodes if re.fullmatch(NODE_NAME_RE, node)
+                   and _is_socket(cm := control_path(config, node))]
     for socket in sockets:
         try:
             path = config_path(socket)
@@ -190,14 +229,18 @@ def close_masters(config: Path, nodes: list[str] | None = None, wait: float = 5.
         time.sleep(0.05)
 
 
+def _is_socket(path: Path) -> bool:
+    """A unix socket this user made (never a link to one)."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISSOCK(info.st_mode) and info.st_uid == os.geteuid()
+
+
 def _control_sockets(directory: Path) -> list[Path]:
     """The unix sockets named cm-* in `directory` (links and other files left alone)."""
-    found = []
-    for path in sorted(directory.glob("cm-*")):
-        with contextlib.suppress(OSError):
-            if stat.S_ISSOCK(path.lstat().st_mode):
-                found.append(path)
-    return found
+    return [path for path in sorted(directory.glob("cm-*")) if _is_socket(path)]
 
 
 def clients_of(config: Path) -> list[int]:

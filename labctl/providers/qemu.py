@@ -9,12 +9,12 @@ port forward listens on 127.0.0.1 only (user-mode networking with restrict=on).
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labctl import safefs
 from labctl.capabilities import QEMU
 from labctl.data.recipes import image_label, node_recipe
 from labctl.errors import LabctlError
@@ -162,7 +162,7 @@ class QemuProvider(Provider):
                          self.labdir.known_hosts)
 
         progress(f"network namespace {lab_plan.netns}")
-        labnet.create_netns(lab_plan.netns)
+        labnet.create_netns(lab_plan.netns, labnet.owner_mark(self.labdir.path))
         fault_point("netns")
         for bridge, mtu in lab_plan.bridges:
             labnet.add_bridge(lab_plan.netns, bridge, mtu)
@@ -172,8 +172,9 @@ class QemuProvider(Provider):
             plan, machine = plans[node.name], machines[node.name]
             image = images[image_label(node.image, node.packages)]
             if node.name in saved:  # the saved machine's disk, as its RAM knows it
-                machine.dir.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(saved[node.name].disk, machine.disk)
+                safefs.make_dirs(machine.dir, self.labdir.path)
+                safefs.copy_file(saved[node.name].disk, machine.disk, self.labdir.path,
+                                 0o600, saved[node.name].path.parent)
             else:
                 machine.make_disk(image.rootfs)
             fault_point("disk", node.name)
@@ -272,7 +273,7 @@ class QemuProvider(Provider):
                 raise LabctlError(f"lab {self.lab.name}: {node} was never started",
                                   hint=f"`labctl down --lab {self.lab.name}`, then `labctl up`")
             machine.stop(info.pid)
-            (self.labdir.path / f"cm-{node}").unlink(missing_ok=True)
+            safefs.unlink(self.labdir.path / f"cm-{node}", self.labdir.path)
             # state.json's argv and taps are data, never run: both are planned again from
             # the lab, as `create` planned them
             plan = self._replan(node, state.accel, info.ssh_port)
@@ -313,7 +314,7 @@ class QemuProvider(Provider):
                                                         START_HELPER,
                                                         options={"ControlMaster": "no"})
             for name, info in state.nodes.items()
-            if info.rdma_dev and name in machines and name not in warm})
+            if info.rdma_dev and name in machines and name not in warm}, self.labdir.path)
 
     # --- status, exec, destroy -----------------------------------------------------------
     def nodes(self) -> list[NodeRuntime]:
@@ -379,6 +380,6 @@ def destroy_machines(labdir: LabDir, lab_name: str, state: LabState | None) -> l
         for pid in ssh.end_clients(labdir.ssh_config):
             removed.append(f"ssh session (pid {pid})")
     ns = labnet.netns_name(lab_name)  # from the lab's name, never state.json's netns
-    if labnet.delete_netns(ns):
+    if labnet.delete_netns(ns, labnet.owner_mark(labdir.path)):
         removed.append(f"netns {ns}")
     return removed

@@ -30,13 +30,13 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import labctl.providers.libvirtd as libvirtd
 import labctl.providers.vagrant_mounts as vagrant_mounts
 import labctl.providers.vagrant_plan as vagrant_plan
 import labctl.providers.vagrant_settings as vagrant_settings
-from labctl import bounded
+from labctl import bounded, safefs
 from labctl.capabilities import VAGRANT
 from labctl.data.recipes import RECIPES
 from labctl.errors import LabctlError
@@ -126,6 +126,13 @@ def parse_status(text: str) -> dict[str, str]:
     return states
 
 
+def _read_log(path: Path) -> str:
+    try:
+        return bounded.read_tail(path, 1 << 20)
+    except (OSError, bounded.BoundedError):
+        return "(no output)"
+
+
 def _tail(text: str, lines: int = 25) -> str:
     return "".join(text.splitlines(keepends=True)[-lines:])
 
@@ -146,6 +153,11 @@ class VagrantProvider(Provider):
     @property
     def log_file(self) -> Path:
         return self.labdir.path / "vagrant.log"
+
+    def _open_log(self, *, append: bool) -> IO[str]:
+        """vagrant.log for writing, never through a link planted there (safefs)."""
+        fd = safefs.create(self.log_file, self.labdir.path, 0o640, append=append)
+        return os.fdopen(fd, "a" if append else "w")
 
     @property
     def env_file(self) -> Path:
@@ -372,7 +384,7 @@ class VagrantProvider(Provider):
         argv = ["vagrant", "up", "--provider", self.vagrant_provider, "--no-color", *nodes]
         progress(f"vagrant up {' '.join(nodes)}({self.vagrant_provider})")
         started = time.monotonic()
-        with self.log_file.open("a" if nodes else "w") as log:
+        with self._open_log(append=bool(nodes)) as log:
             try:
                 proc = subprocess.Popen(
                     argv,
@@ -396,7 +408,7 @@ class VagrantProvider(Provider):
         if code != 0:
             raise LabctlError(
                 f"vagrant up failed (exit {code})\n--- vagrant output ({self.log_file}) ---\n"
-                + _tail(self.log_file.read_text(errors="replace")),
+                + _tail(_read_log(self.log_file)),
                 hint=f"fix the cause, then `labctl down --lab {self.lab.name}` removes what "
                 "was made",
             )
@@ -412,8 +424,7 @@ class VagrantProvider(Provider):
                 hint="see `labctl status`; `labctl down` removes what was made",
             )
         path = self.labdir.ssh_config
-        path.write_text(render_ssh_config(path, hosts))
-        os.chmod(path, 0o600)
+        atomic_write(path, render_ssh_config(path, hosts), 0o600)
 
     # --- readiness -----------------------------------------------------------------------
     def ready_check(self, node: Node) -> list[str]:
@@ -571,7 +582,7 @@ class VagrantProvider(Provider):
                 hint="remove them with virsh/VBoxManage, then delete the lab directory",
             )
         result = self._vagrant("destroy", "-f", "--no-color", timeout=900)
-        with self.log_file.open("a") as log:
+        with self._open_log(append=True) as log:
             log.write(result.stdout + result.stderr)
         if result.returncode != 0:
             raise LabctlError(

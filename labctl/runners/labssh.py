@@ -19,10 +19,13 @@ import contextlib
 import json
 import re
 import shlex
+import shutil
 import subprocess
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from labctl import safefs
 from labctl.errors import LabctlError
 from labctl.lab.handle import LabHandle
 
@@ -33,6 +36,7 @@ NODE_KNOWN_HOSTS = f"/root/.ssh/{KEY_NAME}.known_hosts"
 NODE_CONFIG = f"/root/.ssh/{KEY_NAME}.config"
 SSHD_PID = "/run/labctl-mpi-sshd.pid"
 HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"
+_KEY_BYTES = 8 << 10  # an ed25519 key file is under 500 bytes
 _PUBLIC_KEY = re.compile(r"^(ssh-ed25519) ([A-Za-z0-9+/]{60,100}={0,2})(?: .*)?$")
 
 
@@ -52,21 +56,32 @@ def ssh_command() -> str:
 
 
 def lab_key(handle: LabHandle) -> tuple[str, str]:
-    """The lab's key pair (private, public), made on first use in the lab directory."""
-    directory = handle.labdir.path / "mpi-ssh"
-    private = directory / "id_ed25519"
-    if not private.exists():
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        try:
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
-                            f"labctl-mpi-{handle.lab.name}", "-f", str(private)],
-                           check=True, capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.SubprocessError) as exc:
-            for leftover in (private, Path(f"{private}.pub")):
-                leftover.unlink(missing_ok=True)
-            raise LabctlError(f"cannot make the lab's ssh key with ssh-keygen: {exc}",
-                              hint="install openssh-client on this host") from None
-    return private.read_text(), Path(f"{private}.pub").read_text()
+    """The lab's key pair (private, public), made on first use in the lab directory.
+    Read and written without following links (the private key goes into every node: a
+    link there must not send a host file), made in a fresh directory and moved in."""
+    root = handle.labdir.path
+    directory = root / "mpi-ssh"
+    private, public = directory / "id_ed25519", directory / "id_ed25519.pub"
+    try:
+        return (safefs.read_bytes(private, root, _KEY_BYTES).decode(),
+                safefs.read_bytes(public, root, _KEY_BYTES).decode())
+    except (FileNotFoundError, UnicodeDecodeError):
+        pass
+    safefs.make_dirs(directory, root, 0o700)
+    made = Path(tempfile.mkdtemp(prefix=".mpi-ssh.", dir=root))
+    try:
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
+                        f"labctl-mpi-{handle.lab.name}", "-f", str(made / "key")],
+                       check=True, capture_output=True, text=True, timeout=60)
+        pair = ((made / "key").read_bytes(), (made / "key.pub").read_bytes())
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise LabctlError(f"cannot make the lab's ssh key with ssh-keygen: {exc}",
+                          hint="install openssh-client on this host") from None
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
+    safefs.write_bytes(public, pair[1], root, 0o644)
+    safefs.write_bytes(private, pair[0], root, 0o600)
+    return pair[0].decode(), pair[1].decode()
 
 
 def public_host_key(text: str) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from labctl import bounded
 from labctl.errors import LabctlError, UsageError, short_repr
-from labctl.paths import state_root
+from labctl.paths import records_root, state_root
 from labctl.store.state import (
     CorruptStateError,
     LabState,
@@ -103,11 +105,47 @@ class LabDir:
     def exists(self) -> bool:
         return self.lab_file.is_file() or self.state_file.is_file()
 
-    def create(self, lab: Lab) -> None:
+    def create(self, lab: Lab, allowances: tuple[Path, ...] = ()) -> None:
+        """lab.json, and the --allow-host-mount folders `up` was given (kept outside the
+        lab directory: lab.json's mounts are checked against them at every read)."""
         self.path.mkdir(parents=True, exist_ok=True, mode=0o750)
         self.check_real()
         os.chmod(self.path, 0o750)
+        self._write_allowances(allowances)
         atomic_write(self.lab_file, lab.to_json())
+
+    @property
+    def allowances_file(self) -> Path:
+        """Where labctl keeps this lab's --allow-host-mount opt-ins: its own records, one
+        file per lab directory (a digest of its path: lab names are per state dir)."""
+        digest = hashlib.sha256(os.fsencode(os.path.abspath(self.path))).hexdigest()[:24]
+        return records_root() / "mounts" / f"{self.name}-{digest}.json"
+
+    def _write_allowances(self, allowances: tuple[Path, ...]) -> None:
+        path = self.allowances_file
+        if not allowances:
+            path.unlink(missing_ok=True)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path.parent.parent, 0o700)
+        os.chmod(path.parent, 0o700)
+        atomic_write(path, json.dumps([str(a) for a in allowances]) + "\n", 0o600)
+
+    def allowances(self) -> tuple[Path, ...]:
+        """The --allow-host-mount folders this lab's `up` was given (none if the record is
+        missing, unreadable or not root's own)."""
+        path = self.allowances_file
+        try:
+            folder = path.parent.lstat()
+            if (not stat.S_ISDIR(folder.st_mode) or folder.st_uid != os.geteuid()
+                    or folder.st_mode & 0o022):
+                return ()
+            value = bounded.loads(bounded.read_text(path, 1 << 20))
+        except (OSError, ValueError):
+            return ()
+        if not isinstance(value, list):
+            return ()
+        return tuple(Path(v) for v in value if isinstance(v, str) and v.startswith("/"))
 
     def load_lab(self) -> Lab:
         """lab.json, checked as a topology is (names, addresses, paths) and that it is
@@ -123,7 +161,7 @@ class LabDir:
         except (OSError, ValueError) as exc:
             raise CorruptStateError(self.lab_file, str(exc)[:200], self.name) from None
         try:
-            lab = check_stored_lab(Lab.from_json(text))
+            lab = check_stored_lab(Lab.from_json(text), self.allowances())
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             why = f"{type(exc).__name__}: {exc}"[:200]
             raise CorruptStateError(self.lab_file, why, self.name) from None
@@ -165,6 +203,8 @@ class LabDir:
             os.close(fd)
 
     def remove(self) -> bool:
+        with contextlib.suppress(OSError):
+            self.allowances_file.unlink(missing_ok=True)
         if self.is_link():  # the link only: never what it points at
             self.path.unlink()
             return True

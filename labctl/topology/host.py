@@ -25,6 +25,9 @@ FLAG = "--allow-host-mount"
 # software like /usr; /var holds services' state (databases, spools, docker's images).
 SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32",
                 "/opt", "/proc", "/root", "/run", "/sbin", "/sys", "/usr", "/var")
+# Folders of keys and credentials, wherever they are (~/.ssh of any user, a copy of one):
+# read, they hand the node the host's keys; written, its authorized_keys.
+KEY_FOLDERS = (".ssh", ".gnupg")
 # Refused themselves, their subdirectories allowed (see refusal()): the root (everything),
 # /home and each user's whole home (shell startup files and ~/.ssh: written, they run code
 # as that user), and /tmp (every user's and service's sockets). A project under a home
@@ -55,6 +58,9 @@ def refusal(resolved: Path) -> str | None:
                 return f"inside the host's system directory {tree}"
     if resolved == Path("/home"):
         return "the root of every user's home directory"
+    for name in KEY_FOLDERS:
+        if name in resolved.parts:
+            return f"a folder of keys ({name})"
     if resolved == Path("/tmp"):
         return "the host's shared /tmp (every user's and service's sockets)"
     if resolved.parent == Path("/home"):

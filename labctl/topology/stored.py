@@ -11,11 +11,14 @@ a ValueError, which the lab directory reports as a corrupt lab.json.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from labctl.errors import short_repr
+from labctl.topology.host import FLAG, allowed, refusal
 from labctl.topology.model import (
     ENDPOINT_RE,
     ENGINE_RE,
@@ -94,11 +97,19 @@ def _check_interface(where: str, iface: Interface, segments: int) -> None:
     _int(f"{where}.mtu", iface.mtu, 576, 9000)
 
 
-def _check_mount(where: str, mount: Mount) -> None:
+def _check_mount(where: str, mount: Mount, allowances: tuple[Path, ...]) -> None:
     source = mount.source
     if (not isinstance(source, str) or not source.startswith("/")
             or any(ch in source for ch in "\0\n\r")):
         raise _fail(f"{where}.source", source, "an absolute host path")
+    # The rule `up` applies to a topology's mounts (host.refusal), to where the source
+    # leads now; the opt-in is the one the user gave `up` on its command line, which labctl
+    # keeps outside the lab directory (LabDir.allowances), never a value of lab.json.
+    resolved = Path(os.path.realpath(source))
+    why = refusal(resolved)
+    if why is not None and not allowed(resolved, allowances):
+        raise ValueError(f"{where}.source: {short_repr(source)} is {why}, and `labctl up` "
+                         f"was not given {FLAG} for it")
     _workbench(f"{where}.target", check_target, mount.target)
     if not isinstance(mount.readonly, bool):
         raise _fail(f"{where}.readonly", mount.readonly, "true or false")
@@ -109,7 +120,7 @@ def _check_route(where: str, route: Route) -> None:
     _canonical(f"{where}.via", route.via, ipaddress.IPv4Address, "an IPv4 address")
 
 
-def _check_node(where: str, node: Node, segments: int) -> None:
+def _check_node(where: str, node: Node, segments: int, allowances: tuple[Path, ...]) -> None:
     _match(f"{where}.name", node.name, NODE_NAME_RE, "a node name")
     _int(f"{where}.index", node.index, 1, MAX_NODES)
     if node.rdma not in RDMA_TYPES:
@@ -127,7 +138,7 @@ def _check_node(where: str, node: Node, segments: int) -> None:
         _workbench(f"{where}.packages[{i}]", check_package, package)
     _count(f"{where}.mounts", node.mounts, MAX_MOUNTS)
     for i, mount in enumerate(node.mounts):
-        _check_mount(f"{where}.mounts[{i}]", mount)
+        _check_mount(f"{where}.mounts[{i}]", mount, allowances)
     for i, route in enumerate(node.routes):
         _check_route(f"{where}.routes[{i}]", route)
     names = {iface.name for iface in node.interfaces}
@@ -169,8 +180,9 @@ def _check_options(options: dict[str, Any]) -> None:
             raise _fail(f"provider_options.{key}", value, "a value labctl writes there")
 
 
-def check_stored_lab(lab: Lab) -> Lab:
-    """`lab` if every value is one a topology could have given; else ValueError."""
+def check_stored_lab(lab: Lab, allowances: tuple[Path, ...] = ()) -> Lab:
+    """`lab` if every value is one a topology could have given (with `allowances`, the
+    --allow-host-mount folders its `up` was given); else ValueError."""
     _match("name", lab.name, LAB_NAME_RE, "a lab name")
     if lab.provider not in PROVIDERS:
         raise _fail("provider", lab.provider, "qemu, docker or vagrant")
@@ -186,7 +198,7 @@ def check_stored_lab(lab: Lab) -> Lab:
     if not lab.nodes:  # as a topology: at least one node (commands index the first)
         raise ValueError("nodes: none")
     for i, node in enumerate(lab.nodes):
-        _check_node(f"nodes[{i}]", node, len(lab.segments))
+        _check_node(f"nodes[{i}]", node, len(lab.segments), allowances)
     names = [node.name for node in lab.nodes]
     if len(set(names)) != len(names):
         raise ValueError("nodes: a node name is used twice")

@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labctl import bounded
+from labctl import bounded, safefs
 from labctl.errors import LabctlError
 from labctl.faults import fault_point
 from labctl.images.builder import Image
@@ -204,9 +205,12 @@ def maps_ram_file_privately(argv: list[str]) -> bool:
 
 
 class QemuMachine:
-    def __init__(self, directory: Path, guest: str) -> None:
+    def __init__(self, directory: Path, guest: str, root: Path | None = None) -> None:
         self.dir = directory
         self.guest = guest  # qemu's -name guest=...: what `ps` shows
+        # The directory labctl trusts (a lab directory, the saved machines' folder): no
+        # link below it is followed when the machine's files are made or written.
+        self.root = root or directory.parent
 
     # --- files ---------------------------------------------------------------------------
     @property
@@ -304,29 +308,29 @@ class QemuMachine:
     # --- making it -----------------------------------------------------------------------
     def make_host_key(self) -> str:
         """A fresh ed25519 host key for the machine (into its payload); its public line."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        safefs.make_dirs(self.dir, self.root)
         for path in (self.host_key, self.host_key.with_suffix(".pub")):
-            path.unlink(missing_ok=True)
+            safefs.unlink(path, self.root)
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", self.guest,
                         "-f", str(self.host_key)], check=True, stdin=subprocess.DEVNULL)
-        return self.host_key.with_suffix(".pub").read_text().strip()
+        public = safefs.read_bytes(self.host_key.with_suffix(".pub"), self.root, 4096)
+        return public.decode(errors="replace").strip()
 
     def make_disk(self, rootfs: Path) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.disk.unlink(missing_ok=True)
+        safefs.make_dirs(self.dir, self.root)
+        safefs.unlink(self.disk, self.root)
         subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(rootfs), "-F",
                         "raw", str(self.disk)], check=True, stdin=subprocess.DEVNULL)
 
     def make_initrd(self, stage1: Path, payload: bytes) -> None:
-        self.initrd.write_bytes(stage1.read_bytes() + payload)
+        # 0600: the payload holds the node's host key
+        safefs.write_bytes(self.initrd, stage1.read_bytes() + payload, self.root, 0o600)
 
     # --- running it ----------------------------------------------------------------------
     def launch(self, argv: list[str], taps: list[TapState], netns: str, node: str) -> int:
         """Start qemu with fresh taps in `netns` and fresh copies of the argv's kernel and
         initrd; return its pid once /proc shows its argv."""
-        if self.console_log.exists() and self.console_log.stat().st_size:
-            self.console_log.replace(self.dir / "console.log.1")  # the previous boot
-        self.console_log.write_bytes(b"")
+        self._fresh_logs()
         real = self._boot_copies(argv)
         fds: dict[str, int] = {}
         try:
@@ -337,7 +341,7 @@ class QemuMachine:
             inherit_thp(enabled=not uses_tcg(real))
             # a restored node maps the saved RAM file: qemu must not punch holes in it
             guard = PunchHoleGuard() if maps_ram_file_privately(real) else None
-            with self.qemu_log.open("wb") as log:
+            with os.fdopen(safefs.create(self.qemu_log, self.root), "wb") as log:
                 proc = subprocess.Popen(real, stdin=subprocess.DEVNULL, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True,
                                         pass_fds=tuple(fds.values()), preexec_fn=guard)
@@ -353,14 +357,27 @@ class QemuMachine:
             time.sleep(0.01)
         return proc.pid
 
+    def _fresh_logs(self) -> None:
+        """A new, empty console.log that labctl made (the previous boot's kept as
+        console.log.1), and no qemu.pid: qemu opens both by name itself, so a link planted
+        there would have it create or write the file the link names."""
+        with contextlib.suppress(FileNotFoundError, safefs.NotLabctls):
+            previous = safefs.lstat_beneath(self.console_log, self.root)
+            if stat.S_ISREG(previous.st_mode) and previous.st_size:
+                safefs.replace(self.console_log, self.dir / "console.log.1", self.root)
+        os.close(safefs.create(self.console_log, self.root, 0o640))
+        safefs.unlink(self.pidfile, self.root)
+
     def _boot_copies(self, argv: list[str]) -> list[str]:
         """`argv` booting copies of its -kernel and -initrd files, made now."""
         real = list(argv)
-        self.boot_dir.mkdir(exist_ok=True)
+        safefs.make_dirs(self.boot_dir, self.root)
         for name in BOOT_FILES:
             at = real.index(f"-{name}") + 1
-            copy = self.boot_dir / name
-            shutil.copyfile(real[at], copy)
+            copy, source = self.boot_dir / name, Path(real[at])
+            # the node's own initrd is under the lab directory: read without links too
+            safefs.copy_file(source, copy, self.root, 0o600,
+                             self.root if source.is_relative_to(self.root) else None)
             real[at] = str(copy)
         return real
 
@@ -375,8 +392,7 @@ class QemuMachine:
         cache; the copies are the machine's own, because the originals (the image's kernel,
         the node's initrd) must stay whole for the next launch."""
         for name in BOOT_FILES:
-            with contextlib.suppress(FileNotFoundError):
-                os.truncate(self.boot_dir / name, 0)
+            safefs.truncate(self.boot_dir / name, self.root)
 
     def owns(self, pid: int) -> bool:
         """True if `pid` runs and is this machine's qemu (not a recycled pid, not a
@@ -490,7 +506,8 @@ def check_qemu_host() -> None:
 
 
 def node_machine(lab_name: str, node: str, node_dir: Path) -> QemuMachine:
-    return QemuMachine(node_dir, f"labctl-{lab_name}-{node}")
+    # node_dir is LABDIR/nodes/NODE: no link below the lab directory is followed
+    return QemuMachine(node_dir, f"labctl-{lab_name}-{node}", node_dir.parent.parent)
 
 
 # The node kernel's command line. cryptomgr.notests: the kernel's self-tests of its crypto
@@ -522,15 +539,16 @@ def node_argv(lab: Lab, node: Node, machine: QemuMachine, image: Image, accel: s
 START_HELPER = ["sh", f"{NODE_CODE}/labctl/nodeside/start-helper.sh", "--vm"]
 
 
-def start_detached(argvs: dict[Path, list[str]]) -> None:
+def start_detached(argvs: dict[Path, list[str]], root: Path) -> None:
     """Start each command in the background (`setsid -f`: it outlives labctl) and return at
-    once, its stderr appended to its log file (the key).
+    once, its stderr appended to its log file (the key: under `root`, never through a
+    link).
 
     For the inspector's helpers: waiting for four nodes' ssh sessions after bring-up cost
     `up` 2-5 s under TCG (each session slowed by the other nodes' helpers importing), and a
     node without its helper is only slower to inspect."""
     for log, argv in argvs.items():
-        with open(log, "ab") as err:
+        with os.fdopen(safefs.create(log, root, 0o640, append=True), "ab") as err:
             subprocess.run(["setsid", "-f", *argv], stdin=subprocess.DEVNULL,
                            stdout=subprocess.DEVNULL, stderr=err, check=False)
 

@@ -10,12 +10,18 @@ shape) in the image cache, beside the image: cache/saved/IMAGE-KEY/ holds
               each restored node starts from a copy (a few MiB), never from it, so a saved
               machine can be replaced while labs restored from it run
   meta.json   format, key, the files' sizes and SHA-256, when it was made and how long
-  verified    stat of state and disk when they last matched meta.json (not hashed again)
   console.log its boot
 The machine boots with neutral settings up to the point where node-init.sh waits for its
 identity (labctl/nodeside/identity.py on ttyS1), and is saved there: nothing
-node-specific has happened yet. Its files are data, never authority: read bounded, sizes
-and checksums checked before any use; anything else is a reason to boot cold.
+node-specific has happened yet. Its files are data, never authority (a cache restored
+from elsewhere is such a directory): a saved machine is used only if what qemu will open
+is what labctl made here. The directory and its files are no links, each file has one
+name (no hard link to a host file), their sizes are what the shape allows (checked before
+a byte is hashed), disk.qcow2 names exactly the image's root.ext4 as its backing file and
+no external data file, and their checksums match the record labctl kept when it made
+them, outside the cache (paths.records_root(): RECORDS/saved/ENTRY.json, with what stat
+said of the files then, so that an unchanged file is not hashed again). No record there: the
+saved machine is not labctl's, and is made again. Anything else is a reason to boot cold.
 """
 
 from __future__ import annotations
@@ -29,20 +35,23 @@ import platform
 import re
 import shlex
 import shutil
+import stat
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from labctl import bounded
+from labctl import bounded, safefs
 from labctl.errors import LabctlError
 from labctl.images.builder import CorruptImage, Image
+from labctl.images.qcow2 import NotOurQcow2, check_overlay
 from labctl.locks import blocking_lock, try_lock
 from labctl.net import labnet
 from labctl.node.env import env_file, node_code_files
-from labctl.paths import cache_root
+from labctl.paths import cache_root, records_root
 from labctl.progress import Progress
 from labctl.store.state import TapState, atomic_write
 from labctl.topology.resolved import Node
@@ -60,6 +69,12 @@ from labctl.vm.machine import (
 # not used (their key differs, and meta.json says their format).
 RESTORE_FORMAT = "2"
 META_BYTES = 64 << 10
+# What a saved machine's files may be, beyond the guest's memory size: its devices' state
+# (a few MiB beside the RAM, which x-ignore-shared leaves out) and the disk's overlay
+# (what the boot wrote on the image's root disk).
+STATE_MAX_BYTES = 256 << 20
+DISK_SLACK_BYTES = 1 << 30
+HASH_SECONDS = 60.0  # hashing a saved machine's files (GiB/s on a quiet host)
 SAVE_BOOT_SECONDS = 300.0  # the template's boot to its wait for identity, under TCG load
 MIGRATE_SECONDS = 120.0
 WAITING = "labctl: waiting for identity"  # identity.py's line on the console
@@ -118,9 +133,13 @@ class SavedMachine:
         return self.path / "meta.json"
 
     @property
-    def verified(self) -> Path:
-        """What stat said of state and disk when they last matched their checksums."""
-        return self.path / "verified"
+    def record(self) -> Path:
+        """Its checksums as labctl recorded them when it made it, outside the cache."""
+        return _records() / f"{self.path.name}.json"
+
+
+def _records() -> Path:
+    return records_root() / "saved"
 
 
 class Unusable(Exception):
@@ -172,38 +191,39 @@ def saved_dir(image: Image, shape: MachineShape) -> Path:
     return cache_root() / "saved" / f"{image.path.name}-{saved_key(image, shape)}"
 
 
-# Hashing runs under the saved machine's lock (every `up` of that image and shape waits):
-# a 64 GiB sparse RAM file took 196 s. What the file may be is bounded by the shape first
-# (_ram_fits); this is the bound on the time whatever the file.
-HASH_SECONDS = 300.0
-
-
-def file_sha256(path: Path) -> str:
-    """The file's SHA-256; TimeoutError (an OSError) past HASH_SECONDS."""
+def file_sha256(path: Path, deadline: float | None = None) -> str:
+    """The file's SHA-256, never through a link; Unusable past `deadline` (monotonic)."""
     digest = hashlib.sha256()
-    deadline = time.monotonic() + HASH_SECONDS
-    with path.open("rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"hashing {path.name} took more than {HASH_SECONDS:.0f} s")
+            if deadline is not None and time.monotonic() > deadline:
+                raise Unusable(f"hashing {path.name} took over {HASH_SECONDS:.0f} s")
     return digest.hexdigest()
 
 
-def _ram_fits(saved: SavedMachine, shape: MachineShape) -> None:
-    """Unusable when the RAM file is not the shape's memory size (qemu makes it exactly
-    that): checked by its size before anything is hashed."""
-    with contextlib.suppress(FileNotFoundError):  # check_saved says what is missing
-        size = saved.ram.lstat().st_size
-        if size != shape.memory_mib << 20:
-            raise Unusable(f"its RAM file is {size} bytes, not the {shape.memory_mib} MiB "
-                           "of the nodes it is for")
+def size_limits(image: Image, shape: MachineShape) -> dict[str, int]:
+    """The largest each file of a saved machine for `shape` on `image` may be (its RAM is
+    exactly the guest's memory): checked before anything is hashed."""
+    try:
+        rootfs = os.stat(image.rootfs).st_size
+    except OSError:
+        rootfs = 0
+    return {"state": STATE_MAX_BYTES, "disk": rootfs + DISK_SLACK_BYTES,
+            "ram": shape.memory_mib << 20}
 
 
-def check_saved(path: Path, key: str) -> SavedMachine:
+def check_saved(path: Path, key: str, image: Image, shape: MachineShape) -> SavedMachine:
     """The saved machine in `path` if labctl can restore from it; Unusable (why) if not;
     FileNotFoundError when there is none."""
     saved = SavedMachine(path)
+    try:
+        entry = path.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        raise FileNotFoundError(path) from None
+    if not stat.S_ISDIR(entry.st_mode):
+        raise Unusable("it is a symbolic link or not a directory")
     try:
         meta = bounded.load_object(bounded.read_regular(saved.meta, META_BYTES))
     except bounded.BoundedError as exc:
@@ -217,56 +237,114 @@ def check_saved(path: Path, key: str) -> SavedMachine:
                        f" this labctl's is {RESTORE_FORMAT!r})")
     if meta.get("key") != key:
         raise Unusable("its meta.json names another key")
-    stamps: dict[str, list[int]] = {}
-    for name, file in saved.files():
-        size, digest = meta.get(f"{name}_bytes"), meta.get(f"{name}_sha256")
-        if not isinstance(size, int) or isinstance(size, bool) or not isinstance(digest, str):
-            raise Unusable(f"meta.json has no valid {name} size and checksum")
+    stamps = _check_files(saved, meta, size_limits(image, shape))
+    try:
+        fd = os.open(saved.disk, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            if not file.is_file() or file.is_symlink():
-                raise Unusable(f"{file.name} is missing or not a regular file")
-            stamps[name] = _stamp(file)
-            if stamps[name][2] != size:
-                raise Unusable(f"{file.name} is {stamps[name][2]} bytes, meta.json says "
-                               f"{size}")
-        except OSError as exc:
-            raise Unusable(f"{file.name}: {exc.strerror or exc}") from None
-    if _verified(saved) == stamps:
+            check_overlay(fd, str(image.rootfs))
+        finally:
+            os.close(fd)
+    except NotOurQcow2 as why:
+        raise Unusable(f"disk.qcow2: {why}") from None
+    except OSError as exc:
+        raise Unusable(f"disk.qcow2: {exc.strerror or exc}") from None
+    record = _read_record(saved)
+    if record is None:
+        raise Unusable("labctl has no record of making it on this host (a cache from "
+                       f"elsewhere?): its checksums are not in {_records()}")
+    if record.get("stamps") == stamps:
         return saved
+    sums = record.get("sha256")
+    deadline = time.monotonic() + HASH_SECONDS
     for name, file in saved.files():
         try:
-            if file_sha256(file) != meta[f"{name}_sha256"]:
-                raise Unusable(f"{file.name} does not match its checksum (corrupt)")
+            if not isinstance(sums, dict) or file_sha256(file, deadline) != sums.get(name):
+                raise Unusable(f"{file.name} does not match the checksum labctl recorded "
+                               "when it made it (corrupt or replaced)")
         except OSError as exc:
             raise Unusable(f"{file.name}: {exc.strerror or exc}") from None
-    _write_verified(saved, stamps)
+    _write_record(saved, sums, stamps)
     return saved
 
 
+def _check_files(saved: SavedMachine, meta: dict[str, Any],
+                 limits: dict[str, int]) -> dict[str, list[int]]:
+    """Each file's stamp, once it is a regular file of one name within its size limit
+    and of the size meta.json says; Unusable otherwise."""
+    stamps: dict[str, list[int]] = {}
+    for name, file in saved.files():
+        size = meta.get(f"{name}_bytes")
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise Unusable(f"meta.json has no valid {name} size and checksum")
+        try:
+            info = file.lstat()
+        except FileNotFoundError:
+            raise Unusable(f"{file.name} is missing or not a regular file") from None
+        except OSError as exc:
+            raise Unusable(f"{file.name}: {exc.strerror or exc}") from None
+        if not stat.S_ISREG(info.st_mode):
+            raise Unusable(f"{file.name} is missing or not a regular file")
+        if info.st_nlink != 1:
+            raise Unusable(f"{file.name} has {info.st_nlink} hard links (one is labctl's)")
+        limit = limits[name]
+        if info.st_size > limit or (name == "ram" and info.st_size != limit):
+            raise Unusable(f"{file.name} is {info.st_size} bytes, its shape allows "
+                           f"{'exactly ' if name == 'ram' else 'at most '}{limit}")
+        if info.st_size != size:
+            raise Unusable(f"{file.name} is {info.st_size} bytes, meta.json says {size}")
+        stamps[name] = _stamp(info)
+    return stamps
+
+
 # Hashing the state costs every `up` about 0.2 s for a 512 MiB node (130 MiB at ~550 MiB/s):
-# once both files matched their checksums, `verified` keeps what stat said of them then.
+# once the files matched their checksums, the record keeps what stat said of them then.
 # Any write since changes their mtime and ctime (ctime cannot be set back), so equal stamps
 # mean the very bytes that were checked; anything else is hashed again.
-def _stamp(path: Path) -> list[int]:
+def _stamp(st: os.stat_result) -> list[int]:
     """device, inode, size (index 2), mtime and ctime"""
-    st = path.stat()
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def _verified(saved: SavedMachine) -> dict[str, Any] | None:
+def _read_record(saved: SavedMachine) -> dict[str, Any] | None:
+    """The record labctl wrote when it made `saved`, if the folder it is in is root's
+    own (not writable by others): else None."""
     try:
-        return bounded.load_object(bounded.read_regular(saved.verified, META_BYTES))
+        folder = _records().lstat()
+        if (not stat.S_ISDIR(folder.st_mode) or folder.st_uid != os.geteuid()
+                or folder.st_mode & 0o022):
+            return None
+        return bounded.load_object(bounded.read_regular(saved.record, META_BYTES))
     except (bounded.BoundedError, OSError):
-        return None  # none yet, or unreadable: hash
+        return None
 
 
-def _write_verified(saved: SavedMachine, stamps: dict[str, list[int]]) -> None:
+def _write_record(saved: SavedMachine, sums: object, stamps: dict[str, list[int]]) -> None:
     with contextlib.suppress(OSError):  # only a cost: the next `up` hashes again
-        atomic_write(saved.verified, json.dumps(stamps) + "\n")
+        atomic_write(saved.record, json.dumps({"sha256": sums, "stamps": stamps}) + "\n",
+                     0o600)
+
+
+def record_made(saved: SavedMachine) -> None:
+    """Record the checksums of the saved machine labctl has just made (outside the cache:
+    only this record makes a saved machine one labctl restores from)."""
+    folder = _records()
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(folder.parent, 0o700)
+    os.chmod(folder, 0o700)
+    sums = {name: file_sha256(file) for name, file in saved.files()}
+    stamps = {name: _stamp(file.lstat()) for name, file in saved.files()}
+    atomic_write(saved.record, json.dumps({"sha256": sums, "stamps": stamps}) + "\n", 0o600)
 
 
 def discard(path: Path) -> None:
-    """Remove a saved machine (restores already started read their own open files)."""
+    """Remove a saved machine (restores already started read their own open files), and
+    labctl's record of it; a link there is removed, never followed."""
+    with contextlib.suppress(OSError):
+        SavedMachine(path).record.unlink(missing_ok=True)
+    if path.is_symlink() or (os.path.lexists(path) and not path.is_dir()):
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return
     if not path.exists():
         return
     gone = path.with_name(f".gone-{path.name}-{os.getpid()}")
@@ -289,8 +367,7 @@ def find_or_make(image: Image, shape: MachineShape, progress: Progress,
     key = path.name.rsplit("-", 1)[1]
     with blocking_lock(path.with_name(f".{path.name}.lock")):
         try:
-            _ram_fits(SavedMachine(path), shape)
-            return check_saved(path, key)
+            return check_saved(path, key, image, shape)
         except FileNotFoundError:
             pass
         except Unusable as why:
@@ -299,7 +376,11 @@ def find_or_make(image: Image, shape: MachineShape, progress: Progress,
             discard(path)
             return None
         progress(f"saving a machine for restores ({path.name}, once per image and shape)")
-        work = path.with_name(f".make-{path.name}-{os.getpid()}")
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        # a new directory of its own (O_EXCL, as mkdtemp makes it): never one planted
+        # under the name (a link would have the template's disk and RAM written elsewhere)
+        work = Path(tempfile.mkdtemp(prefix=f".make-{path.name}-", suffix=f"-{os.getpid()}",
+                                     dir=path.parent))
         try:
             made = make_saved(path, work, key, image, shape, progress)
         except (LabctlError, OSError) as exc:
@@ -414,12 +495,13 @@ def make_saved(path: Path, work: Path, key: str, image: Image, shape: MachineSha
     """Boot the template in `work` to its wait for identity, save it, keep its state and
     disk in `path` (`work` stays for diagnosis when that fails)."""
     started = time.monotonic()
-    shutil.rmtree(work, ignore_errors=True)
-    machine = QemuMachine(work, f"labctl-saving-{path.name}")
+    machine = QemuMachine(work, f"labctl-saving-{path.name}", path.parent)
     machine.make_disk(image.rootfs)
     machine.make_initrd(image.initrd, machine_payload(template_env(shape), None, None))
     ram = work / "ram"
-    ram.touch(mode=0o600)  # empty: qemu sizes it (it is the saved machine's RAM from now on)
+    # empty: qemu sizes it (it is the saved machine's RAM from now on); made here, never
+    # a file a link waiting there names
+    os.close(safefs.create(ram, path.parent, 0o600, make_parents=False))
     argv = template_argv(machine, image, shape, free_port(), Restore(ram, None))
     taps = [TapState(labnet.tap_name(0, f"eth{k + 1}"), "br0", 1500) for k in range(shape.nics)]
     netns = f"{NETNS_SAVING}{os.getpid()}"
@@ -443,19 +525,20 @@ def make_saved(path: Path, work: Path, key: str, image: Image, shape: MachineSha
         labnet.delete_netns(netns)
     for leftover in ("boot", "initrd", "identity.sock", "qmp.sock", "qemu.pid"):
         target = work / leftover
-        if target.is_dir():
+        if target.is_dir() and not target.is_symlink():
             shutil.rmtree(target, ignore_errors=True)
         else:
             target.unlink(missing_ok=True)
     meta: dict[str, Any] = {"format": RESTORE_FORMAT, "key": key, "inputs": labctl_inputs(),
                             "image": image.path.name, "shape": dataclasses.asdict(shape)}
     for name, file in SavedMachine(work).files():
-        meta |= {f"{name}_bytes": file.stat().st_size, f"{name}_sha256": file_sha256(file)}
+        meta |= {f"{name}_bytes": file.lstat().st_size, f"{name}_sha256": file_sha256(file)}
     meta |= {"made": time.time(), "seconds": round(time.monotonic() - started, 1)}
-    (work / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    atomic_write(work / "meta.json", json.dumps(meta, indent=2) + "\n")
+    discard(path)  # a link or leftover in its place is not followed by the rename
     work.rename(path)  # the same inode and times: the stamps stay true
     made = SavedMachine(path)
-    _write_verified(made, {name: _stamp(file) for name, file in made.files()})
+    record_made(made)
     return made
 
 

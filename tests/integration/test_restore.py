@@ -26,7 +26,14 @@ from labctl.lab.handle import LabHandle
 from labctl.paths import cache_root
 from labctl.store.labdir import LabDir
 from labctl.topology.load import load_lab
-from labctl.vm.saved import RESTORE_FORMAT, MachineShape, file_sha256, saved_dir
+from labctl.vm.saved import (
+    RESTORE_FORMAT,
+    MachineShape,
+    SavedMachine,
+    file_sha256,
+    record_made,
+    saved_dir,
+)
 from tests.integration.capturecheck import assert_pingpong_on_the_wire
 from tests.integration.conftest import (
     REPO,
@@ -242,7 +249,7 @@ def test_a_saved_machine_from_an_older_labctl_is_a_cold_boot_with_one_line(
 
 def test_a_state_qemu_refuses_is_a_cold_boot_with_one_line_per_node(
         topology: Path, own_cache: dict[str, str]) -> None:
-    """Checksums right (meta.json matches), contents garbage: qemu itself refuses it."""
+    """Checksums right (labctl's record matches), contents garbage: qemu itself refuses it."""
     import hashlib
 
     path = _saved_path(topology)
@@ -262,6 +269,7 @@ def test_a_state_qemu_refuses_is_a_cold_boot_with_one_line_per_node(
         "disk_bytes": disk.stat().st_size,
         "disk_sha256": hashlib.sha256(disk.read_bytes()).hexdigest(),
         "ram_bytes": ram.stat().st_size, "ram_sha256": file_sha256(ram)}))
+    record_made(SavedMachine(path))  # as if labctl had made it here (else: not used at all)
     err = _fallback_up(topology, f"{LABS[1]}-c", own_cache)
     lines = [ln for ln in err.splitlines() if COLD_LINE.match(ln)]
     assert [ln.split(":")[1].strip() for ln in lines] == ["node1", "node2"], err

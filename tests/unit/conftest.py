@@ -38,3 +38,14 @@ def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+@pytest.fixture(autouse=True)
+def _own_records(tmp_path_factory: pytest.TempPathFactory,
+                 monkeypatch: pytest.MonkeyPatch) -> Path:
+    """labctl's records (saved machines' checksums, mount opt-ins) in a folder of the
+    test's own, never the host's /var/lib/labctl/records."""
+    records = tmp_path_factory.mktemp("records")
+    records.chmod(0o700)
+    monkeypatch.setenv("LABCTL_RECORDS_DIR", str(records))
+    return records

@@ -158,7 +158,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> type[RecordingProvi
     monkeypatch.setattr(RecordingProvider, "calls", [])
     monkeypatch.setattr(lifecycle, "provider_for", RecordingProvider)
     monkeypatch.setattr(handle_module, "provider_for", RecordingProvider)
-    monkeypatch.setattr("labctl.net.labnet.delete_netns", lambda _ns: False)
+    monkeypatch.setattr("labctl.net.labnet.delete_netns", lambda _ns, _owner=None: False)
     return RecordingProvider
 
 

@@ -21,7 +21,7 @@ NEUTRAL = 0
 # parts import only NEUTRAL ones.
 LAYERS: dict[str, int] = {
     "labctl": NEUTRAL, "errors": NEUTRAL, "bounded": NEUTRAL, "paths": NEUTRAL,
-    "locks": NEUTRAL, "progress": NEUTRAL, "faults": NEUTRAL, "data": NEUTRAL,
+    "locks": NEUTRAL, "safefs": NEUTRAL, "progress": NEUTRAL, "faults": NEUTRAL, "data": NEUTRAL,
     "net": NEUTRAL, "nodeside": NEUTRAL, "verbs": NEUTRAL, "capabilities": NEUTRAL,
     "wire": 1,
     "topology": 2,

@@ -10,7 +10,9 @@ import hashlib
 import json
 import os
 import socket
+import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,12 +38,34 @@ def _image(name: str = "trixie-aaaa") -> Image:
                  {"kernel": "7.3.4+deb13-amd64"})
 
 
+TINY = MachineShape("tcg", 1, 1, 1, "rxe")  # 1 MiB of RAM: its file is exactly that
+
+
+def _disk_image(saved_path: Path) -> Image:
+    """An image whose root disk is a small sparse file (what the saved machine at
+    `saved_path` is backed by), beside it under a name no listing takes for one."""
+    path = saved_path.parent / f".image-of-{saved_path.name}" / "trixie-aaaa"
+    path.mkdir(parents=True, exist_ok=True)
+    with (path / "root.ext4").open("wb") as f:
+        f.truncate(8 << 20)
+    return Image(path, path / "vmlinux", path / "initrd.cpio", path / "root.ext4",
+                 {"kernel": "7.3.4+deb13-amd64"})
+
+
+def _qcow2(path: Path, *options: str) -> None:
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", *options, str(path)],
+                   check=True)
+
+
 def _write_saved(path: Path, state: bytes = b"QEVM" + b"\x01" * 4096,
-                 disk: bytes = b"QFI\xfb" + b"\0" * 512, ram: bytes = b"\x90" * 8192,
+                 ram: bytes = b"\x90" * (1 << 20), record: bool = True,
                  **meta_changes: object) -> Path:
+    """A saved machine as make_saved leaves it: its files, meta.json, labctl's record."""
+    image = _disk_image(path)
     path.mkdir(parents=True)
     (path / "state").write_bytes(state)
-    (path / "disk.qcow2").write_bytes(disk)
+    _qcow2(path / "disk.qcow2", "-b", str(image.rootfs), "-F", "raw")
+    disk = (path / "disk.qcow2").read_bytes()
     (path / "ram").write_bytes(ram)
     meta = {"format": saved.RESTORE_FORMAT, "key": KEY,
             "state_bytes": len(state), "state_sha256": hashlib.sha256(state).hexdigest(),
@@ -49,27 +73,34 @@ def _write_saved(path: Path, state: bytes = b"QEVM" + b"\x01" * 4096,
             "ram_bytes": len(ram), "ram_sha256": hashlib.sha256(ram).hexdigest(),
             "made": 1.0, "seconds": 2.0} | meta_changes
     (path / "meta.json").write_text(json.dumps(meta))
+    if record:
+        saved.record_made(saved.SavedMachine(path))
     return path
+
+
+def _check(path: Path) -> saved.SavedMachine:
+    return check_saved(path, KEY, _disk_image(path), TINY)
 
 
 def test_a_whole_saved_machine_is_used(tmp_path: Path) -> None:
     path = _write_saved(tmp_path / "m")
-    machine = check_saved(path, KEY)
+    machine = _check(path)
     assert machine.state == path / "state" and machine.disk == path / "disk.qcow2"
     assert machine.restore() == Restore(path / "ram", path / "state")
 
 
 def test_no_saved_machine_is_not_a_reason_but_absence(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
-        check_saved(tmp_path / "none", KEY)
+        _check(tmp_path / "none")
 
 
 @pytest.mark.parametrize(("damage", "reason"), [
-    (lambda p: (p / "state").write_bytes(b"QEVM" + b"\x02" * 4096), "does not match its checksum"),
+    (lambda p: (p / "state").write_bytes(b"QEVM" + b"\x02" * 4096),
+     "state does not match the checksum labctl recorded"),
     (lambda p: (p / "state").write_bytes(b"QEVM"), "state is 4 bytes, meta.json says 4100"),
     (lambda p: (p / "disk.qcow2").unlink(), "disk.qcow2 is missing"),
     (lambda p: (p / "ram").unlink(), "ram is missing"),
-    (lambda p: (p / "ram").write_bytes(b"\0" * 8192), "ram does not match its checksum"),
+    (lambda p: (p / "ram").write_bytes(b"\0" * (1 << 20)), "ram does not match the checksum"),
     (lambda p: (p / "meta.json").write_text("{not json"), "meta.json"),
     (lambda p: (p / "meta.json").write_text("x" * (saved.META_BYTES + 1)), "meta.json"),
     (lambda p: (p / "meta.json").write_text(json.dumps({"format": "0", "key": KEY})),
@@ -85,37 +116,45 @@ def test_a_damaged_or_foreign_saved_machine_is_unusable_with_a_reason(
     path = _write_saved(tmp_path / "m")
     damage(path)  # type: ignore[operator]
     with pytest.raises(Unusable) as caught:
-        check_saved(path, KEY)
+        _check(path)
     assert reason in str(caught.value)
 
 
 def test_a_checked_saved_machine_is_not_hashed_again_until_a_file_changes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write_saved(tmp_path / "m")
-    check_saved(path, KEY)  # hashes all three, then records their stamps
     hashed: list[str] = []
     real = saved.file_sha256
-    monkeypatch.setattr(saved, "file_sha256", lambda f: hashed.append(f.name) or real(f))
-    check_saved(path, KEY)
-    assert hashed == []
+    monkeypatch.setattr(saved, "file_sha256",
+                        lambda f, *a: hashed.append(f.name) or real(f, *a))
+    _check(path)
+    assert hashed == []  # recorded when made: the stamps match
     (path / "state").write_bytes(b"QEVM" + b"\x02" * 4096)  # same size, other bytes
-    with pytest.raises(Unusable, match="state does not match its checksum"):
-        check_saved(path, KEY)
+    with pytest.raises(Unusable, match="state does not match the checksum"):
+        _check(path)
     assert hashed == ["state"]
 
 
-@pytest.mark.parametrize("verified", [b"{not json", b"x" * (saved.META_BYTES + 1),
-                                      b'{"state": [1, 2, 3, 4, 5]}'])
-def test_an_unreadable_or_stale_verified_file_means_hashing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verified: bytes) -> None:
+@pytest.mark.parametrize("record", [b"{not json", b"x" * (saved.META_BYTES + 1),
+                                    b'{"sha256": {}, "stamps": {}}'])
+def test_an_unreadable_or_stale_record_means_hashing_or_refusal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record: bytes) -> None:
     path = _write_saved(tmp_path / "m")
-    (path / "verified").write_bytes(verified)
+    kept = saved.SavedMachine(path).record
+    good = kept.read_bytes()
+    kept.write_bytes(record)
+    with pytest.raises(Unusable):
+        _check(path)
+    stale = json.loads(good)
+    stale["stamps"] = {}
+    kept.write_text(json.dumps(stale))
     hashed: list[str] = []
     real = saved.file_sha256
-    monkeypatch.setattr(saved, "file_sha256", lambda f: hashed.append(f.name) or real(f))
-    assert check_saved(path, KEY).path == path
+    monkeypatch.setattr(saved, "file_sha256",
+                        lambda f, *a: hashed.append(f.name) or real(f, *a))
+    assert _check(path).path == path
     assert hashed == ["state", "disk.qcow2", "ram"]
-    assert json.loads((path / "verified").read_text()).keys() == {"state", "disk", "ram"}
+    assert json.loads(kept.read_text())["stamps"].keys() == {"state", "disk", "ram"}
 
 
 def test_a_state_that_is_a_link_is_refused(tmp_path: Path) -> None:
@@ -124,13 +163,15 @@ def test_a_state_that_is_a_link_is_refused(tmp_path: Path) -> None:
     (path / "state").rename(target)
     (path / "state").symlink_to(target)
     with pytest.raises(Unusable, match="not a regular file"):
-        check_saved(path, KEY)
+        _check(path)
 
 
-def test_discard_removes_a_saved_machine(tmp_path: Path) -> None:
+def test_discard_removes_a_saved_machine_and_its_record(tmp_path: Path) -> None:
     path = _write_saved(tmp_path / "m")
+    record = saved.SavedMachine(path).record
+    assert record.exists()
     saved.discard(path)
-    assert not path.exists() and list(tmp_path.iterdir()) == []
+    assert not path.exists() and not record.exists()
 
 
 def test_the_key_changes_with_every_part_of_the_shape_and_the_qemu(
@@ -367,7 +408,7 @@ def test_only_nodes_that_booted_get_the_helper_started(
     started: list[dict[Path, list[str]]] = []
     monkeypatch.setattr(qemu, "wait_machines_ready", lambda *args, **kwargs: 0.0)
     monkeypatch.setattr(qemu.QemuProvider, "_refresh_ssh_config", lambda self: None)
-    monkeypatch.setattr(qemu, "start_detached", started.append)
+    monkeypatch.setattr(qemu, "start_detached", lambda argvs, root: started.append(argvs))
     provider.wait_ready(state, 60, lambda message: None)
     [argvs] = started
     assert [provider.machine("node2").helper_log] == list(argvs)
@@ -389,38 +430,128 @@ def test_a_host_without_the_hole_punch_guard_boots_cold_with_one_line(
     assert list(tmp_path.iterdir()) == []
 
 
-# --- hashing under the saved machine's lock is bounded ------------------------------------
-def test_a_ram_file_larger_than_the_shape_is_unusable_before_any_hashing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 64 GiB sparse RAM file (meta.json agreeing) for a 512 MiB shape: once 196 s of
-    hashing under the lock; now refused by its size, nothing hashed, the entry discarded."""
-    shape = MachineShape("tcg", 512, 1, 1, "rxe")
-    image = _image()
-    monkeypatch.setattr(saved, "cache_root", lambda: tmp_path)
-    monkeypatch.setattr(saved.ramguard, "supported", lambda: True)
-    path = saved.saved_dir(image, shape)
-    key = path.name.rsplit("-", 1)[1]
-    _write_saved(path, key=key)
-    with (path / "ram").open("r+b") as ram:
-        ram.truncate(64 << 30)
-    hashed: list[str] = []
-    monkeypatch.setattr(saved, "file_sha256", lambda f: hashed.append(f.name) or "x")
-    notes: list[str] = []
-    started = time.monotonic()
-    assert saved.find_or_make(image, shape, lambda _: None, notes.append) is None
-    assert time.monotonic() - started < 5 and hashed == []
-    assert "its RAM file is 68719476736 bytes, not the 512 MiB" in notes[0]
-    assert not path.exists()  # discarded: made again at the next `up`
+# --- a saved machine from elsewhere: what qemu would open is not labctl's ------------------
+
+def _swap_disk(*options: str) -> Callable[[Path], None]:
+    """disk.qcow2 made anew with `options` (a backing file or data file on the host)."""
+    def swap(path: Path) -> None:
+        disk = path / "disk.qcow2"
+        disk.unlink()
+        _qcow2(disk, *options)
+    return swap
 
 
-def test_hashing_stops_at_its_time_bound(tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    big = tmp_path / "ram"
-    with big.open("wb") as f:
-        f.truncate(8 << 20)
-    monkeypatch.setattr(saved, "HASH_SECONDS", 0.0)
-    with pytest.raises(TimeoutError, match="hashing ram took more than 0 s"):
-        saved.file_sha256(big)
+def _host_link(name: str, hard: bool = False, directory: bool = False) -> Callable[[Path], None]:
+    def plant(path: Path) -> None:
+        decoy = path.parent / "host-file"
+        if directory:
+            (path.parent / "elsewhere").mkdir()
+            for child in path.iterdir():
+                child.rename(path.parent / "elsewhere" / child.name)
+            path.rmdir()
+            path.symlink_to(path.parent / "elsewhere")
+            return
+        (path / name).rename(decoy)
+        if hard:
+            os.link(decoy, path / name)
+        else:
+            (path / name).symlink_to(decoy)
+    return plant
+
+
+def _sparse_ram(size: int) -> Callable[[Path], None]:
+    def swap(path: Path) -> None:
+        with (path / "ram").open("r+b") as f:
+            f.truncate(size)
+    return swap
+
+
+# class -> (how the entry is changed, the reason given)
+CACHE_CORPUS: dict[str, tuple[Callable[[Path], None], str]] = {
+    "backing-file-on-the-host": (_swap_disk("-b", "/etc/passwd", "-F", "raw", "-o",
+                                            "size=1M"), "its backing file is '/etc/passwd'"),
+    "backing-format-qcow2": (lambda p: None, ""),  # filled in below (needs the image)
+    "no-backing-file": (_swap_disk("-o", "size=1M"), "its backing file is None"),
+    "external-data-file": (lambda p: _swap_disk(
+        "-o", f"data_file={p.parent / 'host-data'},size=1M")(p),
+        "names an external data file"),
+    "disk-not-qcow2": (lambda p: (p / "disk.qcow2").write_bytes(  # the same size
+        b"\0" * (p / "disk.qcow2").stat().st_size), "not a qcow2 file"),
+    "entry-is-a-link": (_host_link("", directory=True), "a symbolic link or not a directory"),
+    "state-is-a-link": (_host_link("state"), "state is missing or not a regular file"),
+    "disk-is-a-link": (_host_link("disk.qcow2"), "disk.qcow2 is missing or not a regular"),
+    "ram-is-a-link": (_host_link("ram"), "ram is missing or not a regular file"),
+    "state-hard-link": (_host_link("state", hard=True), "state has 2 hard links"),
+    "disk-hard-link": (_host_link("disk.qcow2", hard=True), "disk.qcow2 has 2 hard links"),
+    "ram-hard-link": (_host_link("ram", hard=True), "ram has 2 hard links"),
+    "ram-64-gib-sparse": (_sparse_ram(64 << 30), "ram is 68719476736 bytes, its shape allows "
+                          "exactly 1048576"),
+    "ram-short": (_sparse_ram(4096), "its shape allows exactly 1048576"),
+    "state-huge-sparse": (lambda p: os.truncate(p / "state", 64 << 30),
+                          "state is 68719476736 bytes, its shape allows at most"),
+    "no-record (a cache from elsewhere)": (lambda p: saved.SavedMachine(p).record.unlink(),
+                                           "labctl has no record of making it"),
+    "record-folder-writable-by-others": (
+        lambda p: saved.SavedMachine(p).record.parent.chmod(0o777),
+        "labctl has no record of making it"),
+}
+
+
+def _backing_qcow2(path: Path) -> None:
+    image = _disk_image(path)
+    _swap_disk("-u", "-b", str(image.rootfs), "-F", "qcow2", "-o", "size=8M")(path)
+
+
+CACHE_CORPUS["backing-format-qcow2"] = (_backing_qcow2, "its backing file's format is "
+                                        "'qcow2', not 'raw'")
+
+
+@pytest.mark.parametrize("kind", list(CACHE_CORPUS))
+def test_a_saved_machine_qemu_would_open_differently_is_refused_fast(
+        tmp_path: Path, kind: str) -> None:
     path = _write_saved(tmp_path / "m")
-    with pytest.raises(Unusable, match="took more than 0 s"):  # what `up` then says
-        check_saved(path, KEY)
+    decoy = tmp_path / "decoy"
+    decoy.write_bytes(b"host file\n")
+    damage, reason = CACHE_CORPUS[kind]
+    damage(path)
+    started = time.monotonic()
+    with pytest.raises(Unusable) as caught:
+        _check(path)
+    assert time.monotonic() - started < 5  # refused from stat and the header, not hashed
+    assert reason in str(caught.value)
+    assert decoy.read_bytes() == b"host file\n"
+
+
+def test_making_a_saved_machine_follows_no_planted_link(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `.make-NAME-PID` link and a `ram` link waiting in the cache: the template's disk,
+    initrd and RAM are made in a new directory of labctl's own, never in their targets."""
+    monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path / "cache"))
+    image = _cached_image(tmp_path / "cache")
+    (image.path / "vmlinux").write_bytes(b"kernel")
+    (image.path / "initrd.cpio").write_bytes(b"stage1")
+    with (image.path / "root.ext4").open("wb") as f:
+        f.truncate(1 << 20)
+    shape = saved.MachineShape("tcg", 128, 1, 1, "rxe")
+    target = saved.saved_dir(image, shape)
+    target.parent.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (target.parent / f".make-{target.name}-{os.getpid()}").symlink_to(elsewhere)
+    (elsewhere / "ram").symlink_to(tmp_path / "host-ram")
+    made: list[Path] = []
+
+    def stop_before_booting(name: str) -> None:
+        made.extend(target.parent.glob(f".make-{target.name}-*"))
+        raise saved.LabctlError("stopped by the test before qemu")
+
+    monkeypatch.setattr(saved.labnet, "create_netns", lambda name, owner=None:
+                        stop_before_booting(name))
+    monkeypatch.setattr(saved.labnet, "delete_netns", lambda name, owner=None: False)
+    monkeypatch.setattr(saved.ramguard, "supported", lambda: True)
+    notes: list[str] = []
+    assert saved.find_or_make(image, shape, lambda _: None, notes.append) is None
+    assert "could not save a machine" in notes[0]
+    assert sorted(os.listdir(elsewhere)) == ["ram"] and not (tmp_path / "host-ram").exists()
+    work = [p for p in made if not p.is_symlink()]
+    assert len(work) == 1 and sorted(os.listdir(work[0])) >= ["disk.qcow2", "initrd", "ram"]

@@ -28,7 +28,7 @@ def test_returns_before_the_commands_end_and_they_still_run(tmp_path: Path) -> N
     done = [tmp_path / f"done{i}" for i in range(3)]
     started = time.monotonic()
     start_detached({tmp_path / f"node{i}.log": ["sh", "-c", f"sleep 0.5; echo ok > {d}"]
-                    for i, d in enumerate(done)})
+                    for i, d in enumerate(done)}, tmp_path)
     assert time.monotonic() - started < 0.4  # not waited for, not one after the other
     assert [_wait_for(d) for d in done] == ["ok\n"] * 3
 
@@ -36,11 +36,27 @@ def test_returns_before_the_commands_end_and_they_still_run(tmp_path: Path) -> N
 def test_a_failed_start_is_in_its_nodes_log(tmp_path: Path) -> None:
     log = tmp_path / "helper-start.log"
     log.write_text("an earlier start\n")
-    start_detached({log: ["sh", "-c", "echo 'ssh: connect: Connection refused' >&2; exit 255"]})
+    start_detached({log: ["sh", "-c", "echo 'ssh: connect: Connection refused' >&2; exit 255"]},
+                   tmp_path)
     deadline = time.monotonic() + 10
     while "refused" not in log.read_text() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert log.read_text() == "an earlier start\nssh: connect: Connection refused\n"
+
+
+def test_a_log_that_is_a_link_is_replaced_not_appended_to(tmp_path: Path) -> None:
+    decoy = tmp_path / "decoy"
+    decoy.write_text("host file\n")
+    log = tmp_path / "lab" / "helper-start.log"
+    log.parent.mkdir()
+    log.symlink_to(decoy)
+    start_detached({log: ["sh", "-c", "echo refused >&2; exit 255"]}, log.parent)
+    deadline = time.monotonic() + 10
+    while not (log.is_file() and not log.is_symlink() and "refused" in log.read_text()) \
+            and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert decoy.read_text() == "host file\n"
+    assert not log.is_symlink() and log.read_text() == "refused\n"
 
 
 def _ssh_waiting(config: Path) -> Path:
@@ -52,7 +68,7 @@ def _ssh_waiting(config: Path) -> Path:
     proxy = f"sh -c ': > {shlex.quote(str(started))}; cat >/dev/null; true'"
     start_detached({config.parent / "start.log": [
         "ssh", "-F", str(config), "-o", f"ProxyCommand={proxy}",
-        "-o", "ConnectTimeout=120", "-T", "node1", "--", "true"]})
+        "-o", "ConnectTimeout=120", "-T", "node1", "--", "true"]}, config.parent)
     return started
 
 

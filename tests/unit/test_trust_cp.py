@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import io
 import os
+import socket
 import stat
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from labctl.cli import cp as cli_cp
-from labctl.errors import LabctlError
+from labctl.errors import LabctlError, UsageError
 from labctl.lab.transfer import CopyRequest, copy_from_node
 from labctl.lab.unpack import METADATA_BYTES, HostFilter, Room, unpack
 from labctl.lab.unpack import _streamed as unpack_members
@@ -394,3 +396,83 @@ def test_a_source_that_is_a_link_is_copied_as_what_it_points_to(
     assert not got.is_symlink()
     assert (got.read_text() if points_to.endswith(".txt") else (got / "a.txt").read_text()) \
         == "a\n"
+
+
+# ------------------------------------------------- special files at DST: refused, untouched
+
+def _special(kind: str) -> Callable[[Path], None]:
+    """Make a device file (as /dev/null), FIFO or socket at a path."""
+    def make(path: Path) -> None:
+        if kind.endswith("dev") and os.geteuid() != 0:
+            pytest.skip("mknod needs root")
+        if kind == "chardev":
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        elif kind == "blockdev":
+            os.mknod(path, 0o600 | stat.S_IFBLK, os.makedev(7, 200))
+        elif kind == "fifo":
+            os.mkfifo(path)
+        else:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.bind(str(path))
+    return make
+
+
+SPECIAL_DST = ["chardev", "blockdev", "fifo", "socket"]
+# Where the special file is: DST itself (cp node1:/x /dev/null), the entry DST/NAME a
+# directory DST receives, and an entry inside a directory the copy merges into.
+SPECIAL_PLACES = {"dst": ("out", ""), "dst-dir-entry": ("out", "out"),
+                  "merged-entry": ("out", "out/a")}
+
+
+@pytest.mark.parametrize("place", list(SPECIAL_PLACES))
+@pytest.mark.parametrize("kind", SPECIAL_DST)
+def test_a_special_file_at_the_destination_is_refused_and_untouched(
+        tmp_path: Path, kind: str, place: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    top, where = SPECIAL_PLACES[place]
+    dest = tmp_path / "dest"
+    if place == "merged-entry":
+        (dest / "out").mkdir(parents=True)
+    else:
+        dest.mkdir()
+    special = dest / "special" if place == "dst" else dest / where
+    _special(kind)(special)
+    before = special.lstat()
+    archive = _archive(tmp_path / "node.tar", [_dir("out"), _file("out/a", data=b"node\n")]
+                       if place != "dst" else [_file("out", data=b"node\n")])
+    monkeypatch.setattr(cli_cp, "open_lab", lambda lab: _Node(["cat", str(archive)]))
+    target = str(special) if place == "dst" else str(dest)
+    code, out, err = run_main(monkeypatch, capsys, "cp", f"node1:/root/{top}", target)
+    assert code == 2 and "Traceback" not in out + err, err
+    assert "labctl cp replaces only files, directories and links" in err and "hint:" in err
+    after = special.lstat()
+    assert (stat.S_IFMT(after.st_mode), after.st_rdev, after.st_ino) == (
+        stat.S_IFMT(before.st_mode), before.st_rdev, before.st_ino)
+    assert not [p for p in tmp_path.rglob(".labctl-cp.*")]  # nothing half-made left
+
+
+@pytest.mark.parametrize("src", ["/root/a/..", "/root/a/../", "/root/a/.", "/root/a/./",
+                                 "/..", "/root/.."])
+def test_a_source_named_dot_or_dotdot_moves_nothing(
+        tmp_path: Path, src: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The node sends an empty archive for it: DST's entries must not move into DST's
+    parent (nor the parent's into its own)."""
+    parent = tmp_path / "parent"
+    dest = parent / "dest"
+    dest.mkdir(parents=True)
+    (dest / "mine").write_text("host\n")
+    (parent / "mine").write_text("parent's own\n")
+    archive = _archive(tmp_path / "node.tar", [])
+    monkeypatch.setattr(cli_cp, "open_lab", lambda lab: _Node(["cat", str(archive)]))
+    code, out, err = run_main(monkeypatch, capsys, "cp", f"node1:{src}", str(dest))
+    assert code == 2 and "Traceback" not in out + err, err
+    assert "hint: " in err
+    assert (dest / "mine").read_text() == "host\n"
+    assert (parent / "mine").read_text() == "parent's own\n"
+    assert sorted(p.name for p in parent.iterdir()) == ["dest", "mine"]
+    request = CopyRequest("node1", src, str(dest), to_node=False)  # past the CLI too
+    with pytest.raises(UsageError):
+        copy_from_node(_Node(["cat", str(archive)]), request, 20,  # type: ignore[arg-type]
+                       room=PLENTY)
+    assert sorted(p.name for p in dest.iterdir()) == ["mine"]

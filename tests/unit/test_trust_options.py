@@ -150,6 +150,8 @@ def make_image(cache: Path, name: str, manifest: bytes) -> Path:
     path = cache / "images" / name
     path.mkdir(parents=True)
     (path / "manifest.json").write_bytes(manifest)
+    for name in ("vmlinux", "initrd.cpio", "root.ext4"):  # what qemu opens from it
+        (path / name).write_bytes(b"")
     return path
 
 

@@ -31,9 +31,9 @@ from labctl.providers import hostbinds
 from labctl.providers.qemu import QemuProvider, plan_lab
 from labctl.store.labdir import LabDir
 from labctl.store.record import StateRecorder
-from labctl.store.state import LabState, NodeState, Phase, TapState
+from labctl.store.state import CorruptStateError, LabState, NodeState, Phase, TapState
 from labctl.topology.load import load_lab
-from labctl.topology.resolved import Lab
+from labctl.topology.resolved import Lab, Mount
 from labctl.vm.machine import QemuMachine, node_machine
 from tests.unit.clirun import run_main
 from tests.unit.fakes import fake_qemu
@@ -49,9 +49,9 @@ def netns_asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     asked: list[str] = []
     real = labnet.delete_netns
 
-    def spy(name: str) -> bool:
+    def spy(name: str, owner: str | None = None) -> bool:
         asked.append(name)
-        return real(name)
+        return real(name, owner)
 
     monkeypatch.setattr(labnet, "delete_netns", spy)
     return asked
@@ -206,6 +206,15 @@ def _top(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return lambda data: data.__setitem__(key, value)
 
 
+# Host folders a lab.json may not hand a node unless `up` was told so on its command line.
+HOST_FOLDERS = [("root", "/", False), ("root-ro", "/", True), ("root-twice", "//", False),
+                ("root-dotdot", "/tmp/../", False), ("root-by-proc", "/proc/self/root", False),
+                ("etc", "/etc", True), ("root-ssh", "/root/.ssh", True),
+                ("home-ssh", "/home/someone/.ssh", True), ("gnupg", "/srv/keys/.gnupg", True),
+                ("proc", "/proc", False), ("sys", "/sys", False), ("dev", "/dev", False),
+                ("boot", "/boot", False), ("var-lib-labctl", "/var/lib/labctl", False),
+                ("home", "/home", False), ("tmp", "/tmp", False)]
+
 LAB_ONLY: list[tuple[str, Callable[[Path], None]]] = [
     ("name-of-another-lab", _lab_change(_top("name", "other-lab"))),
     ("name-path", _lab_change(_top("name", "../../x"))),
@@ -230,6 +239,10 @@ LAB_ONLY: list[tuple[str, Callable[[Path], None]]] = [
         {"source": "../..", "target": "/work", "readonly": False}]))),
     ("mount-source-newline", _lab_change(_node1("mounts", [
         {"source": "/tmp\n/etc", "target": "/work", "readonly": False}]))),
+    # the host folders `up` refuses without --allow-host-mount, as lab.json's sources
+    *[(f"mount-source-{label}", _lab_change(_node1("mounts", [
+        {"source": source, "target": "/work", "readonly": readonly}])))
+      for label, source, readonly in HOST_FOLDERS],
     ("ifname-space", _lab_change(_iface("name", "eth1 x"))),
     ("ifname-long", _lab_change(_iface("name", "a" * 300))),
     ("mac-option", _lab_change(_iface("mac", "02:00:00:00:00:01,romfile=/etc/shadow"))),
@@ -293,6 +306,37 @@ def test_a_hostile_lab_json(kind: str, hostile: Callable[[Path], None], state_ro
     _assert_removed(labdir, _cli(monkeypatch, capsys, "down", "--lab", LAB))
     assert set(netns_asked) == {labnet.netns_name(LAB)}
     assert not Path(PWNED).exists()
+
+
+def test_a_mount_allowed_at_up_is_kept_outside_the_lab_dir(
+        state_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`up --allow-host-mount /etc`: its lab.json reads back; the same lab.json without the
+    record (a state dir from elsewhere, or a lab.json edited afterwards) does not, and
+    nothing in lab.json can stand in for the record."""
+    labdir, lab = _lab()
+    node = dataclasses.replace(lab.nodes[0], mounts=(Mount("/etc", "/work", True),))
+    lab = dataclasses.replace(lab, nodes=(node, *lab.nodes[1:]))
+    labdir.create(lab, (Path("/etc"),))
+    assert labdir.load_lab().nodes[0].mounts[0].source == "/etc"
+    assert labdir.allowances_file.is_file()
+    assert not labdir.allowances_file.is_relative_to(state_root)
+    data = json.loads(labdir.lab_file.read_text())
+    data["nodes"][0]["mounts"][0]["source"] = "/"  # the record allows /etc only
+    labdir.lab_file.write_text(json.dumps(data))
+    with pytest.raises(CorruptStateError, match="the host's root directory"):
+        labdir.load_lab()
+    data["provider_options"]["allow_host_mounts"] = ["/"]  # lab.json cannot allow it
+    labdir.lab_file.write_text(json.dumps(data))
+    with pytest.raises(CorruptStateError, match="not a value labctl writes there"):
+        labdir.load_lab()
+    labdir.lab_file.write_text(lab.to_json())
+    labdir.allowances_file.chmod(0o600)
+    labdir.allowances_file.parent.chmod(0o777)  # not root's own: no record
+    with pytest.raises(CorruptStateError, match="a system directory of the host"):
+        labdir.load_lab()
+    labdir.allowances_file.parent.chmod(0o700)
+    labdir.remove()
+    assert not labdir.allowances_file.exists()
 
 
 def test_one_corrupt_lab_does_not_hide_the_others(
@@ -464,6 +508,32 @@ def test_down_all_with_a_separate_state_dir_touches_only_its_labs(
     assert not mine.path.exists() and not half.path.exists()
     assert theirs.path.exists() and (state_root / "Not A Lab").is_dir()
     assert set(netns_asked) == {labnet.netns_name("ut-mine"), labnet.netns_name("ut-half")}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+def test_down_deletes_only_a_namespace_of_its_own_state_dir(
+        state_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Lab names are per state dir, netns names global: `down --lab X` here leaves the
+    netns of lab X of another state dir (its loopback's alias names that one's lab dir)."""
+    name = f"ut-own-{os.getpid() % 100000}"
+    ns = labnet.netns_name(name)
+    theirs = LabDir(name, tmp_path / "other-state")
+    labnet.delete_netns(ns)
+    labnet.create_netns(ns, labnet.owner_mark(theirs.path))
+    try:
+        code, out, err = _cli(monkeypatch, capsys, "down", "--lab", name)
+        assert code == 0 and f"lab {name}: nothing to remove" in out, err
+        assert labnet.namespace_exists(ns)
+        assert lifecycle.destroy(name) == [] and labnet.namespace_exists(ns)
+        mine = LabDir(name)
+        assert labnet.netns_owner(ns) != labnet.owner_mark(mine.path)
+        labnet.delete_netns(ns)
+        labnet.create_netns(ns, labnet.owner_mark(mine.path))
+        assert lifecycle.destroy(name) == [f"netns {ns}"]
+        assert not labnet.namespace_exists(ns)
+    finally:
+        labnet.delete_netns(ns)
 
 
 # --- repair never runs a stored argv -----------------------------------------------------
