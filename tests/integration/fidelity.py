@@ -30,7 +30,7 @@ DEBIAN: dict[str, str] = {
     "link /dev/stdin": "/proc/self/fd/0",
     "link /dev/stdout": "/proc/self/fd/1",
     "link /dev/stderr": "/proc/self/fd/2",
-    "link /dev/core": "/proc/kcore",  # where the kernel has /proc/kcore (the script says)
+    "link /dev/core": "/proc/kcore",  # where the kernel has /proc/kcore, else no link
     "mount /dev/pts": "devpts",
     "mount /dev/shm": "tmpfs",
     "mount /dev/mqueue": "mqueue",
@@ -54,7 +54,11 @@ _SCRIPT = r"""
 export LC_ALL=C
 say() { printf '%s\t%s\n' "$1" "$2"; }
 for l in fd stdin stdout stderr core; do
-  if [ "$l" = core ] && [ ! -e /proc/kcore ]; then say "link /dev/core" /proc/kcore; continue; fi
+  if [ "$l" = core ] && [ ! -e /proc/kcore ]; then  # no kcore: no link either
+    if [ -L /dev/core ]; then say "link /dev/core" "$(readlink /dev/core), without kcore"
+    else say "link /dev/core" /proc/kcore; fi
+    continue
+  fi
   say "link /dev/$l" "$(readlink "/dev/$l" || echo none)"
 done
 for m in /dev/pts /dev/shm /dev/mqueue /proc /sys; do
@@ -62,7 +66,7 @@ for m in /dev/pts /dev/shm /dev/mqueue /proc /sys; do
 done
 for d in /run/lock /tmp; do say "dir $d" "$(stat -c %a "$d" 2>/dev/null || echo none)"; done
 missing=
-for t in TOOLS; do command -v "$t" >/dev/null 2>&1 || missing="$missing $t"; done
+for t in TOOLS; do command -v "$t" >/dev/null 2>&1 || missing="${missing:+$missing }$t"; done
 say "missing tools" "${missing:-none}"
 say "awk prints" "$(echo 'a b' | awk '{print $2}')"
 say "bash version >= 4.3" "$(bash -c '[ "${BASH_VERSINFO[0]}${BASH_VERSINFO[1]}" -ge 43 ] \
