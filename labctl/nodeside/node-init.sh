@@ -102,6 +102,11 @@ if [ -n "$modules" ]; then
         fail "modprobe -a $modules (kernel $(uname -r))"
     fi
 fi
+# configfs (nvmet, usb gadgets, ...), as systemd mounts it: its directory is there once
+# rdma_cm (rdma_ucm above) has loaded the module.
+if [ "$KIND" = vm ] && [ -d /sys/kernel/config ]; then
+    must "mount configfs on /sys/kernel/config" mount -t configfs configfs /sys/kernel/config
+fi
 
 # A machine labctl saves for restores (labctl/vm/saved.py) stops here, before anything
 # node-specific: its inspector's helper imports pyverbs (a restored node's is warm), the

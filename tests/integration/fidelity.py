@@ -1,7 +1,7 @@
 """A node is the Debian machine it claims to be: what a Debian system of the node's release
 (trixie) gives every program, checked inside a live node of any provider.
 
-`node_fidelity(handle, node, loop=...)` runs one POSIX sh script in the node that prints
+`node_fidelity(handle, node, own_kernel=...)` runs one POSIX sh script in the node that prints
 `name<TAB>value` lines, and returns the list of differences from DEBIAN (empty when the node
 matches). The script leaves nothing behind: its loop device and files go in a trap, which
 node_fidelity checks.
@@ -36,6 +36,9 @@ DEBIAN: dict[str, str] = {
     "mount /dev/mqueue": "mqueue",
     "mount /proc": "proc",
     "mount /sys": "sysfs",
+    "mount /sys/kernel/config": "configfs",  # a node's own kernel only (not a container's)
+    "mount /sys/kernel/debug": "debugfs",
+    "mount /sys/kernel/tracing": "tracefs",
     "dir /run/lock": "1777",
     "dir /tmp": "1777",
     "missing tools": "none",
@@ -61,7 +64,8 @@ for l in fd stdin stdout stderr core; do
   fi
   say "link /dev/$l" "$(readlink "/dev/$l" || echo none)"
 done
-for m in /dev/pts /dev/shm /dev/mqueue /proc /sys; do
+for m in /dev/pts /dev/shm /dev/mqueue /proc /sys /sys/kernel/config /sys/kernel/debug \
+    /sys/kernel/tracing; do
   say "mount $m" "$(awk -v m="$m" '$2 == m {t = $3} END {print t ? t : "none"}' /proc/mounts)"
 done
 for d in /run/lock /tmp; do say "dir $d" "$(stat -c %a "$d" 2>/dev/null || echo none)"; done
@@ -78,7 +82,7 @@ say "bash writes /dev/stderr" "$(bash -c 'echo err > /dev/stderr' 2>&1 >/dev/nul
 say "sh writes /dev/stdout" "$(sh -c 'echo out > /dev/stdout' 2>&1)"
 say "sh writes /dev/stderr" "$(sh -c 'echo err > /dev/stderr' 2>&1 >/dev/null)"
 if [ -c /dev/loop-control ]; then say loop-control char; else say loop-control none; fi
-[ "$LOOP" = 1 ] || exit 0
+[ "$OWN_KERNEL" = 1 ] || exit 0
 dir=$(mktemp -d /tmp/fidelity.XXXXXX) || exit 1
 dev=
 cleanup() {
@@ -105,25 +109,32 @@ fi
 """
 
 
-def fidelity_script(loop: bool) -> str:
+def fidelity_script(own_kernel: bool) -> str:
     return _SCRIPT.replace("TOOLS", " ".join(REQUIRED_TOOLS)).replace(
-        "[ \"$LOOP\" = 1 ]", "true" if loop else "false")
+        "[ \"$OWN_KERNEL\" = 1 ]", "true" if own_kernel else "false")
 
 
-def node_fidelity(handle: LabHandle, node: str, *, loop: bool = True) -> list[str]:
-    """How `node` differs from DEBIAN, one line per difference (empty: none). `loop`: the
-    node has loop devices (a container does not: docs/docker.md), used through losetup,
-    mkfs.ext4 and mount."""
-    done = handle.run(node, ["sh", "-c", fidelity_script(loop)], timeout=300)
+# A container shares the engine's kernel (docs/docker.md): no loop devices, and the kernel's
+# own file systems (configfs, debugfs, tracefs) are not mounted in it.
+OWN_KERNEL_ONLY = ("loop usable", "mount /sys/kernel/config", "mount /sys/kernel/debug",
+                   "mount /sys/kernel/tracing")
+
+
+def node_fidelity(handle: LabHandle, node: str, *, own_kernel: bool = True) -> list[str]:
+    """How `node` differs from DEBIAN, one line per difference (empty: none). `own_kernel`:
+    a VM, with loop devices (used through losetup, mkfs.ext4 and mount) and the kernel's
+    file systems mounted; a container node has neither."""
+    done = handle.run(node, ["sh", "-c", fidelity_script(own_kernel)], timeout=300)
     assert done.returncode == 0, f"{node}: exit {done.returncode}\n{done.stdout}{done.stderr}"
-    if loop:  # the script's trap detached its loop device and removed its files
+    if own_kernel:  # the script's trap detached its loop device and removed its files
         left = handle.run(node, ["sh", "-c", "losetup -a; for d in /tmp/fidelity.*; do "
                                  '[ -e "$d" ] && echo "$d"; done; true'], timeout=60)
         assert left.returncode == 0 and "/tmp/fidelity." not in left.stdout, left.stdout
     seen = dict(line.split("\t", 1) for line in done.stdout.splitlines() if "\t" in line)
     expected = dict(DEBIAN)
-    if not loop:
-        expected.pop("loop usable")
+    if not own_kernel:
+        for key in OWN_KERNEL_ONLY:
+            expected.pop(key)
         expected["loop-control"] = "none"
     return [f"{node}: {key}: {seen.get(key, '(not printed)')!r}, Debian: {value!r}"
             for key, value in expected.items() if seen.get(key) != value]

@@ -124,8 +124,9 @@ def test_containers_are_labelled_and_not_privileged(handle: LabHandle) -> None:
 
 def test_a_container_node_is_the_debian_machine_it_claims_to_be(handle: LabHandle) -> None:
     """What Debian gives every program, as in a qemu node (test_lab_core), except loop
-    devices: the engine's kernel is shared and a container may not mount (docs/docker.md)."""
-    assert node_fidelity(handle, "node2", loop=False) == []
+    devices and the kernel's own file systems: the engine's kernel is shared and a
+    container may not mount (docs/docker.md)."""
+    assert node_fidelity(handle, "node2", own_kernel=False) == []
     pid1 = handle.run("node2", ["cat", "/proc/1/comm"], timeout=60)
     assert pid1.stdout.strip() == "tini", pid1.stdout + pid1.stderr
 

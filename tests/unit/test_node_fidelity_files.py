@@ -88,7 +88,8 @@ def test_a_qemu_node_mounts_what_debian_mounts() -> None:
     entries = {fields[1]: fields for fields in _fstab()}
     assert all(len(fields) == 6 for fields in entries.values())
     assert {point: fields[2] for point, fields in entries.items()} == {
-        "/proc": "proc", "/sys": "sysfs", "/dev/pts": "devpts", "/run": "tmpfs",
+        "/proc": "proc", "/sys": "sysfs", "/sys/kernel/debug": "debugfs",
+        "/sys/kernel/tracing": "tracefs", "/dev/pts": "devpts", "/run": "tmpfs",
         "/run/lock": "tmpfs", "/tmp": "tmpfs", "/dev/shm": "tmpfs", "/dev/mqueue": "mqueue"}
     assert "mode=1777" in entries["/run/lock"][3]
     # devtmpfs and a fresh /run have no mount points below them: mount makes them
@@ -96,6 +97,10 @@ def test_a_qemu_node_mounts_what_debian_mounts() -> None:
         assert "X-mount.mkdir" in entries[point][3].split(","), point
     points = [fields[1] for fields in _fstab()]
     assert points.index("/run") < points.index("/run/lock")  # mount -a mounts in order
+    assert points.index("/sys") < points.index("/sys/kernel/debug")
+    script = (REPO / "labctl/nodeside/node-init.sh").read_text()
+    configfs = script.index("mount -t configfs configfs /sys/kernel/config")
+    assert script.index("modprobe -a $modules") < configfs  # rdma_cm loads configfs
 
 
 def test_every_vm_and_vagrant_node_loads_the_loop_driver() -> None:
