@@ -30,9 +30,11 @@ esac
 
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
-mkdir -p /dev/pts /dev/shm /run /tmp
+mkdir -p /dev/pts /dev/shm /dev/mqueue /run /tmp
 mount -t devpts devpts /dev/pts
 for dir in /run /tmp /dev/shm; do mount -t tmpfs tmpfs "$dir"; done
+mount -t mqueue mqueue /dev/mqueue
+mkdir -m 1777 /run/lock  # what a Debian machine has (stage 1 made /dev's links)
 
 arg() {  # the value of labctl.NAME= on the kernel command line
     for word in $(cat /proc/cmdline); do

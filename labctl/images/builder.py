@@ -4,7 +4,8 @@ An image directory holds:
   vmlinuz        the kernel as Debian ships it (bzImage)
   vmlinux        the same kernel uncompressed, booted directly through its PVH entry
                  point when it could be extracted (no decompression under emulation)
-  initrd.cpio    stage 1: busybox, the virtio_blk/ext4 modules and our init script
+  initrd.cpio    stage 1: busybox, the virtio_blk/ext4 modules, /dev's links and our init
+                 script
   root.ext4      the root filesystem (nodes boot qcow2 overlays on top of it)
   manifest.json  kernel and package versions, sizes, build time
 """
@@ -42,7 +43,15 @@ STAGE1_MODULES = ("virtio_blk", "ext4")
 # Modules every node loads at boot: stored uncompressed, since decompressing them under
 # emulation costs about a second per node.
 NODE_MODULES = ("virtio_net", "virtio_rng", "ib_uverbs", "rdma_ucm", "rdma_rxe", "ib_umad",
-                "sch_netem", "9pnet_virtio", "9p")  # 9p: nodes with host folders
+                "sch_netem", "9pnet_virtio", "9p",  # 9p: nodes with host folders
+                "loop")  # /dev/loop-control and /dev/loop0-7, as on any Debian machine
+# The links udev (systemd) makes in /dev of a Debian machine. A node's /dev is the kernel's
+# devtmpfs, which has none of them: stage 1 copies these in (one program; each costs a cold
+# TCG boot tens of milliseconds) and drops /dev/core when the kernel has no /proc/kcore.
+# Without /dev/fd bash's process substitution `<(...)` fails.
+DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+             ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"),
+             ("core", "/proc/kcore"))
 # labctl-devinfo and labctl-devices in a node: a compiled client of the inspector's helper.
 CLIENT_SOURCE = "verbs-client.c"
 HOST_TOOLS = {"mmdebstrap": "mmdebstrap", "mkfs.ext4": "e2fsprogs"}
@@ -142,6 +151,7 @@ def image_key(recipe: Recipe, mirror: str | None) -> str:
         "client": _resource_text(CLIENT_SOURCE),
         "init": _resource_text("initramfs-init.sh"),
         "modules": [STAGE1_MODULES, NODE_MODULES],
+        "dev_links": DEV_LINKS,
     }
     if recipe.hooks:  # only then: the keys of images without hooks of their own stay
         inputs["recipe_hooks"] = [[h, _resource_text("hooks", h)] for h in recipe.hooks]
@@ -330,6 +340,8 @@ def _write_initrd(rootdir: Path, kernel: str, target: Path) -> None:
         archive.directory(directory)
     archive.file("bin/busybox", (rootdir / "usr/bin/busybox").read_bytes(), 0o755)
     archive.file("init", _resource_text("initramfs-init.sh").encode(), 0o755)
+    for name, link in DEV_LINKS:
+        archive.symlink(f"devlinks/{name}", link)
     names = []
     for path in _module_files(rootdir, kernel, STAGE1_MODULES):
         data = path.read_bytes()

@@ -1,11 +1,15 @@
 #!/bin/busybox sh
 # Stage 1 of a lab node (PID 1 in the initramfs): load the block and ext4 drivers,
-# mount the node's disk, copy in the per-node payload, hand over to stage 2.
+# mount the node's disk, copy in the per-node payload, hand over to stage 2 (PID 1 is then
+# tini, which starts stage 2 and reaps orphans).
 /bin/busybox mkdir -p /proc /sys /dev /newroot
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
+# /dev/fd, stdin, stdout, stderr and core, as udev makes them on Debian (builder.py DEV_LINKS)
+cp -a /devlinks/. /dev/ || echo "labctl: /dev links not made" > /dev/ttyS0
+[ -e /proc/kcore ] || rm -f /dev/core
 echo "labctl: stage initramfs" > /dev/ttyS0
 for module in $(cat /modules/order); do
     insmod "/modules/$module" || echo "labctl: insmod $module failed" > /dev/ttyS0

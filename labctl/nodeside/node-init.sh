@@ -57,9 +57,8 @@ listening() {  # listening ADDR:PORT (as /proc/net/tcp writes it): true once a s
 
 if [ "$KIND" = vm ]; then
     STEP=mounts
-    must "mkdir /dev/pts /dev/shm" mkdir -p /dev/pts /dev/shm /run /tmp
-    # /proc /sys /dev/pts /run /tmp /dev/shm
-    must "mount -a -T vm-fstab.conf (/proc /sys /dev/pts /run /tmp /dev/shm)" \
+    # /proc /sys /dev/pts /run /run/lock /tmp /dev/shm /dev/mqueue (stage 1 made /dev's links)
+    must "mount -a -T vm-fstab.conf (/proc /sys /run /tmp, /dev's pts shm mqueue)" \
         mount -a -T /opt/labctl/labctl/nodeside/vm-fstab.conf
 fi
 test -r /etc/labctl/node.env || fail "missing /etc/labctl/node.env"
@@ -84,8 +83,9 @@ case "$KIND" in
     # virtio_balloon: free page reporting, the guest's free memory back to the host.
     # tcp_diag: `ss` (the runners' check that a server listens) would load it at the
     # first run, a modprobe under emulation in the middle of it.
-    vm) modules="virtio_rng virtio_net virtio_balloon ib_uverbs rdma_ucm tcp_diag" ;;
-    vagrant) modules="ib_uverbs rdma_ucm" ;;
+    # loop: /dev/loop-control and /dev/loop0-7, which Debian's udev would load on demand.
+    vm) modules="virtio_rng virtio_net virtio_balloon ib_uverbs rdma_ucm tcp_diag loop" ;;
+    vagrant) modules="ib_uverbs rdma_ucm loop" ;;
 esac
 case "$KIND:$LABCTL_RDMA" in
     container:*) ;;  # a container cannot load modules: the engine's kernel has them
@@ -101,6 +101,11 @@ if [ -n "$modules" ]; then
         done
         fail "modprobe -a $modules (kernel $(uname -r))"
     fi
+fi
+# configfs (nvmet, usb gadgets, ...), as systemd mounts it: its directory is there once
+# rdma_cm (rdma_ucm above) has loaded the module.
+if [ "$KIND" = vm ] && [ -d /sys/kernel/config ]; then
+    must "mount configfs on /sys/kernel/config" mount -t configfs configfs /sys/kernel/config
 fi
 
 # A machine labctl saves for restores (labctl/vm/saved.py) stops here, before anything

@@ -2,8 +2,10 @@
 
 Two container nodes (topologies/docker-two-node.yaml, under a lab name of its own), each
 with its own rxe made inside its netns: status, RC pingpong, rping (RDMA CM), inspector
-fidelity (C ibv_devinfo vs the Python one in a container); the lab is the module's own
-(modulelab), and its finalizer checks that down left nothing in the engine or its kernel.
+fidelity (C ibv_devinfo vs the Python one in a container), a container node that is the
+Debian machine it claims to be (tests/integration/fidelity.py, without loop devices); the
+lab is the module's own (modulelab), and its finalizer checks that down left nothing in
+the engine or its kernel.
 The VM is started on demand by `labctl up` and stopped at the end only if this module
 started it (a developer's running VM is left alone). Lab name: LABCTL_DOCKER_TEST_LAB.
 """
@@ -36,6 +38,7 @@ from tests.integration.conftest import (
     only_record,
     passed_run,
 )
+from tests.integration.fidelity import node_fidelity
 from tests.integration.leftovers import docker_leftovers
 from tests.integration.modulelab import ModuleLab, module_lab
 
@@ -124,6 +127,15 @@ def test_containers_are_labelled_and_not_privileged(handle: LabHandle) -> None:
             assert host["DeviceCgroupRules"][1].startswith("c 10:")
     finally:
         client.close()
+
+
+def test_a_container_node_is_the_debian_machine_it_claims_to_be(handle: LabHandle) -> None:
+    """What Debian gives every program, as in a qemu node (test_lab_core), except loop
+    devices and the kernel's own file systems: the engine's kernel is shared and a
+    container may not mount (docs/docker.md)."""
+    assert node_fidelity(handle, "node2", own_kernel=False) == []
+    pid1 = handle.run("node2", ["cat", "/proc/1/comm"], timeout=60)
+    assert pid1.stdout.strip() == "tini", pid1.stdout + pid1.stderr
 
 
 def test_each_node_knows_its_device(handle: LabHandle) -> None:

@@ -1,4 +1,5 @@
-"""The lab core against live VMs: up, status, exec, RC pingpong, testinfra checks."""
+"""The lab core against live VMs: up, status, exec, RC pingpong, testinfra checks, and a
+restored node that is the Debian machine it claims to be (tests/integration/fidelity.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from labctl.lab.lifecycle import UpResult
 from labctl.store.state import Phase
 from labctl.vm.machine import START_HELPER
 from tests.integration.conftest import LAB_NAME, labctl, only_record
+from tests.integration.fidelity import node_fidelity
 from tests.integration.leftovers import lab_leftovers
 
 pytestmark = pytest.mark.integration
@@ -110,6 +112,18 @@ def test_testinfra_sees_rxe_device(lab_handle: LabHandle, node: str) -> None:
     server = host.check_output("tr '\\0' ' ' < /proc/$(cat /run/dropbear.pid)/cmdline").split()
     assert server[0] == "dropbear" and "-s" in server, server
     assert server[server.index("-p") + 1] == "10.0.2.15:22", server
+
+
+def test_a_restored_node_is_the_debian_machine_it_claims_to_be(lab_handle: LabHandle) -> None:
+    """/dev's links and mounts, /run/lock, the required tools, bash's process substitution,
+    a loop device with a file system on it: as on Debian, in a node restored from a saved
+    machine (the default `up`); PID 1 is tini, as docs/architecture.md says."""
+    console = (lab_handle.labdir.node_dir("node1") / "console.log").read_text()
+    assert "labctl: ready" in console and "labctl: stage initramfs" not in console, (
+        "node1 of the session lab was not restored from a saved machine")
+    assert node_fidelity(lab_handle, "node1") == []
+    pid1 = lab_handle.run("node1", ["cat", "/proc/1/comm"], timeout=60)
+    assert pid1.stdout.strip() == "tini", pid1.stdout + pid1.stderr
 
 
 def test_management_port_listens_on_loopback_only(lab_handle: LabHandle) -> None:

@@ -43,6 +43,7 @@ from tests.integration.conftest import (
     only_record,
     passed_run,
 )
+from tests.integration.fidelity import node_fidelity
 
 pytestmark = pytest.mark.integration
 
@@ -214,7 +215,11 @@ def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]
     return dict(os.environ)
 
 
-def _fallback_up(topology: Path, name: str, env: dict[str, str]) -> str:
+def _fallback_up(topology: Path, name: str, env: dict[str, str], *,
+                 fidelity: bool = False) -> str:
+    """Up (a cold boot, the saved machine being unusable) and down again; `fidelity`: a
+    cold-booted node is the Debian machine it claims to be, as a restored one is
+    (test_lab_core)."""
     lifecycle.destroy(name)
     try:
         record, err = _finish(_up(topology, name, env))
@@ -222,6 +227,8 @@ def _fallback_up(topology: Path, name: str, env: dict[str, str]) -> str:
         assert [n["state"] for n in nodes] == ["running", "running"]
         assert record["restored"] == []
         assert not any(_restored(name, n["name"]) for n in nodes)  # booted cold
+        if fidelity:
+            assert node_fidelity(LabHandle(LabDir(name)), "node2") == []
     finally:
         nothing_left(name, lifecycle.destroy(name))
     return err
@@ -239,7 +246,7 @@ def test_a_saved_machine_from_an_older_labctl_is_a_cold_boot_with_one_line(
     path = _saved_path(topology)
     path.mkdir(parents=True)
     (path / "meta.json").write_text(json.dumps({"format": "0", "key": path.name[-16:]}))
-    err = _fallback_up(topology, f"{LABS[0]}-c", own_cache)
+    err = _fallback_up(topology, f"{LABS[0]}-c", own_cache, fidelity=True)
     lines = COLD_LINE.findall(err)
     assert len(lines) == 1, err
     assert (f"made by another labctl (restore format '0', this labctl's is "
