@@ -38,3 +38,10 @@ def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+@pytest.fixture(autouse=True)
+def _no_user_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's LABCTL_LAB (the default lab) or LABCTL_DEBUG never reaches a test."""
+    monkeypatch.delenv("LABCTL_LAB", raising=False)
+    monkeypatch.delenv("LABCTL_DEBUG", raising=False)
