@@ -388,3 +388,26 @@ def read_ends(path: Path, head: int, tail: int) -> str:
     first = first[:head].rpartition(b"\n")[0] + b"\n"  # whole lines only on both sides
     last = last.partition(b"\n")[2]
     return (first + last).decode("utf-8", errors="replace")
+
+
+# --------------------------------------------------------------------------- following
+# `labctl logs -f`: what a guest appends to its console log, read in bounded steps.
+FileMark = tuple[int, int]  # (inode, offset): where the last read of a file ended
+
+
+def read_since(path: Path, mark: FileMark | None, limit: int = 64 << 10) -> tuple[bytes, FileMark]:
+    """At most `limit` bytes a regular file gained since `mark`, and the mark after them;
+    `mark` None: nothing, the mark of its end now. A file replaced (another inode: a node's
+    restart starts a new console log) or cut shorter is read again from its start."""
+    fd, st = _open_regular(path, follow_symlinks=False)
+    try:
+        if mark is None:
+            return b"", (st.st_ino, st.st_size)
+        inode, offset = mark
+        if inode != st.st_ino or st.st_size < offset:
+            offset = 0
+        os.lseek(fd, offset, os.SEEK_SET)
+        data = os.read(fd, min(limit, max(0, st.st_size - offset)))
+    finally:
+        os.close(fd)
+    return data, (st.st_ino, offset + len(data))

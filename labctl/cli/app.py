@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "status",
     "node",
     "exec_",
+    "logs",
     "cp",
     "run",
     "run_workloads",
@@ -72,8 +73,16 @@ def _root(
         False, "--version", is_eager=True, callback=_print_version,
         help="Show labctl's version and exit.",
     ),
+    debug: bool = typer.Option(
+        False, "--debug", help="Print each host command labctl runs (qemu, ssh, docker, "
+        "tc...) to stderr; also LABCTL_DEBUG=1.",
+    ),
 ) -> None:
     """Software RDMA labs (Soft-RoCE / soft-iWARP) from a topology file."""
+    from labctl.cli import debug as debug_output
+
+    if debug or debug_output.env_wants_debug():
+        debug_output.enable()
 
 
 def _metavars_whole() -> None:

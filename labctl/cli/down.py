@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path
@@ -13,10 +14,16 @@ from labctl.cli.common import LabOption, console
 from labctl.cli.report import on_interrupt
 from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import DownOutput
-from labctl.errors import UsageError
+from labctl.errors import UsageError, short_repr
 from labctl.lab.lifecycle import destroy
 from labctl.net import labnet
-from labctl.store.labdir import LabDir, lab_dir_names, running_labs
+from labctl.store.labdir import (
+    DEFAULT_LAB_ENV,
+    LabDir,
+    default_lab,
+    lab_dir_names,
+    running_labs,
+)
 from labctl.topology.catalog import find_topology
 from labctl.topology.model import LAB_NAME_RE
 
@@ -48,6 +55,18 @@ def _down_interrupted(names: list[str]) -> str:
                      "rest" for n in left)
 
 
+def _existing(name: str, source: str = "") -> str:
+    """`name` if labctl has any of that lab (a directory, even half-made; a netns left);
+    else exit 2 naming the labs there are, the nearest first ("did you mean")."""
+    labs = _all_labs()
+    if name in labs:
+        return name
+    near = difflib.get_close_matches(name, labs, n=3, cutoff=0.6)
+    hint = (f"did you mean {' or '.join(near)}? " if near else "") + (
+        f"labs: {', '.join(labs)}" if labs else "no lab exists; nothing to remove")
+    raise UsageError(f"no lab named {short_repr(name)}{source}", hint=hint)
+
+
 def down(
     topology: str = typer.Argument(None, help="Topology file of the lab, or a shipped "
                                    "topology's name (or use --lab).", metavar="TOPOLOGY",
@@ -60,14 +79,18 @@ def down(
     """Stop the lab's nodes and remove everything it made."""
     if all_labs:
         names = _all_labs()
-    elif lab or topology:
-        names = [lab or _name_from_topology(find_topology(topology))]
+    elif lab:
+        names = [_existing(lab)]
+    elif topology:
+        names = [_name_from_topology(find_topology(topology))]
+    elif default_lab() is not None:
+        names = [_existing(default_lab() or "", f" ({DEFAULT_LAB_ENV} names it)")]
     else:
         names = running_labs()
         if len(names) > 1:
             raise UsageError(
                 f"several labs are up ({', '.join(names)})",
-                hint="choose one with --lab NAME, or --all",
+                hint=f"choose one with --lab NAME, or --all, or set {DEFAULT_LAB_ENV}=NAME",
             )
     on_interrupt(lambda: _down_interrupted(names))
     if as_json:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
 from labctl.cli import complete
 from labctl.cli.common import LabOption, err_console, wants_terminal
@@ -99,5 +102,38 @@ def exec_command(
     os.execvp(argv[0], argv)  # the command's exit code becomes ours
 
 
+# click's UsageError, found through typer's public BadParameter (as labctl/cli/app.py does)
+_CLICK_USAGE_ERROR: type[Exception] = {
+    cls.__name__: cls for cls in typer.BadParameter.__mro__}["UsageError"]
+
+
+class ExecCommand(TyperCommand):
+    """`labctl exec node1 ls -la`: click takes `-la` for an option of exec's own; say that
+    a command's options go after `--` (exit 2), not just "No such option"."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        given = list(args)  # click's parser consumes the list
+        try:
+            return list(super().parse_args(ctx, args))
+        except _CLICK_USAGE_ERROR as exc:
+            option = getattr(exc, "option_name", None)
+            if type(exc).__name__ != "NoSuchOption" or not option:
+                raise
+            word = next((a for a in given if a.startswith(option)), option)  # -la, not -l
+            own, words, rest = [], [], iter(given)
+            for arg in rest:  # exec's own options stay before `--`
+                if arg == "--lab":
+                    own += [arg, next(rest, "")]
+                elif arg in ("--all", "--json") or arg.startswith("--lab="):
+                    own.append(arg)
+                else:
+                    words.append(arg)
+            lead = words[:1] if words and words[0] != word and "--all" not in own else []
+            example = shlex.join(["labctl", "exec", *own, *lead, "--", *words[len(lead):]])
+            raise UsageError(f"{short_repr(word)} is not an option of `labctl exec`",
+                             hint=f"put the command after `--`: {short_repr(example, 200)[1:-1]}"
+                             ) from None
+
+
 def register(app: typer.Typer) -> None:
-    app.command("exec")(exec_command)
+    app.command("exec", cls=ExecCommand)(exec_command)

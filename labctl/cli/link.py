@@ -30,21 +30,60 @@ _DURATION = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)(us|ms|s)?")
 _MAX_DELAY_US = 60_000_000  # a minute: more is a typo, and tc's own limit is near
 
 
-def netem_args(loss: str | None, delay: str | None) -> list[str]:
-    """tc netem arguments for the node (the lab host's kernel may have no netem)."""
+_RATE = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)(bit|kbit|mbit|gbit)?")
+_RATE_BITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
+_MAX_RATE_BITS = 100 * 10**9  # 100 Gbit/s: more is a typo
+
+
+def _duration(flag: str, value: str) -> str:
+    """A netem time as tc writes it (10ms, 500us, 1s; a bare number is ms), at most 60 s."""
+    match = _DURATION.fullmatch(value)
+    scale = {"us": 1, "ms": 1000, "s": 1_000_000}
+    if not match or float(match.group(1)) * scale[match.group(2) or "ms"] > _MAX_DELAY_US:
+        raise UsageError(f"bad {flag} {short_repr(value)}",
+                         hint="e.g. 10ms, 500us, 1s (at most 60 s)")
+    return f"{match.group(1)}{match.group(2) or 'ms'}"
+
+
+def _percent(flag: str, value: str) -> str:
+    match = _PERCENT.fullmatch(value)
+    if not match or float(match.group(1)) > 100:
+        raise UsageError(f"bad {flag} {short_repr(value)}", hint="a percentage, e.g. 5%")
+    return f"{match.group(1)}%"
+
+
+def _rate(value: str) -> str:
+    """A netem rate as tc writes it (100mbit, 1gbit, 500kbit; a bare number is mbit)."""
+    match = _RATE.fullmatch(value.lower())
+    unit = match.group(2) or "mbit" if match else ""
+    if (not match or float(match.group(1)) == 0
+            or float(match.group(1)) * _RATE_BITS[unit] > _MAX_RATE_BITS):
+        raise UsageError(f"bad --rate {short_repr(value)}",
+                         hint="bits per second, e.g. 100mbit, 1gbit, 500kbit (at most 100gbit)")
+    return f"{match.group(1)}{unit}"
+
+
+def netem_args(loss: str | None, delay: str | None, *, jitter: str | None = None,
+               rate: str | None = None, duplicate: str | None = None,
+               corrupt: str | None = None) -> list[str]:
+    """tc netem arguments for the node (the lab host's kernel may have no netem), in tc's
+    own words: delay TIME [JITTER], loss P%, duplicate P%, corrupt P%, rate RATE."""
     args: list[str] = []
+    if jitter and not delay:
+        raise UsageError("--jitter varies the delay: it needs --delay",
+                         hint="e.g. --delay 10ms --jitter 2ms")
     if delay:
-        match = _DURATION.fullmatch(delay)
-        scale = {"us": 1, "ms": 1000, "s": 1_000_000}
-        if not match or float(match.group(1)) * scale[match.group(2) or "ms"] > _MAX_DELAY_US:
-            raise UsageError(f"bad --delay {short_repr(delay)}",
-                             hint="e.g. 10ms, 500us, 1s (at most 60 s)")
-        args += ["delay", f"{match.group(1)}{match.group(2) or 'ms'}"]
+        args += ["delay", _duration("--delay", delay)]
+        if jitter:
+            args.append(_duration("--jitter", jitter))
     if loss:
-        match = _PERCENT.fullmatch(loss)
-        if not match or float(match.group(1)) > 100:
-            raise UsageError(f"bad --loss {short_repr(loss)}", hint="a percentage, e.g. 5%")
-        args += ["loss", f"{match.group(1)}%"]
+        args += ["loss", _percent("--loss", loss)]
+    if duplicate:
+        args += ["duplicate", _percent("--duplicate", duplicate)]
+    if corrupt:
+        args += ["corrupt", _percent("--corrupt", corrupt)]
+    if rate:
+        args += ["rate", _rate(rate)]
     return args
 
 
@@ -58,7 +97,16 @@ def set_link(
                              metavar="PERCENT", help="Drop this share of frames sent, e.g. 5%."),
     delay: str = typer.Option(None, "--delay",
                               metavar="TIME", help="Delay frames sent by this much, e.g. 10ms."),
-    clear: bool = typer.Option(False, "--clear", help="Remove loss and delay."),
+    jitter: str = typer.Option(None, "--jitter", metavar="TIME",
+                               help="With --delay: vary it by up to this much, e.g. 2ms."),
+    rate: str = typer.Option(None, "--rate", metavar="RATE",
+                             help="Send at most this fast, e.g. 100mbit, 1gbit."),
+    duplicate: str = typer.Option(None, "--duplicate", metavar="PERCENT",
+                                  help="Send this share of frames twice, e.g. 1%."),
+    corrupt: str = typer.Option(None, "--corrupt", metavar="PERCENT",
+                                help="Flip a bit in this share of frames, e.g. 0.1%."),
+    clear: bool = typer.Option(False, "--clear", help="Remove the link's netem (loss, "
+                               "delay...)."),
     as_json: bool = typer.Option(False, "--json", help="Print what was done as JSON "
                                  "(docs/json.md)."),
     lab: str = LabOption,
@@ -67,8 +115,11 @@ def set_link(
     if state not in (None, "up", "down"):
         raise UsageError(f"link state must be up or down (got {short_repr(state)})",
                          hint="e.g. `labctl link set node1:eth1 down`")
-    if state is None and not (loss or delay or clear):
-        raise UsageError("nothing to do", hint="give up|down, --loss, --delay or --clear")
+    impair = netem_args(loss, delay, jitter=jitter, rate=rate, duplicate=duplicate,
+                        corrupt=corrupt)  # bad values: exit 2 before the lab is opened
+    if state is None and not (impair or clear):
+        raise UsageError("nothing to do", hint="give up|down, --loss, --delay, --jitter, "
+                         "--rate, --duplicate, --corrupt or --clear")
     handle = open_lab(lab)
     node, ifname = parse_endpoint(handle, endpoint)
     done: LinkSetOutput = {"lab": handle.lab.name, "node": node, "interface": ifname,
@@ -81,10 +132,10 @@ def set_link(
     if state is not None:
         handle.provider.set_link_state(node, ifname, state == "up")
         say(f"{node}:{ifname} {state}")
-    if clear or loss or delay:
-        tc = (["tc", "qdisc", "del", "dev", ifname, "root"] if clear and not (loss or delay)
-              else ["tc", "qdisc", "replace", "dev", ifname, "root", "netem",
-                    *netem_args(loss, delay)])
+    if clear or impair:
+        # with settings, --clear is implied: `replace` leaves only them
+        tc = (["tc", "qdisc", "del", "dev", ifname, "root"] if clear and not impair
+              else ["tc", "qdisc", "replace", "dev", ifname, "root", "netem", *impair])
         result = handle.run(node, tc, timeout=60)
         nothing_to_clear = ("No such file" in result.stderr  # no qdisc of ours on the link
                             or "handle of zero" in result.stderr)

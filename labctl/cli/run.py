@@ -30,7 +30,7 @@ from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle, open_lab
 from labctl.runners.custom import custom_spec
 from labctl.runners.examples import EXAMPLES, TEACHES
-from labctl.runners.execute import RunResult, failure_details
+from labctl.runners.execute import RunResult, failure_details, outputs_text
 from labctl.runners.matrix import run_matrix
 from labctl.runners.options import (
     ALL_COMMAND,
@@ -95,9 +95,14 @@ ServerOption = typer_parameter(SERVER)
 ClientOption = typer_parameter(CLIENT)
 JsonOption = typer.Option(False, "--json", help="Print the result record(s) as JSON.")
 TimeoutOption = typer_parameter(TIMEOUT)
+# No short flag: -v is --verbose (devinfo, run rping), one meaning per short flag.
+ShowOutputOption = typer.Option(False, "--show-output", help="After the table, print "
+                                "what the programs printed (server and client, labelled), "
+                                "as for a failed run; --json records hold it anyway.")
 # What every run command takes after its own options, in --help's order.
 _TAIL: tuple[tuple[str, type, Any], ...] = (
     ("timeout", float, TimeoutOption), ("as_json", bool, JsonOption),
+    ("show_output", bool, ShowOutputOption),
     ("capture", bool, CaptureOption), ("capture_dir", Path, CaptureDirOption),
     ("pairs", str, typer_parameter(PAIRS)), ("jobs", int, typer_parameter(JOBS)),
     ("lab", str, LabOption),
@@ -106,16 +111,18 @@ Action = Callable[[RunCommand, dict[str, Any]], None]
 
 
 def add_command(app: typer.Typer, command: RunCommand, action: Action, *,
-                pair: bool = True, capture: bool = True) -> None:
+                pair: bool = True, capture: bool = True, output: bool = True) -> None:
     """`labctl run NAME` (in `app`) made from its table entry: its options, then
     --server/--client and what every run command takes; `action` gets the command and the
     values by name. Without `pair` (a command across N nodes), no --server, --client,
-    --pairs or --jobs; without `capture`, no --capture or --capture-dir."""
+    --pairs or --jobs; without `capture`, no --capture or --capture-dir; without `output`
+    (no program output to show), no --show-output."""
     own = [o for o in command.options if o.leading]
     own += [command.server, command.client] if pair else []
     own += [o for o in command.options if not o.leading]
     tail = [t for t in _TAIL if (pair or t[0] not in ("pairs", "jobs"))
-            and (capture or t[0] not in ("capture", "capture_dir"))]
+            and (capture or t[0] not in ("capture", "capture_dir"))
+            and (output or t[0] != "show_output")]
     if command.flags_of(JOBS) != JOBS.flags:  # -j is the C tool's (ibv_rc_pingpong's DM)
         tail = [(n, t, typer_parameter(JOBS.but(flags=command.flags_of(JOBS))))
                 if n == "jobs" else (n, t, d) for n, t, d in tail]
@@ -220,7 +227,19 @@ def print_records(results: list[RunResult]) -> None:
     print_json({"records": [r.to_dict() for r in results]})
 
 
-def print_results(results: list[RunResult], as_json: bool, *, summary: bool = False) -> None:
+def print_outputs(results: list[RunResult]) -> None:
+    """`--show-output`: each run's programs' output, labelled, on stdout after the tables.
+    A failed run's is printed on stderr with its details (_fail_on_failures), once."""
+    for r in results:
+        if r.status == "skipped" or r.status == "failed":
+            continue
+        console.print(f"=== {r.label} {r.server} -> {r.client}: {r.status}", markup=False,
+                      soft_wrap=True)
+        console.print(outputs_text(r), markup=False, soft_wrap=True)
+
+
+def print_results(results: list[RunResult], as_json: bool, *, summary: bool = False,
+                  show_output: bool = False) -> None:
     if as_json:
         print_records(results)
     elif summary:
@@ -247,6 +266,8 @@ def print_results(results: list[RunResult], as_json: bool, *, summary: bool = Fa
     for r in results if not as_json else []:
         if r.capture:
             console.print(capture_line(r), markup=False, soft_wrap=True)
+    if show_output and not as_json:
+        print_outputs(results)
     _fail_on_failures(results, lambda r: f"{r.example} {r.variant}")
 
 
@@ -314,11 +335,12 @@ def _run_spec(spec: ExampleSpec, options: dict[str, Any], values: dict[str, Any]
     pairs, jobs, as_json = values["pairs"], values["jobs"], values["as_json"]
     capture, capture_dir = values["capture"], values["capture_dir"]
     if pairs != "first":
-        _run_pairs(handle, spec, chosen, options, as_json, capture, capture_dir, jobs)
+        _run_pairs(handle, spec, chosen, options, as_json, capture, capture_dir, jobs,
+                   values["show_output"])
         return
     server, client = chosen[0]
     result = captured_runner(capture, capture_dir)(handle, spec, server, client, options)
-    print_results([result], as_json)
+    print_results([result], as_json, show_output=values["show_output"])
     if result.status == "skipped":
         # Asked for by name, an unsupported run is refused: say why, exit as for bad input.
         refuse(f"{result.label} between {server} and {client}: {result.reason}")
@@ -326,7 +348,7 @@ def _run_spec(spec: ExampleSpec, options: dict[str, Any], values: dict[str, Any]
 
 def _run_pairs(handle: LabHandle, spec: ExampleSpec, chosen: list[tuple[str, str]],
                options: dict[str, Any], as_json: bool, capture: bool,
-               capture_dir: Path | None, jobs: int) -> None:
+               capture_dir: Path | None, jobs: int, show_output: bool = False) -> None:
     """One example between several pairs (--pairs): a record per pair, the server x client
     table, exit 1 if a run failed and 2 if none could run at all."""
     if options.get("group") is not None and jobs > 1 and len(chosen) > 1:
@@ -352,7 +374,7 @@ def _run_pairs(handle: LabHandle, spec: ExampleSpec, chosen: list[tuple[str, str
         print_results(results, as_json)
         refuse(f"{spec.label}: no pair can run it: "
                + "; ".join(dict.fromkeys(r.reason for r in results)))
-    print_results(results, as_json)  # exits 1 on a failure
+    print_results(results, as_json, show_output=show_output)  # exits 1 on a failure
 
 
 for _command in RUN_COMMANDS:
@@ -390,6 +412,8 @@ def _run_storage(command: RunCommand, values: dict[str, Any]) -> None:
         for r in results:
             if r.capture:
                 console.print(capture_line(r), markup=False, soft_wrap=True)
+        if values["show_output"]:
+            print_outputs(results)
     _fail_on_failures(results, lambda r: f"{r.label} {r.server} -> {r.client}")
     if all(r.status == "skipped" for r in results):
         refuse(f"{command.name}: " + "; ".join(dict.fromkeys(r.reason for r in results)))
@@ -514,7 +538,8 @@ def _run_all(command: RunCommand, values: dict[str, Any]) -> None:
     results = [r for rs in run_pairs(chosen, jobs, pair) for r in rs]
     if len(chosen) > 1 and not as_json:
         _print_pair_matrix(results, chosen)
-    print_results(results, as_json, summary=True)  # exits 1 on a failure
+    print_results(results, as_json, summary=True,
+                  show_output=values["show_output"])  # exits 1 on a failure
 
 
 add_command(run_app, ALL_COMMAND, _run_all)

@@ -12,7 +12,15 @@ from rich.table import Table
 
 from labctl.capture.runhook import capture_line, captured_runner, capturing_run
 from labctl.cli.common import console, err_console
-from labctl.cli.run import _lab_and_pairs, _progress, add_command, print_records, refuse, run_app
+from labctl.cli.run import (
+    _lab_and_pairs,
+    _progress,
+    add_command,
+    print_outputs,
+    print_records,
+    refuse,
+    run_app,
+)
 from labctl.cli.safeprint import print_json
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab
@@ -100,6 +108,8 @@ def _run_ucx(command: RunCommand, values: dict[str, Any]) -> None:
         for r in results:
             if r.capture:
                 console.print(capture_line(r), markup=False, soft_wrap=True)
+        if values["show_output"]:
+            print_outputs(results)
     for r in results:
         if r.status == "failed":
             err_console.print(f"[bold red]{r.label} failed[/]: {escape(r.reason)}")
@@ -214,6 +224,11 @@ def _run_mpi(command: RunCommand, values: dict[str, Any]) -> None:
         if report.capture:
             console.print(f"capture mpi: {report.capture['pcap']} "
                           f"({report.capture['packets']} packets)", markup=False)
+        for run in report.runs if values["show_output"] else []:
+            if run.status == "passed":  # a failed one's output is printed below
+                console.print(f"=== mpi {run.transport}: {run.status}\n--- {report.launcher}: "
+                              f"{' '.join(run.argv)}\n{run.output.rstrip()}",
+                              markup=False, soft_wrap=True)
     failed = [r for r in report.runs if r.status != "passed"]
     for run in failed:
         err_console.print(f"[bold red]mpi {run.transport} failed[/]: {escape(run.reason)}")
@@ -226,6 +241,7 @@ def _run_mpi(command: RunCommand, values: dict[str, Any]) -> None:
 def register(app: typer.Typer) -> None:
     """The workload commands join `labctl run` (registered by labctl.cli.run)."""
     add_command(run_app, UCX_COMMAND, _run_ucx)
-    add_command(run_app, UCX_INFO_COMMAND, _run_ucx_info, pair=False, capture=False)
+    add_command(run_app, UCX_INFO_COMMAND, _run_ucx_info, pair=False, capture=False,
+                output=False)
     add_command(run_app, MPI_COMMAND, _run_mpi, pair=False)
 

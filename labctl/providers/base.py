@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import ClassVar
 
 from labctl.capabilities import Capabilities
@@ -82,6 +83,16 @@ class Provider(ABC):
     @abstractmethod
     def exec_argv(self, node: str, command: list[str], *, tty: bool = False) -> list[str]:
         """The host argv that runs `command` in `node`."""
+
+    def console_log(self, node: str) -> Path | None:
+        """The file `node`'s console is written to (`labctl logs`); None when the provider
+        keeps none (log_argv, or neither)."""
+        return None
+
+    def log_argv(self, node: str, *, lines: int, follow: bool) -> list[str] | None:
+        """The host argv that prints `node`'s last `lines` log lines (and with `follow`
+        goes on printing), for a provider whose log is not a file; None: no such command."""
+        return None
 
     def netns_argv(self, node: str, command: list[str]) -> list[str]:
         """The host argv for one of labctl's own reads of `node`'s network namespace (its

@@ -415,6 +415,11 @@ class ContainerProvider(Provider):
             argv.append("-t")
         return [*argv, container_name(self.lab.name, node), *(command or ["bash", "-l"])]
 
+    def log_argv(self, node: str, *, lines: int, follow: bool) -> list[str]:
+        """`docker logs` of the node's container on its engine: what its init printed."""
+        return ["docker", "-H", self._base_url(node), "logs", "--tail", str(lines),
+                *(["--follow"] if follow else []), container_name(self.lab.name, node)]
+
     def netns_argv(self, node: str, command: list[str]) -> list[str]:
         """From the engine's host with nsenter when labctl reaches it (a `docker exec`
         costs seconds under TCG; labctl/dockerhost/netns.py), else `docker exec`."""

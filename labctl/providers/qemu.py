@@ -346,6 +346,10 @@ class QemuProvider(Provider):
         self._refresh_ssh_config()
         return ssh.ssh_argv(self.labdir.ssh_config, node, command, tty=tty)
 
+    def console_log(self, node: str) -> Path:
+        """The serial console qemu writes (labctl/vm/machine.py: its boot and kernel log)."""
+        return self.labdir.node_dir(node) / "console.log"
+
     def _refresh_ssh_config(self) -> None:
         """The lab's ssh_config as labctl writes it, from state.json's checked ports."""
         ports = {name: info.ssh_port for name, info in self.labdir.load_state().nodes.items()

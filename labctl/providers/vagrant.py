@@ -561,6 +561,12 @@ class VagrantProvider(Provider):
     def exec_argv(self, node: str, command: list[str], *, tty: bool = False) -> list[str]:
         return ssh.ssh_argv(self.labdir.ssh_config, node, command, tty=tty)
 
+    def console_log(self, node: str) -> Path | None:
+        """The serial console libvirt writes for labctl's own box (the Vagrantfile's
+        console_log); another box has none: None."""
+        console = self.labdir.path / f"console-{node}.log"
+        return console if console.is_file() else None
+
     def destroy(self) -> list[str]:
         if self.labdir.ssh_config.exists():
             ssh.close_masters(self.labdir.ssh_config)  # every socket: Vagrant names them cm-%C

@@ -389,11 +389,17 @@ def command_line(argv: list[str]) -> str:
     return shlex.join(argv)
 
 
-def failure_details(result: RunResult) -> str:
-    """Both sides' command lines and outputs, then each node's state as the run failed."""
-    text = (f"--- server {result.server}: {command_line(result.server_argv)}\n"
+def outputs_text(result: RunResult) -> str:
+    """Both sides' command lines and outputs, each under a `--- server NODE: ...` or
+    `--- client NODE: ...` line (`run --show-output`, and the start of a failure's details)."""
+    return (f"--- server {result.server}: {command_line(result.server_argv)}\n"
             f"{result.server_output.rstrip()}\n--- client {result.client}: "
             f"{command_line(result.client_argv)}\n{result.client_output.rstrip()}")
+
+
+def failure_details(result: RunResult) -> str:
+    """Both sides' command lines and outputs, then each node's state as the run failed."""
+    text = outputs_text(result)
     for node, state in result.diagnostics.items():
         text += f"\n--- {node} state at the failure:\n{state}"
     return text

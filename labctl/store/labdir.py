@@ -321,16 +321,36 @@ def lab_dir_names(root: Path | None = None) -> list[str]:
                   and (p.is_dir() or p.is_symlink()))
 
 
+DEFAULT_LAB_ENV = "LABCTL_LAB"
+
+
+def default_lab() -> str | None:
+    """The lab LABCTL_LAB names (checked as --lab is), None when it is unset or empty."""
+    value = os.environ.get(DEFAULT_LAB_ENV, "")
+    if not value:
+        return None
+    try:
+        return check_lab_name(value)
+    except UsageError as exc:
+        raise UsageError(f"{DEFAULT_LAB_ENV}: {exc.message}",
+                         hint=f"set {DEFAULT_LAB_ENV} to a lab's name, or unset it") from None
+
+
 def find_labdir(name: str | None) -> LabDir:
-    """The lab called `name`, or the only lab when no name is given."""
+    """The lab called `name`; without one, the lab LABCTL_LAB names, else the only lab."""
     # Every refusal here is bad input (exit 2): the lab asked for does not exist, or the
     # command needs a lab and none or several could be meant.
+    from_env = name is None and default_lab() is not None
+    if name is None:
+        name = default_lab()
     if name is not None:
         labdir = LabDir(name)  # "" is refused there, not taken as "the only lab"
         if not labdir.path.exists():
             raise UsageError(
-                f"no lab named {short_repr(name)} is up",
-                hint=f"labs up: {', '.join(running_labs()) or 'none'}",
+                f"no lab named {short_repr(name)} is up"
+                + (f" ({DEFAULT_LAB_ENV} names it)" if from_env else ""),
+                hint=f"labs up: {', '.join(running_labs()) or 'none'}"
+                + (f"; unset {DEFAULT_LAB_ENV} or give --lab NAME" if from_env else ""),
             )
         return labdir
     labs = running_labs()
@@ -338,6 +358,7 @@ def find_labdir(name: str | None) -> LabDir:
         raise UsageError("no lab is up", hint="start one with `labctl up TOPOLOGY`")
     if len(labs) > 1:
         raise UsageError(
-            f"several labs are up ({', '.join(labs)})", hint="choose one with --lab NAME"
+            f"several labs are up ({', '.join(labs)})",
+            hint=f"choose one with --lab NAME, or set {DEFAULT_LAB_ENV}=NAME"
         )
     return LabDir(labs[0])

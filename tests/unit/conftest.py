@@ -49,3 +49,10 @@ def _own_records(tmp_path_factory: pytest.TempPathFactory,
     records.chmod(0o700)
     monkeypatch.setenv("LABCTL_RECORDS_DIR", str(records))
     return records
+
+
+@pytest.fixture(autouse=True)
+def _no_user_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's LABCTL_LAB (the default lab) or LABCTL_DEBUG never reaches a test."""
+    monkeypatch.delenv("LABCTL_LAB", raising=False)
+    monkeypatch.delenv("LABCTL_DEBUG", raising=False)

@@ -68,9 +68,18 @@ def test_every_example_is_on_the_path() -> None:
 
 def test_run_commands_are_extracted() -> None:
     runs = run_commands()
-    assert ["run", "rdma-server"] in runs
-    assert ["run", "rping", "--count", "5"] in runs
+    assert ["run", "rdma-server", "--show-output"] in runs
+    assert ["run", "rping", "--count", "5", "--show-output"] in runs
     assert len(runs) >= 15
+
+
+def test_the_steps_that_say_look_at_closing_lines_print_them() -> None:
+    """A passed run prints its table only: a step that sends the reader to the programs'
+    own lines (`rdma_server: end 0`, `ping data: ...`) runs with --show-output."""
+    runs = run_commands()
+    for example in ("rdma-server", "rping"):
+        mine = [w for w in runs if w[1] == example and "--lab" not in w and "--json" not in w]
+        assert mine and all("--show-output" in w for w in mine), mine
 
 
 def test_routed_step_runs_pingpong_and_rping_on_the_routed_lab() -> None:

@@ -27,7 +27,8 @@ from labctl.runners.options import (
 from labctl.runners.spec import KNOWN_OPTIONS, check_options
 
 COMMANDS = get_command(run_app).commands  # type: ignore[attr-defined]
-EVERY_RUN_OPTION = ("timeout", "as_json", "capture", "capture_dir", "pairs", "jobs", "lab")
+EVERY_RUN_OPTION = ("timeout", "as_json", "show_output", "capture", "capture_dir", "pairs",
+                    "jobs", "lab")
 
 
 def test_every_example_of_the_catalogue_has_its_command_in_order() -> None:
@@ -121,7 +122,7 @@ def test_a_new_entry_becomes_a_command_whose_values_reach_its_action() -> None:
     name, values = seen[-1]
     assert name == "demo"
     assert values == {"mode": "a", "server": "n1", "client": None, "size": 64,
-                      "timeout": None, "as_json": True, "capture": False,
+                      "timeout": None, "as_json": True, "show_output": False, "capture": False,
                       "capture_dir": None, "pairs": "first", "jobs": 1, "lab": None}
     assert demo.run_options(values) == {"size": 64, "timeout": None}
     help_text = runner.invoke(app, ["demo", "--help"], env={"COLUMNS": "100"}).output
