@@ -121,7 +121,29 @@ if [ "${#missing[@]}" -gt 0 ]; then
         esac
     done
     echo "setup.sh: installing ${required[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${required[@]}" >/dev/null
+    # bookworm's docker.io is the client and the engine, which Debian starts and enables at
+    # once; labctl needs the client only (its docker labs use the Docker host VM's engine),
+    # and a running dockerd rewrites the host's iptables (FORWARD: DROP). The engine is kept
+    # from starting (policy-rc.d) and left disabled.
+    # (SETUP_SYSROOT: tests/unit/test_setup.py runs this with stubs, never on the host's /usr.)
+    policy_rc=${SETUP_SYSROOT:-}/usr/sbin/policy-rc.d
+    engine=0 policy_made=0
+    if [[ " ${required[*]} " == *" docker.io "* ]]; then
+        engine=1
+        if [ ! -e "$policy_rc" ]; then
+            printf '#!/bin/sh\nexit 101\n' > "$policy_rc"
+            chmod 755 "$policy_rc"
+            policy_made=1
+        fi
+    fi
+    rc=0
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${required[@]}" >/dev/null || rc=$?
+    if [ "$policy_made" -eq 1 ]; then rm -f "$policy_rc"; fi
+    if [ "$engine" -eq 1 ]; then
+        systemctl disable docker.service docker.socket >/dev/null 2>&1 || true
+        echo "setup.sh: docker.io's engine is installed but not started or enabled (labctl uses its client only)"
+    fi
+    [ "$rc" -eq 0 ] || exit "$rc"
 fi
 # .venv: made and filled by pip only when it lacks what is asked: a stamp records which
 # install (labctl alone or labctl[dev]) ran against which pyproject.toml.

@@ -57,7 +57,13 @@ def run_setup(tmp_path: Path, *args: str, unavailable: tuple[str, ...] = (),
           "echo 'install ok installed';; *) exit 1;; esac")
     _stub(stubs, "apt-cache", f'echo "$2:"; case " {" ".join(unavailable)} " in *" $2 "*) '
           "echo '  Candidate: (none)';; *) echo '  Candidate: 1.0-1';; esac")
-    _stub(stubs, "apt-get", f'echo "apt-get $*" >> {log}')
+    sysroot = tmp_path / "sysroot"
+    (sysroot / "usr" / "sbin").mkdir(parents=True, exist_ok=True)
+    policy_rc = sysroot / "usr" / "sbin" / "policy-rc.d"
+    # the install notes whether services were held back (policy-rc.d in place) as it ran
+    _stub(stubs, "apt-get", f'echo "apt-get $*" >> {log}; case "$1" in install) '
+          f'[ -x {policy_rc} ] && "{policy_rc}"; echo "policy-rc.d: $?" >> {log};; esac')
+    _stub(stubs, "systemctl", f'echo "systemctl $*" >> {log}')
     if docker:
         _stub(stubs, "docker", "exit 0")
     venv = (f'mkdir -p .venv/bin; printf \'#!/bin/sh\\necho "python $*" >> {log}\\n\' '
@@ -65,7 +71,7 @@ def run_setup(tmp_path: Path, *args: str, unavailable: tuple[str, ...] = (),
     _stub(stubs, "python3", venv)
     result = subprocess.run([BASH, str(checkout / "scripts" / "setup.sh"), *args],
                             capture_output=True, text=True, timeout=60, check=False,
-                            env={"PATH": f"{stubs}:/usr/bin:/bin"})
+                            env={"PATH": f"{stubs}:/usr/bin:/bin", "SETUP_SYSROOT": str(sysroot)})
     return result.returncode, result.stdout + result.stderr, log.read_text() if log.exists() else ""
 
 
@@ -110,6 +116,12 @@ def test_without_arguments_it_installs_what_the_tests_need(tmp_path: Path,
     assert "?" not in said[0] and "vagrant" not in said[0]  # optional ones: not "missing"
     assert f"setup.sh: installing {' '.join(installed)}" in said
     assert "python -m pip install -q -e .[dev]" in log.splitlines()
+    # bookworm's docker.io brings the engine: kept from starting during the install (the
+    # policy says 101, "not allowed") and left disabled; trixie's docker-cli has none
+    held = docker_package == "docker.io"
+    assert ("policy-rc.d: 101" in log.splitlines()) is held
+    assert ("systemctl disable docker.service docker.socket" in log.splitlines()) is held
+    assert not (tmp_path / "sysroot" / "usr" / "sbin" / "policy-rc.d").exists()
 
 
 def test_a_missing_optional_package_says_what_is_lost(tmp_path: Path) -> None:
