@@ -30,7 +30,7 @@ def cp(
     request = parse_copy(src, dst)  # bad arguments exit 2 before the lab is opened
     handle = open_lab(lab)
     handle.argv(request.node, [])  # an unknown node: exit 2, nothing copied
-    on_interrupt(f"lab {handle.lab.name} is untouched, do not `labctl down` it; " + (
+    on_interrupt("the lab is untouched, do not `labctl down` it; " + (
         f"DST in {request.node} is as it was, but for a hidden .labctl-cp.* directory "
         "beside it if the node's side could not remove it" if request.to_node
         else "nothing was written at DST on the host"))

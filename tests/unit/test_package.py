@@ -353,7 +353,7 @@ def test_choice_options_show_their_choices(monkeypatch: pytest.MonkeyPatch,
     assert re.search(r"--timeout +SECONDS", out)
     assert "labctl up [OPTIONS] TOPOLOGY" in out  # required: bare, as README writes it
     _, out, _ = run_cli(monkeypatch, capsys, "run", "pingpong", "--help")
-    assert re.search(r"--transport +-t +\[rc\|uc\|ud\|srq\]", out)
+    assert re.search(r"--transport +\[rc\|uc\|ud\|srq\]", out)
 
 
 # --- the plot extra --------------------------------------------------------------------------

@@ -107,7 +107,8 @@ def test_first_pair_is_the_first_two_rdma_nodes_or_the_ones_named(split: Lab) ->
      "node4"),
     (None, "node4", "--client: node node4 has no RDMA device (rdma: none)",
      "nodes with RDMA devices: node1, node2, node3"),
-    ("node2", "node2", "--server and --client must be different nodes", None),
+    ("node2", "node2", "--server and --client must be different nodes",
+     "`labctl status` lists the lab's nodes"),
 ])
 def test_a_bad_first_pair_is_refused_naming_the_flag(split: Lab, server: str | None,
                                                     client: str | None, message: str,
