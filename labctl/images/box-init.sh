@@ -34,6 +34,10 @@ mkdir -p /dev/pts /dev/shm /dev/mqueue /run /tmp
 mount -t devpts devpts /dev/pts
 for dir in /run /tmp /dev/shm; do mount -t tmpfs tmpfs "$dir"; done
 mount -t mqueue mqueue /dev/mqueue
+# the kernel's own file systems, as systemd mounts them on Debian
+mount -t debugfs debugfs /sys/kernel/debug
+mount -t tracefs tracefs /sys/kernel/tracing
+modprobe configfs && mount -t configfs configfs /sys/kernel/config
 mkdir -m 1777 /run/lock  # what a Debian machine has (stage 1 made /dev's links)
 
 arg() {  # the value of labctl.NAME= on the kernel command line
