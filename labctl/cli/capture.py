@@ -30,7 +30,7 @@ MAX_LADDER = 2000  # arrows in one ladder (a row each: 2000 make a 720-inch imag
 
 
 @contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
+def terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM/SIGHUP end a capture like Ctrl-C does, so its child is always stopped.
     SIGINT too: a shell starts background jobs with SIGINT ignored."""
 
@@ -64,7 +64,7 @@ def _record(endpoint: str, write: Path | None, count: int, duration: float | Non
     if write is not None and not count and duration is None:
         duration = DEFAULT_DURATION
     bound = [f"{count} packets" if count else "", f"{duration:g} s" if duration else ""]
-    with _terminate_as_interrupt(), Capture(target, write, count=count, duration=duration,
+    with terminate_as_interrupt(), Capture(target, write, count=count, duration=duration,
                                             bpf=bpf) as cap:
         try:
             cap.wait_ready()

@@ -130,9 +130,11 @@ class ExecCommand(TyperCommand):
                     words.append(arg)
             lead = words[:1] if words and words[0] != word and "--all" not in own else []
             example = shlex.join(["labctl", "exec", *own, *lead, "--", *words[len(lead):]])
-            raise UsageError(f"{short_repr(word)} is not an option of `labctl exec`",
-                             hint=f"put the command after `--`: {short_repr(example, 200)[1:-1]}"
-                             ) from None
+            raise UsageError(f"No such option: {short_repr(word)[1:-1]} (an option of "
+                             "the command's goes after `--`)",
+                             hint=f"usage: {' '.join(ctx.get_usage().split()[1:])}; put "
+                             f"the command after `--`: {short_repr(example, 200)[1:-1]}; see "
+                             "`labctl exec -h`") from None
 
 
 def register(app: typer.Typer) -> None:

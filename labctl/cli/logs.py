@@ -3,6 +3,7 @@ box) or its container's log (Docker), its last lines and, with -f, what follows.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import typer
 
 from labctl import bounded
 from labctl.cli import complete
+from labctl.cli.capture import terminate_as_interrupt
 from labctl.cli.common import LabOption, int_range
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle, open_lab
@@ -142,6 +144,13 @@ def logs(
     if node not in names:
         raise UsageError(f"lab {handle.lab.name} has no node {node!r}",
                          hint=f"nodes: {', '.join(names)}")
+    # SIGTERM/SIGHUP end -f as Ctrl-C does; SIGINT too (a shell's background job has it
+    # ignored), so `labctl logs NODE --follow &` stops at `kill -INT`.
+    with terminate_as_interrupt() if follow else contextlib.nullcontext():
+        _show(handle, node, lines, follow)
+
+
+def _show(handle: LabHandle, node: str, lines: int, follow: bool) -> None:
     try:
         path = handle.provider.console_log(node)
         argv = None if path else handle.provider.log_argv(node, lines=lines, follow=follow)

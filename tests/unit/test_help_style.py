@@ -224,7 +224,7 @@ def test_a_short_flag_means_one_thing_everywhere() -> None:
 # What a value is, as the help names it (a choice lists its values instead).
 PLACEHOLDERS = {
     "NODE", "NODE:IF", "NAME", "TOPOLOGY", "FILE", "FILE.pcap", "FILE.png", "FILE.svg", "DIR",
-    "SECONDS", "TIME", "COUNT", "BYTES", "BYTES,...", "PORT", "URL", "IP", "PERCENT", "MIB",
+    "SECONDS", "TIME", "RATE", "COUNT", "BYTES", "BYTES,...", "PORT", "URL", "IP", "PERCENT", "MIB",
     "DEVICE", "BPF", "TEST", "SRC", "DST", "COMMAND", "COMMAND...", "'CMD'", "'PROBE'",
     "SRC:DST[:ro]", "OPCODE", "QPN", "PSN", "ID", "NODE,...", "MODULE,...",
 }
