@@ -105,6 +105,7 @@ FALLBACK_EXAMPLES = {
     ("labctl", "docker-host", "exec"): "labctl docker-host exec -- docker ps",
     ("labctl", "image", "list"): "labctl image list",
     ("labctl", "link", "show"): "labctl link show --lab two-node",
+    ("labctl", "logs"): "labctl logs node1 --lines 20 --lab two-node",
     ("labctl", "run", "cmtime"): "labctl run cmtime --lab two-node",
     ("labctl", "run", "riostream"): "labctl run riostream --lab two-node",
     ("labctl", "run", "rstream"): "labctl run rstream --lab two-node",

@@ -109,7 +109,7 @@ _CLICK_USAGE_ERROR: type[Exception] = {
 
 class ExecCommand(TyperCommand):
     """`labctl exec node1 ls -la`: click takes `-la` for an option of exec's own; say that
-    a command's options go after `--` (exit 2), not just "No such option"."""
+    a command's options go after `--` (exit 2), not just "no such option"."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         given = list(args)  # click's parser consumes the list
@@ -130,7 +130,7 @@ class ExecCommand(TyperCommand):
                     words.append(arg)
             lead = words[:1] if words and words[0] != word and "--all" not in own else []
             example = shlex.join(["labctl", "exec", *own, *lead, "--", *words[len(lead):]])
-            raise UsageError(f"No such option: {short_repr(word)[1:-1]} (an option of "
+            raise UsageError(f"no such option: {short_repr(word)[1:-1]} (an option of "
                              "the command's goes after `--`)",
                              hint=f"usage: {' '.join(ctx.get_usage().split()[1:])}; put "
                              f"the command after `--`: {short_repr(example, 200)[1:-1]}; see "

@@ -101,8 +101,8 @@ SHIPPED_LABS = {re.search(r"^name: (\S+)", p.read_text(), re.M).group(1)  # type
                 for p in (ROOT / "topologies").glob("*.yaml")}
 # Lab names a page makes itself: what the benchmarks name their lab, examples/verbs-send's,
 # `--name green` / `--name blue` on docs/lifecycle.md, a wrong name shown for its error,
-# the test suite's own.
-PAGE_LABS = {"bench", "verbs-send", "green", "blue", "nosuch", "itest-rel"}
+# the test suite's own, the blktests recipe's topology (docs/workloads.md).
+PAGE_LABS = {"bench", "verbs-send", "green", "blue", "nosuch", "itest-rel", "blk"}
 AUTHORS_LABS = ("h6-flt", "h7-flt", "h6-siw", "wlm-three", "wlp-two", "wls-two", "wls-siw",
                 "wlt-rxe", "rs-bench", "dprof", "flks", "cfail")
 

@@ -11,13 +11,13 @@ from tests.unit.clirun import run_main
 
 
 @pytest.mark.parametrize(("args", "error", "hint"), [
-    (["node1", "ls", "-la"], "No such option: -la (an option of the command's goes after `--`)",
+    (["node1", "ls", "-la"], "no such option: -la (an option of the command's goes after `--`)",
      "put the command after `--`: labctl exec node1 -- ls -la"),
-    (["node1", "--lab", "lab1", "ls", "-la", "/tmp"], "No such option: -la",
+    (["node1", "--lab", "lab1", "ls", "-la", "/tmp"], "no such option: -la",
      "labctl exec --lab lab1 node1 -- ls -la /tmp"),
-    (["--all", "ip", "-br", "addr"], "No such option: -br",
+    (["--all", "ip", "-br", "addr"], "no such option: -br",
      "labctl exec --all -- ip -br addr"),
-    (["node1", "cat", "--show-all", "a b"], "No such option: --show-all",
+    (["node1", "cat", "--show-all", "a b"], "no such option: --show-all",
      "labctl exec node1 -- cat --show-all 'a b'"),
 ])
 def test_a_commands_option_before_double_dash_gets_a_hint(

@@ -99,7 +99,8 @@ def test_show_output_with_json_prints_one_document(
     fake_run.append(_result())
     code, out, _ = run_main(monkeypatch, capsys, "run", "pingpong", "--json", "--show-output")
     assert code == 0
-    assert json.loads(out)["client_output"] == CLIENT_OUT  # the record holds the outputs
+    # one document (the records under one key); the record holds the outputs
+    assert json.loads(out)["records"][0]["client_output"] == CLIENT_OUT
 
 
 def test_every_pair_command_takes_show_output_but_ucx_info() -> None:
@@ -174,7 +175,7 @@ def test_logs_reads_a_huge_console_by_its_end(
     (["logs", "node9"], "error: lab ut-see has no node 'node9'"),
     (["logs", "../x"], "error: bad node name '../x'"),
     (["logs", "node1", "--lines", "0"], "error: --lines must be a whole number from 1 to"),
-    (["logs", "node1", "--lines", "many"], "error: Invalid value for '--lines'"),
+    (["logs", "node1", "--lines", "many"], "error: invalid value for '--lines'"),
     (["logs", "node1", "--lab", "nolab"], "error: no lab named 'nolab' is up"),
 ])
 def test_logs_bad_input_exits_2_with_a_hint(
