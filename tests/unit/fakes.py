@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from typing import Any
 
 from labctl.vm.machine import QemuMachine
 
@@ -23,3 +27,19 @@ def fake_qemu(machine: QemuMachine, procs: list[subprocess.Popen[bytes]]) -> int
         time.sleep(0.01)
     machine.pidfile.write_text(f"{proc.pid}\n")
     return proc.pid
+
+
+@contextlib.contextmanager
+def within(seconds: int) -> Iterator[None]:
+    """Fail (not hang) if the block takes longer: opening or reading a FIFO would wait
+    forever."""
+    def expire(_sig: int, _frame: Any) -> None:
+        raise AssertionError(f"still running after {seconds} s (a FIFO opened or read?)")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

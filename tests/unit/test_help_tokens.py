@@ -10,20 +10,11 @@ from typing import Any
 
 import pytest
 
-from labctl.cli.app import cli_command
 from tests.unit.clirun import run_main
+from tests.unit.test_help_style import TREE
 
 BOX = re.compile(r"[│╭╮╰╯─]")
 
-
-def _walk(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
-    found = [(path, command)]
-    for name, sub in sorted(getattr(command, "commands", {}).items()):
-        found += _walk(sub, (*path, name))
-    return found
-
-
-TREE = _walk(cli_command())
 
 
 def source_tokens(command: Any) -> set[str]:

@@ -18,11 +18,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -38,6 +37,7 @@ from labctl.runners import labssh
 from labctl.store.labdir import LabDir
 from labctl.topology.resolved import Lab
 from labctl.vm.machine import node_machine, start_detached
+from tests.unit.fakes import within
 
 # The decoys include a character device (mknod) and the steps make lab files as root would.
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
@@ -77,21 +77,6 @@ def decoys(tmp_path: Path) -> Decoys:
     (host / "etc" / "shadow").write_bytes(DECOY_TEXT)
     return Decoys(host / "passwd", host / "fifo", host / "null", host / "etc",
                   host / "created-by-labctl")
-
-
-@contextlib.contextmanager
-def _within(seconds: int) -> Iterator[None]:
-    """Fail (not hang) if the step takes longer: opening a FIFO would wait forever."""
-    def expire(_sig: int, _frame: Any) -> None:
-        raise AssertionError(f"still running after {seconds} s (a FIFO opened?)")
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 # --- the classes: what is planted at a path ------------------------------------------------
@@ -280,7 +265,7 @@ def test_a_planted_link_or_special_file_reaches_no_decoy(
     READ_CLASSES[kind](planted, decoys)
     before = decoys.snapshot()
     refused = False
-    with _within(20):
+    with within(20):
         try:
             step(lab)
         except LabctlError as error:

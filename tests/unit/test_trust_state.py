@@ -11,14 +11,12 @@ survive, a file a planted link points at is unchanged, only the lab's own netns 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import shutil
-import signal
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +34,7 @@ from labctl.topology.load import load_lab
 from labctl.topology.resolved import Lab, Mount
 from labctl.vm.machine import QemuMachine, node_machine
 from tests.unit.clirun import run_main
-from tests.unit.fakes import fake_qemu
+from tests.unit.fakes import fake_qemu, within
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = "ut-trust"
@@ -57,24 +55,9 @@ def netns_asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return asked
 
 
-@contextlib.contextmanager
-def _within(seconds: int) -> Iterator[None]:
-    """Fail (not hang) if the block takes longer: a FIFO read would block forever."""
-    def expire(_sig: int, _frame: Any) -> None:
-        raise AssertionError(f"still running after {seconds} s (a blocking read?)")
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def _cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
          *args: str) -> tuple[int, str, str]:
-    with _within(30):
+    with within(30):
         code, out, err = run_main(monkeypatch, capsys, *args)
     assert "Traceback" not in out + err, err
     return code, out, " ".join(err.split())
@@ -470,7 +453,7 @@ def test_a_busy_lab_with_a_hostile_lock_owner(
     labdir, _ = _lab()
     with labdir.locked("up"):
         hostile(labdir.path / "lock.owner")
-        with (_within(10), pytest.raises(lifecycle.LabctlError, match=r"busy \(another labctl"),
+        with (within(10), pytest.raises(lifecycle.LabctlError, match=r"busy \(another labctl"),
               labdir.locked("down")):
             pass
 
@@ -481,7 +464,7 @@ def test_a_qemu_pidfile_that_is_a_fifo_or_huge(state_root: Path) -> None:
     machine.dir.mkdir(parents=True)
     for hostile in (_fifo, _huge, _link_to("/dev/zero"), _text("12 34"), _text("-1")):
         hostile(machine.pidfile)
-        with _within(10):
+        with within(10):
             assert machine.pidfile_pid() == 0
 
 
