@@ -139,7 +139,7 @@ def capture(
                               callback=int_range("--count", 0, MAX_COUNT)),
     duration: float = typer.Option(None, "--duration",
                                    metavar="SECONDS", help="Stop after this many seconds "
-                                   f"(with -w and no --count: {DEFAULT_DURATION:g}).",
+                                   f"(with -w FILE and no --count: {DEFAULT_DURATION:g}).",
                                    callback=seconds("duration")),
     bpf: str = typer.Option(None, "--filter", "-f",
                             metavar="BPF", help="BPF filter, e.g. 'udp port 4791'."),

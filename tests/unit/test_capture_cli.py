@@ -253,3 +253,13 @@ def test_decode_json_keeps_the_absolute_time() -> None:
     assert result.returncode == 0, result.stderr
     times = [json.loads(line)["time"] for line in result.stdout.splitlines()]
     assert times == [f.time for f in decode_file(path, 2)] and times[0] > 1e9
+
+
+def test_the_docs_timestamp_sample_is_what_the_command_prints() -> None:
+    """docs/wire.md's --absolute sample, regenerated: a drift in the line format shows."""
+    command = "labctl capture --decode tests/unit/captures/rxe-rping.pcap --first 2 --absolute"
+    text = (REPO / "docs/wire.md").read_text()
+    sample = text.split(f"$ {command}\n", 1)[1].split("```", 1)[0]
+    result = labctl(*command.split()[2:])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == sample
