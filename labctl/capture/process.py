@@ -58,6 +58,7 @@ class Capture:
         self._ready = threading.Event()
         self._errors: list[str] = []
         self._printer: threading.Thread | None = None
+        self._watcher: threading.Thread | None = None
         limits: list[str] = []
         if count:
             limits += ["--count", str(count)]
@@ -121,7 +122,8 @@ class Capture:
     def _start_relay(self) -> None:
         self._printer = threading.Thread(target=self._relay, daemon=True)
         self._printer.start()
-        threading.Thread(target=self._watch_reader, daemon=True).start()
+        self._watcher = threading.Thread(target=self._watch_reader, daemon=True)
+        self._watcher.start()
 
     def _relay(self) -> None:
         """Copy the child's pcap stream to the sink as it comes. After the reader went
@@ -147,7 +149,8 @@ class Capture:
         poller = select.poll()
         poller.register(fd, 0)  # POLLERR and POLLHUP are reported without asking
         while self._proc.poll() is None and not self.reader_gone:
-            if any(events & (select.POLLERR | select.POLLHUP | select.POLLNVAL)
+            # (not POLLNVAL: a descriptor closed under us says nothing of the reader)
+            if any(events & (select.POLLERR | select.POLLHUP)
                    for _, events in poller.poll(200)):
                 self._reader_went_away()
 
@@ -230,6 +233,8 @@ class Capture:
         self._reader.join(2)
         if self._printer is not None:
             self._printer.join(5)
+        if self._watcher is not None:  # it ends within a poll once the child has ended
+            self._watcher.join(2)
 
     @property
     def errors(self) -> list[str]:

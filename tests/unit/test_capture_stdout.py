@@ -211,3 +211,53 @@ def test_stdout_and_absolute_misuse_exits_2(args: tuple[str, ...], message: str)
     assert result.stdout == ""  # nothing on stdout, ever, but pcap bytes
     text = " ".join(result.stderr.split())
     assert text.startswith(message) and "hint: " in text and "Traceback" not in text
+
+
+@pytest.mark.parametrize("reader_exits", [False, True])
+def test_the_docker_host_vm_stream_is_relayed_the_same_way(
+        lab: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        reader_exits: bool) -> None:
+    """A Docker host VM lab: vmcapture.py's stream comes back on the ssh's stdout. Here the
+    "ssh" is the command it would run in the VM, run on this host (the namespace made
+    above stands in for the VM's), so Capture's own relay of that stream is what is tested:
+    into a pipe whose reader takes the pcap, or takes the header only and exits."""
+    import threading
+
+    from scapy.utils import PcapReader
+
+    from labctl.capture.process import STDOUT, Capture
+    from labctl.capture.target import VM, CaptureTarget
+    from labctl.dockerhost.vm import DockerHostVM
+
+    monkeypatch.setattr(DockerHostVM, "ssh_argv", lambda self, command: command)
+    tap = tap_name(load_lab(REPO / "topologies/two-node.yaml").node("node1").index, "eth1")
+    target = CaptureTarget("node1", "eth1", NS, tap, VM)
+    read_end, write_end = os.pipe()
+    got: list[bytes] = []
+
+    def read() -> None:
+        with os.fdopen(read_end, "rb") as stream:
+            got.append(stream.read(24) if reader_exits else stream.read())
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    with os.fdopen(write_end, "wb") as sink, \
+            Capture(target, STDOUT, count=0 if reader_exits else 2, duration=30,
+                    bpf="udp", sink=sink) as cap:
+        cap.wait_ready()
+        if reader_exits:
+            reader.join(10)
+            assert not reader.is_alive()
+        for _ in range(50):
+            send_udp(4791)
+            if cap.wait(0.2) is not None:
+                break
+        assert cap.wait(10) == 0, cap.errors
+    reader.join(10)
+    assert got[0][:4] == bytes.fromhex(PCAP_MAGIC)[::-1]  # little-endian, as written
+    assert cap.reader_gone is reader_exits
+    if not reader_exits:
+        stream = tmp_path / "relayed.pcap"
+        stream.write_bytes(got[0])
+        with PcapReader(str(stream)) as pcap:
+            assert len(list(pcap)) == 2 == cap.packets
