@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -93,7 +94,7 @@ def send_udp(*ports: int) -> None:
                     *map(str, ports)], check=True)
 
 
-def start(env: dict[str, str], records: int, *args: str
+def start(env: dict[str, str], records: int, *args: str, reader_argv: list[str] | None = None
           ) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
     """`labctl capture node1:eth1 -w - ARGS | reader`, once the capture is open."""
     capture = subprocess.Popen([sys.executable, "-m", "labctl", "capture", "node1:eth1",
@@ -101,8 +102,9 @@ def start(env: dict[str, str], records: int, *args: str
                                cwd=REPO, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert capture.stdout is not None and capture.stderr is not None
-    reader = subprocess.Popen([sys.executable, "-c", READER], stdin=capture.stdout,
-                              stdout=subprocess.PIPE, text=True,
+    reader = subprocess.Popen(reader_argv or [sys.executable, "-c", READER],
+                              stdin=capture.stdout, stdout=subprocess.PIPE, text=True,
+                              stderr=subprocess.DEVNULL,
                               env={**os.environ, "READER_RECORDS": str(records)})
     capture.stdout.close()  # the reader holds the pipe's only read end, as in a shell
     started = capture.stderr.readline()
@@ -157,6 +159,23 @@ def test_a_reader_that_exits_ends_the_capture_cleanly(lab: dict[str, str]) -> No
         time.sleep(0.1)
     out, err = finish(capture, reader)
     assert out == f"header {PCAP_MAGIC} 2.4 linktype 1\nudp 4791\nend\n"
+    assert "the reader closed the stream" in err.splitlines()[-1], err
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None,
+                    reason="tshark is not installed (apt-get install tshark)")
+def test_tshark_reads_the_stream_and_its_exit_ends_the_capture(lab: dict[str, str]) -> None:
+    """`labctl capture ... -w - | tshark -r - -c 2`: Wireshark's own reader takes two
+    packets off the pipe and exits; labctl, with no limit of its own, ends with it."""
+    capture, reader = start(lab, 0, reader_argv=["tshark", "-n", "-r", "-", "-c", "2",
+                                                 "-T", "fields", "-e", "udp.dstport"])
+    for _ in range(50):
+        if capture.poll() is not None:
+            break
+        send_udp(4791)
+        time.sleep(0.2)
+    out, err = finish(capture, reader)
+    assert out == "4791\n4791\n"
     assert "the reader closed the stream" in err.splitlines()[-1], err
 
 
@@ -261,3 +280,33 @@ def test_the_docker_host_vm_stream_is_relayed_the_same_way(
         stream.write_bytes(got[0])
         with PcapReader(str(stream)) as pcap:
             assert len(list(pcap)) == 2 == cap.packets
+
+
+@pytest.mark.parametrize("absolute", [False, True])
+def test_live_lines_show_relative_or_absolute_times(lab: dict[str, str],
+                                                    absolute: bool) -> None:
+    """Without -w, one line per packet as it comes: seconds since the first by default."""
+    from datetime import UTC, datetime
+
+    args = ["--absolute"] if absolute else []
+    proc = subprocess.Popen([sys.executable, "-m", "labctl", "capture", "node1:eth1",
+                             "--count", "2", "--filter", "udp", *args],
+                            cwd=REPO, env={**os.environ, **lab}, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None and proc.stdout is not None
+    assert "capturing on node1:eth1" in proc.stderr.readline()
+    before = time.time()
+    send_udp(4791)
+    time.sleep(0.3)
+    send_udp(4792)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    stamps = [line.split()[1] for line in out.splitlines()]
+    assert len(stamps) == 2, out
+    if absolute:
+        when = [datetime.fromisoformat(s) for s in stamps]
+        assert all(w.tzinfo == UTC and s.endswith("Z") for w, s in zip(when, stamps,
+                                                                        strict=True))
+        assert before - 1 < when[0].timestamp() < when[1].timestamp() < time.time()
+    else:
+        assert stamps[0] == "0.000000" and 0.2 < float(stamps[1]) < 30, stamps
