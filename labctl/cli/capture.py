@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Iterator
@@ -57,7 +58,8 @@ def _record(endpoint: str, write: Path | None, count: int, duration: float | Non
     streaming = write == STDOUT
     if streaming and sys.stdout.isatty():
         raise UsageError("-w - writes pcap bytes to stdout, which is a terminal",
-                         hint=f"pipe it to a reader, e.g. `labctl capture {endpoint} -w - "
+                         hint=f"pipe it to a reader, e.g. `labctl capture "
+                         f"{shlex.quote(endpoint)} -w - "
                          "| tcpdump -r -`; or -w FILE.pcap")
     # Fail here, before the child starts, if the file cannot be written (and make nothing);
     # --write's callback has checked the path itself.
@@ -79,7 +81,7 @@ def _record(endpoint: str, write: Path | None, count: int, duration: float | Non
             err_console.print(
                 f"capturing on {node}:{ifname} ({target.where})"
                 f"{', up to ' + ' or '.join(b for b in bound if b) if any(bound) else ''}"
-                "; Ctrl-C stops")
+                "; Ctrl-C " + ("or the reader's exit stops" if streaming else "stops"))
             cap.wait()
         except KeyboardInterrupt:
             cap.stop()
