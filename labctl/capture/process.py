@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from labctl.bounded import parse_int
 from labctl.capture.target import VM, CaptureTarget
@@ -27,6 +28,8 @@ from labctl.wire.record import CaptureRecord, TtlFlow
 # (one vCPU under TCG) took over 30 s while a busy container shared that vCPU.
 READY_TIMEOUT = 120.0
 STOP_GRACE = 5.0
+STDOUT = Path("-")  # `-w -`: the pcap goes to our stdout, relayed as it comes
+CHUNK = 1 << 16
 
 
 class Capture:
@@ -37,15 +40,25 @@ class Capture:
     comes back on the ssh's stdout: into the file, or through a decoder that prints lines.
     Either way the child's stdin is a pipe from us, its lifeline: closing it stops the
     capture cleanly, and so does our death (the pipe closes with us).
+
+    `write` STDOUT: the child's pcap stream (the worker's `--write=-`, or the ssh's stdout)
+    is relayed to `sink` (our stdout) chunk by chunk, flushed; when the reader of `sink`
+    goes away (EPIPE, or POLLERR on the pipe while no packet comes), `reader_gone` is set
+    and the capture is stopped like Ctrl-C stops it.
     """
 
     def __init__(self, target: CaptureTarget, write: Path | None, *, count: int = 0,
-                 duration: float | None = None, bpf: str | None = None) -> None:
+                 duration: float | None = None, bpf: str | None = None,
+                 absolute: bool = False, sink: BinaryIO | None = None) -> None:
         self.target = target
         self.packets: int | None = None
+        self.reader_gone = False
+        self._sink = sink if sink is not None else sys.stdout.buffer
+        self._absolute = absolute
         self._ready = threading.Event()
         self._errors: list[str] = []
         self._printer: threading.Thread | None = None
+        self._watcher: threading.Thread | None = None
         limits: list[str] = []
         if count:
             limits += ["--count", str(count)]
@@ -58,11 +71,15 @@ class Capture:
             # the positional arguments after "--".
             argv = [sys.executable, "-m", "labctl.capture.worker", *limits]
             if write is not None:
-                argv.append(f"--write={write}")
+                argv.append(f"--write={write}")  # STDOUT is "-": the worker's stdout
+            elif absolute:
+                argv.append("--absolute")
             if bpf:
                 argv.append(f"--filter={bpf}")
             argv += ["--", target.netns, target.device]
-            self._proc = self._popen(argv, None)
+            self._proc = self._popen(argv, subprocess.PIPE if write == STDOUT else None)
+            if write == STDOUT:
+                self._start_relay()
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()
 
@@ -84,9 +101,13 @@ class Capture:
         argv = DockerHostVM().ssh_argv(command)
         if write is None:
             proc = self._popen(argv, subprocess.PIPE)
-            self._printer = threading.Thread(target=_print_stream, args=(proc.stdout,),
-                                             daemon=True)
+            self._printer = threading.Thread(target=_print_stream,
+                                             args=(proc.stdout, self._absolute), daemon=True)
             self._printer.start()
+        elif write == STDOUT:
+            proc = self._popen(argv, subprocess.PIPE)
+            self._proc = proc
+            self._start_relay()
         else:
             with open(write, "wb") as out:  # the child holds it open; we need not
                 proc = self._popen(argv, out)
@@ -97,6 +118,55 @@ class Capture:
         except BrokenPipeError:
             pass  # the ssh died at once: its stderr says why (wait_ready reports it)
         return proc
+
+    def _start_relay(self) -> None:
+        self._printer = threading.Thread(target=self._relay, daemon=True)
+        self._printer.start()
+        self._watcher = threading.Thread(target=self._watch_reader, daemon=True)
+        self._watcher.start()
+
+    def _relay(self) -> None:
+        """Copy the child's pcap stream to the sink as it comes. After the reader went
+        away, keep draining (a child blocked on a full pipe could not stop)."""
+        assert self._proc.stdout is not None
+        source = self._proc.stdout.fileno()
+        while chunk := os.read(source, CHUNK):
+            if self.reader_gone:
+                continue
+            try:
+                self._sink.write(chunk)
+                self._sink.flush()
+            except (BrokenPipeError, ValueError):  # ValueError: the sink was closed
+                self._reader_went_away()
+
+    def _watch_reader(self) -> None:
+        """A pipe's reader that exits while no packet comes is seen only by poll (POLLERR
+        on our end): without this, `-w - | tcpdump -c 1` would wait for the next packet."""
+        try:
+            fd = self._sink.fileno()
+        except (OSError, ValueError):
+            return
+        poller = select.poll()
+        poller.register(fd, 0)  # POLLERR and POLLHUP are reported without asking
+        while self._proc.poll() is None and not self.reader_gone:
+            # (not POLLNVAL: a descriptor closed under us says nothing of the reader)
+            if any(events & (select.POLLERR | select.POLLHUP)
+                   for _, events in poller.poll(200)):
+                self._reader_went_away()
+
+    def _reader_went_away(self) -> None:
+        if self.reader_gone:
+            return
+        self.reader_gone = True
+        # Our later flushes (the interpreter's last one too) must not fail on the dead
+        # pipe: the sink's descriptor now writes to /dev/null.
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._sink.fileno())
+            os.close(null)
+        with contextlib.suppress(OSError):  # the lifeline: the child ends as on Ctrl-C
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
 
     def _read_stderr(self) -> None:
         assert self._proc.stderr is not None
@@ -163,6 +233,8 @@ class Capture:
         self._reader.join(2)
         if self._printer is not None:
             self._printer.join(5)
+        if self._watcher is not None:  # it ends within a poll once the child has ended
+            self._watcher.join(2)
 
     @property
     def errors(self) -> list[str]:
@@ -175,19 +247,20 @@ class Capture:
         self.stop()
 
 
-def _print_stream(stream: IO[bytes]) -> None:
+def _print_stream(stream: IO[bytes], absolute: bool) -> None:
     """Decode a pcap stream as it arrives: one line per packet (as the worker prints)."""
     from scapy.error import Scapy_Exception
     from scapy.utils import PcapReader
 
     from labctl.wire.decode import Decoder
-    from labctl.wire.summary import line
+    from labctl.wire.summary import Clock, line
 
     decoder = Decoder()
+    clock = Clock(absolute=absolute)
     try:
         with PcapReader(stream) as reader:  # type: ignore[arg-type]  # a stream works too
             for index, packet in enumerate(reader, start=1):
-                print(line(decoder.feed(packet, index)), flush=True)
+                print(line(decoder.feed(packet, index), clock), flush=True)
     except (Scapy_Exception, EOFError, OSError):
         pass  # no stream (the capture failed: its stderr says why) or a cut last record
 

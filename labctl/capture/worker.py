@@ -3,7 +3,9 @@ or print one decoded line per packet.
 
 Run as `python -m labctl.capture.worker NETNS DEVICE ...` by `labctl.capture.process`, never
 by hand. It enters the namespace before importing scapy, so scapy's interface table is the
-lab's. It says READY on stderr once its socket is open and COUNT n when it ends; SIGTERM
+lab's. `--write=-` streams the pcap on stdout (its parent relays it), the global header at
+once, so a reader knows the stream before the first packet. It says READY on stderr once
+its socket is open and COUNT n when it ends; SIGTERM
 (or SIGINT), or EOF on its stdin (its parent's pipe: the parent closed it, or died) stops it
 cleanly with the pcap flushed.
 """
@@ -39,7 +41,10 @@ def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="labctl.capture.worker")
     parser.add_argument("netns")
     parser.add_argument("device")
-    parser.add_argument("--write", default=None, help="pcap file; none: print lines")
+    parser.add_argument("--write", default=None,
+                        help="pcap file, or - for stdout; none: print lines")
+    parser.add_argument("--absolute", action="store_true",
+                        help="printed lines: wall-clock times, not seconds since the first")
     parser.add_argument("--count", type=int, default=0)
     parser.add_argument("--duration", type=float, default=None)
     parser.add_argument("--filter", default=None)
@@ -59,18 +64,24 @@ def main(argv: list[str] | None = None) -> int:
     from scapy.data import DLT_EN10MB
 
     from labctl.wire.decode import Decoder
-    from labctl.wire.summary import line
+    from labctl.wire.summary import Clock, line
 
     seen = [0]
-    writer = PcapWriter(args.write, linktype=DLT_EN10MB, sync=True) if args.write else None
+    writer = None
+    if args.write == "-":
+        writer = PcapWriter(sys.stdout.buffer, linktype=DLT_EN10MB, sync=True)
+        writer.write_header(None)  # a stream's reader waits for it before any packet
+    elif args.write:
+        writer = PcapWriter(args.write, linktype=DLT_EN10MB, sync=True)
     decoder = Decoder()
+    clock = Clock(absolute=args.absolute)
 
     def on_packet(packet: Any) -> None:
         seen[0] += 1
         if writer is not None:
             writer.write(packet)
         else:
-            print(line(decoder.feed(packet, seen[0])), flush=True)
+            print(line(decoder.feed(packet, seen[0]), clock), flush=True)
 
     def started() -> None:
         print(READY, file=sys.stderr, flush=True)
@@ -78,11 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sniff(iface=args.device, filter=args.filter or None, count=args.count,
               timeout=args.duration, prn=on_packet, store=False, started_callback=started)
-    except KeyboardInterrupt:
-        pass
+    except (KeyboardInterrupt, BrokenPipeError):
+        pass  # stopped, or whoever read our stdout is gone: either way the capture ends
     finally:
         if writer is not None:
-            writer.close()
+            with contextlib.suppress(OSError):
+                writer.close()
         print(f"{COUNT} {seen[0]}", file=sys.stderr, flush=True)
     return 0
 

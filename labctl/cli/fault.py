@@ -12,6 +12,7 @@ from rich.text import Text
 
 from labctl.cli import complete
 from labctl.cli.common import HELP_SETTINGS, LabOption, NodeArgument, console, int_range
+from labctl.cli.report import on_interrupt
 from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import FaultClearOutput
 from labctl.errors import UsageError
@@ -75,11 +76,20 @@ def add(
                       delay=delay)
     handle = open_lab(lab)
     node, ifname = parse_endpoint(handle, endpoint)
+    on_interrupt(fault_add_interrupted(handle.lab.name, f"{node}:{ifname}"))
     fault = add_fault(handle, node, ifname, spec)
     if as_json:
         print_json(fault.to_json())
     else:
         console.print(Text(f"fault {fault.id} on {node}:{ifname}: {spec.describe()}"))
+
+
+def fault_add_interrupted(lab: str, endpoint: str) -> str:
+    """What an interrupted `fault add` may have left: a fault half-put on that link end,
+    recorded only once it is whole (so `fault list` may not show it)."""
+    return (f"a fault on {endpoint} may be half-added: `labctl fault clear {endpoint} "
+            f"--lab {lab}` takes off that link end's faults (`labctl fault list --lab {lab}` "
+            f"shows them); one not listed there goes with `labctl down --lab {lab}`")
 
 
 def _table(record: FaultList) -> Table:

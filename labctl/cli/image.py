@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from labctl.cli.common import HELP_SETTINGS, MirrorOption, console, err_console, progress_reporter
+from labctl.cli.report import on_interrupt
 from labctl.cli.safeprint import outside_text, print_json
 from labctl.cli.shapes import ImageBuildOutput, ImageRecord
 from labctl.data.recipes import RECIPES, recipe
@@ -33,9 +34,11 @@ def build(
     as_json: bool = typer.Option(False, "--json", help="Print JSON (docs/json.md)."),
 ) -> None:
     """Build a node image (a no-op when the cache already holds it)."""
+    chosen = recipe(name)  # a name that is no recipe: exit 2 here
+    on_interrupt(image_build_interrupted(name))
     started = time.monotonic()
     with progress_reporter(f"image {name}") as progress:
-        image = build_image(recipe(name), mirror, force=force, progress=progress)
+        image = build_image(chosen, mirror, force=force, progress=progress)
     m = image.manifest
     if as_json:
         record: ImageBuildOutput = {
@@ -48,6 +51,13 @@ def build(
         f"image {m['key']}: kernel {m['kernel']}, rdma-core {m['rdma_core']} "
         f"({time.monotonic() - started:.1f} s) at {image.path}"
     )
+
+
+def image_build_interrupted(name: str) -> str:
+    # build_image builds in a scratch directory it removes on any exit, and renames it
+    # into place only when whole: an interrupted build leaves no image to clean.
+    return (f"no image {name} was made and no lab is touched: a half-built image is never "
+            f"used, and `labctl image build {name}` builds it again")
 
 
 @image_app.command()

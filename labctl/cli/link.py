@@ -13,6 +13,7 @@ from rich.text import Text
 
 from labctl.cli import complete
 from labctl.cli.common import HELP_SETTINGS, LabOption, console
+from labctl.cli.report import on_interrupt
 from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import LinkSetOutput
 from labctl.errors import LabctlError, UsageError, short_repr
@@ -122,6 +123,8 @@ def set_link(
                          "--rate, --duplicate, --corrupt or --clear")
     handle = open_lab(lab)
     node, ifname = parse_endpoint(handle, endpoint)
+    on_interrupt(link_set_interrupted(handle.lab.name, f"{node}:{ifname}", state,
+                                      bool(impair or clear)))
     done: LinkSetOutput = {"lab": handle.lab.name, "node": node, "interface": ifname,
                            "state": cast(Literal["up", "down"] | None, state), "netem": None}
 
@@ -145,6 +148,18 @@ def set_link(
         say(f"{node}:{ifname} " + ("cleared" if tc[2] == "del" else " ".join(tc[6:])))
     if as_json:
         print_json(done)
+
+
+def link_set_interrupted(lab: str, endpoint: str, state: str | None, netem: bool) -> str:
+    """What an interrupted `link set` may have left: only that link end, half-set."""
+    undo = []
+    if state is not None:
+        undo.append(f"`labctl link set {endpoint} {'down' if state == 'up' else 'up'} "
+                    f"--lab {lab}` sets its carrier back")
+    if netem:
+        undo.append(f"`labctl link set {endpoint} --clear --lab {lab}` removes its netem")
+    return (f"{endpoint} may be half-set (`labctl link show --lab {lab}` shows it): "
+            + " and ".join(undo) + "; the rest of the lab is untouched")
 
 
 def _netem_words(netem: Mapping[str, Any] | None) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,24 @@ def decode_file(path: Path, first: int | None = None) -> list[Frame]:
     return list(iter_frames(path, first))
 
 
+@dataclass
+class Clock:
+    """How a line shows a frame's time: seconds since the first frame this clock stamped
+    (`0.000000`, `0.001234`), or with `absolute` the wall-clock time in UTC, ISO 8601 with
+    microseconds (`2026-05-04T09:12:30.123456Z`). One clock per capture or file."""
+
+    absolute: bool = False
+    start: float | None = None
+
+    def stamp(self, when: float) -> str:
+        if self.absolute:
+            moment = datetime.fromtimestamp(when, UTC)
+            return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        if self.start is None:
+            self.start = when
+        return f"{when - self.start:.6f}"
+
+
 _HEX_FIELDS = ("local_qpn", "starting_psn", "src_qp")  # as the programs print QPNs and PSNs
 
 
@@ -37,8 +57,8 @@ def _fields(values: dict[str, Any]) -> str:
                     for k, v in values.items())
 
 
-def line(frame: Frame) -> str:
-    head = f"{frame.index:5d} {frame.time:.6f} {frame.src} > {frame.dst} {frame.proto}"
+def line(frame: Frame, clock: Clock) -> str:
+    head = f"{frame.index:5d} {clock.stamp(frame.time)} {frame.src} > {frame.dst} {frame.proto}"
     if frame.proto in ("RoCEv2", "CM", "MAD") and frame.ops:
         parts = [head, frame.ops[0], f"qp={frame.dest_qp:#08x}", f"psn={frame.psn:#08x}"]
         if frame.ackreq:

@@ -217,3 +217,49 @@ def _workers(ns: str) -> str:
     found = subprocess.run(["pgrep", "-af", f"labctl.capture.worker .*-- {ns} "],
                            capture_output=True, text=True, check=False)
     return found.stdout.strip()
+
+
+def test_decode_times_are_seconds_since_the_first_packet() -> None:
+    path = CAPTURES / "rxe-rping.pcap"
+    result = labctl("--decode", str(path), "--first", "4")
+    assert result.returncode == 0, result.stderr
+    stamps = [line.split()[1] for line in result.stdout.splitlines()[:4]]
+    frames = decode_file(path, 4)
+    assert stamps[0] == "0.000000"
+    assert stamps == [f"{f.time - frames[0].time:.6f}" for f in frames]
+    assert stamps == sorted(stamps, key=float) and float(stamps[-1]) > 0
+
+
+def test_decode_absolute_times_are_utc_iso_8601_with_microseconds() -> None:
+    from datetime import UTC, datetime
+
+    path = CAPTURES / "rxe-rping.pcap"
+    result = labctl("--decode", str(path), "--first", "3", "--absolute")
+    assert result.returncode == 0, result.stderr
+    stamps = [line.split()[1] for line in result.stdout.splitlines()[:3]]
+    assert all(len(s) == len("2026-01-02T03:04:05.123456Z") and s.endswith("Z")
+               for s in stamps), stamps
+    when = [datetime.fromisoformat(s) for s in stamps]
+    assert all(w.tzinfo == UTC for w in when)
+    assert [round(w.timestamp(), 6) for w in when] == [round(f.time, 6)
+                                                       for f in decode_file(path, 3)]
+
+
+def test_decode_json_keeps_the_absolute_time() -> None:
+    import json
+
+    path = CAPTURES / "rxe-rping.pcap"
+    result = labctl("--decode", str(path), "--first", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    times = [json.loads(line)["time"] for line in result.stdout.splitlines()]
+    assert times == [f.time for f in decode_file(path, 2)] and times[0] > 1e9
+
+
+def test_the_docs_timestamp_sample_is_what_the_command_prints() -> None:
+    """docs/wire.md's --absolute sample, regenerated: a drift in the line format shows."""
+    command = "labctl capture --decode tests/unit/captures/rxe-rping.pcap --first 2 --absolute"
+    text = (REPO / "docs/wire.md").read_text()
+    sample = text.split(f"$ {command}\n", 1)[1].split("```", 1)[0]
+    result = labctl(*command.split()[2:])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == sample

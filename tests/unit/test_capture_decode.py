@@ -16,7 +16,7 @@ import pytest
 from scapy.utils import rdpcap
 
 from labctl.wire.decode import Frame
-from labctl.wire.summary import counts, decode_file, line
+from labctl.wire.summary import Clock, counts, decode_file, line
 
 CAPTURES = Path(__file__).parent / "captures"
 PCAPS = sorted(CAPTURES.glob("*.pcap"))
@@ -33,7 +33,7 @@ def test_fixtures_are_small_valid_pcaps(path: Path) -> None:
     assert path.stat().st_size < 100 * 1024
     packets = rdpcap(str(path))  # a standard pcap: scapy (and so Wireshark/tshark) read it
     assert len(packets) > 10
-    assert all(line(f) for f in decode_file(path))
+    assert all(line(f, Clock()) for f in decode_file(path))
 
 
 # rxe-: a qemu lab's tap (scapy's pcap); docker-: a docker lab's veth inside the Docker host
@@ -119,7 +119,7 @@ def test_ud_pingpong_carries_deth() -> None:
 def test_siw_rping_decodes_mpa_ddp_rdmap() -> None:
     frames = decode_file(CAPTURES / "siw-rping.pcap")
     iwarp = [f for f in frames if f.proto == "iWARP"]
-    assert not [f for f in iwarp if not f.ops], [line(f) for f in iwarp if not f.ops]
+    assert not [f for f in iwarp if not f.ops], [line(f, Clock()) for f in iwarp if not f.ops]
     assert [f.ops[0] for f in iwarp[:4]] == ["MPA_REQUEST", "MPA_REPLY", "SEND",
                                              "RDMA_READ_REQUEST"]
     mpa = iwarp[0].detail["messages"][0]

@@ -149,6 +149,10 @@ def check(words: list[str], root: Any) -> list[str]:
         word = _strip(raw)
         if raw == "--" or word in _SHELL_END:
             break  # a command for the node, or the shell's business
+        if word == "|" and index < len(rest) and positional >= _positional_room(command) \
+                and not _strip(rest[index]).startswith("-") \
+                and not _is_placeholder(_strip(rest[index])):
+            break  # a shell pipe (`-w - | tcpdump -r -`): no argument could come next
         if word in ("|", ""):
             continue  # alternatives in a synopsis
         if word.startswith("-") and len(word) > 1 and not re.match(r"^-\d", word):
@@ -191,7 +195,8 @@ def _check_value(param: Any, rest: list[str], index: int, path: list[str],
     if index >= len(rest):
         return index
     value = _strip(rest[index])
-    if value.startswith("-") and not re.match(r"^-\d", value):
+    # "-" is a value: stdin or stdout (`capture -w -`)
+    if value.startswith("-") and value != "-" and not re.match(r"^-\d", value):
         return index  # `[-v -d -i -l]`: a list of options, values not written
     choices = _choices(param)
     if choices and not _is_placeholder(value):
@@ -227,6 +232,7 @@ def test_documented_command_exists(command: DocCommand) -> None:
     ("labctl status node1", "labctl status takes no argument 'node1' here"),
     ("labctl devinfo -vx", "labctl devinfo has no option -x"),
     ("labctl run rping --verbose/--quite", "labctl run rping has no option --quite"),
+    ("labctl capture node1:eth1 - | tcpdump -r -", "labctl capture takes no argument '-' here"),
 ])
 def test_the_checker_catches_typos(line: str, problem: str) -> None:
     assert check(_words(line)[1:], ROOT_COMMAND) == [problem]
@@ -239,6 +245,8 @@ def test_the_checker_catches_typos(line: str, problem: str) -> None:
     "labctl down [--lab NAME | TOPOLOGY | --all]",
     "labctl schema > topologies/schema.json",
     "labctl run perftest ib_{send,write,read}_{lat,bw}",
+    "labctl capture node1:eth1 -w - | tcpdump -n -r -",  # "-" a value, then a shell pipe
+    "labctl capture NODE:IF [-w FILE.pcap | -w -] [--absolute]",
 ])
 def test_the_checker_accepts_synopses(line: str) -> None:
     assert check(_words(line)[1:], ROOT_COMMAND) == []

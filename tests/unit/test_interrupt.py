@@ -183,3 +183,46 @@ def test_up_interrupted_before_it_made_anything(state: Path) -> None:
     assert code == 130
     assert err.endswith("interrupted; nothing of lab ut-none was made\n"), err
     assert list(state.iterdir()) == []
+
+
+def test_image_build_says_a_half_built_image_is_never_used(state: Path) -> None:
+    code, err = _interrupt(state, "labctl.cli.image:build_image", "image", "build", "trixie")
+    assert code == 130
+    assert err == ("interrupted; no image trixie was made and no lab is touched: a "
+                   "half-built image is never used, and `labctl image build trixie` builds "
+                   "it again\n")
+    assert list(state.iterdir()) == []
+
+
+@pytest.mark.parametrize(("args", "undo"), [
+    (("--loss", "5%"), "`labctl link set node1:eth1 --clear --lab ut-int` removes its netem"),
+    (("--clear",), "`labctl link set node1:eth1 --clear --lab ut-int` removes its netem"),
+    (("down", "--delay", "10ms"), "`labctl link set node1:eth1 up --lab ut-int` sets its "
+     "carrier back and `labctl link set node1:eth1 --clear --lab ut-int` removes its netem"),
+])
+def test_link_set_says_how_to_undo_that_link_only(state: Path, args: tuple[str, ...],
+                                                  undo: str) -> None:
+    _make_lab(state, "ut-int")
+    before = _tree(state)
+    # a carrier change goes through the provider; netem through a command in the node
+    hold = ("labctl.providers.qemu:QemuProvider.set_link_state" if "down" in args
+            else "labctl.lab.handle:LabHandle.run")
+    code, err = _interrupt(state, hold, "link", "set", "node1:eth1", *args,
+                           "--lab", "ut-int")
+    assert code == 130
+    assert err == ("interrupted; node1:eth1 may be half-set (`labctl link show --lab "
+                   f"ut-int` shows it): {undo}; the rest of the lab is untouched\n")
+    assert _tree(state) == before
+
+
+def test_fault_add_says_how_to_clear_that_link_end(state: Path) -> None:
+    _make_lab(state, "ut-int")
+    before = _tree(state)
+    code, err = _interrupt(state, "labctl.rdmafault.apply:add_fault", "fault", "add",
+                           "node2:eth1", "drop", "--opcode", "ack", "--lab", "ut-int")
+    assert code == 130
+    assert err == ("interrupted; a fault on node2:eth1 may be half-added: `labctl fault "
+                   "clear node2:eth1 --lab ut-int` takes off that link end's faults "
+                   "(`labctl fault list --lab ut-int` shows them); one not listed there goes "
+                   "with `labctl down --lab ut-int`\n")
+    assert _tree(state) == before

@@ -15,7 +15,7 @@ from labctl.wire.recovery import (
     RecoveryMarks,
     gap_mark,
 )
-from labctl.wire.summary import decode_file, line
+from labctl.wire.summary import Clock, decode_file, line
 
 CAPTURES = Path(__file__).parent / "captures"
 A, B = "10.77.1.2", "10.77.1.1"
@@ -129,7 +129,7 @@ def test_the_lost_send_pcap_shows_the_loss_the_nak_and_the_resend() -> None:
         ("RC_SEND_MIDDLE", lost + 2, "retransmitted"),
         ("RC_SEND_LAST", lost + 3, "retransmitted")]
     nak = next(f for f in frames if f.recovery.startswith("NAK"))
-    assert line(nak).endswith("icrc [NAK: PSN sequence error]")
+    assert line(nak, Clock()).endswith("icrc [NAK: PSN sequence error]")
 
 
 def test_the_rnr_pcap_shows_each_rnr_nak_and_the_send_again() -> None:
@@ -163,7 +163,7 @@ def test_the_rdma_server_race_pcaps_mark_the_resends() -> None:
     assert len({f.psn for f in again}) == 1
     first = next(f for f in frames if f.psn == again[0].psn and f.ops == again[0].ops)
     assert first.recovery == "" and first.index < again[0].index
-    assert line(again[0]).endswith(" icrc [retransmitted]")
+    assert line(again[0], Clock()).endswith(" icrc [retransmitted]")
 
 
 def test_captures_without_loss_are_unmarked() -> None:
