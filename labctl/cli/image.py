@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from labctl.cli.common import HELP_SETTINGS, MirrorOption, console, err_console, progress_reporter
+from labctl.cli.report import on_interrupt
 from labctl.cli.safeprint import outside_text, print_json
 from labctl.cli.shapes import (
     CacheEntry,
@@ -219,6 +220,12 @@ def _size(size: int | None) -> str:
     return f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
 
 
+# What an interrupted rm or prune leaves: an entry half removed, which labctl treats as
+# missing (an image without its files is built anew, a saved machine made again).
+REMOVAL_CUT_SHORT = ("an entry may be half removed: run the command again to finish; "
+                     "labctl builds a half-removed image again when it is needed")
+
+
 @image_app.command("rm")
 def rm(
     name: str = typer.Argument(
@@ -240,6 +247,7 @@ def rm(
         raise UsageError(f"image {key} is not in the cache {root}",
                          hint="`labctl image list` shows the cached images")
     used = cache.in_use()
+    on_interrupt(REMOVAL_CUT_SHORT)
     if used.uses(key):
         why = "; ".join(used.why) if key not in used.keys else "a lab that is up uses it"
         raise UsageError(f"image {key} is in use: {why}",
@@ -267,6 +275,8 @@ def prune(
     root = cache.checked_root()
     entries = cache.entries(root)
     used = cache.in_use()
+    if not dry_run:
+        on_interrupt(REMOVAL_CUT_SHORT)
     chosen = cache.prune_choice(entries, used, everything)
     if not everything:
         chosen += cache.old_packages(root)

@@ -207,15 +207,28 @@ def in_use() -> InUse:
                 used.everything = True
                 used.why.append(f"lab {name}'s node {node.name} has an unknown image")
         for info in state.nodes.values():
-            used.keys.update(_keys_named(info.argv))
+            used.keys.update(_keys_named(info.argv, cache_root()))
     _docker_host_images(used)
     return used
 
 
-def _keys_named(argv: list[str]) -> set[str]:
-    """The image keys a command line names, in any cache path it holds."""
-    return {m.group(1) for arg in argv
-            for m in re.finditer(r"/((?:[a-z0-9][a-z0-9-]*)-[0-9a-f]{16})(?=[/.-]|$)", arg)}
+def _keys_named(argv: list[str], root: Path) -> set[str]:
+    """The image keys a node's command line names through paths in the cache: an image's
+    files (images/KEY/...), a saved machine's (saved/KEY-HASH/...), a Docker data disk
+    (docker-host/KEY[.VM].docker.ext4)."""
+    keys = set()
+    for arg in argv:
+        for folder in ("images", "saved", "docker-host"):
+            marker = f"{root}/{folder}/"
+            start = arg.find(marker)
+            while start != -1:
+                name = re.split(r"[/,:]", arg[start + len(marker):], maxsplit=1)[0]
+                key = {"images": name, "saved": name.rpartition("-")[0],
+                       "docker-host": name.partition(".")[0]}[folder]
+                if IMAGE_KEY_RE.fullmatch(key):
+                    keys.add(key)
+                start = arg.find(marker, start + 1)
+    return keys
 
 
 def _docker_host_images(used: InUse) -> None:

@@ -61,7 +61,7 @@ def _image(cache_dir: Path, key: str, rootfs: int = 1 << 20) -> Path:
 
 def _made_from(cache_dir: Path, key: str) -> list[Path]:
     """A saved machine, a box and a Docker data disk of image `key`."""
-    saved = cache_dir / "saved" / f"{key}-0123456789ab"
+    saved = cache_dir / "saved" / f"{key}-0123456789abcdef"
     box = cache_dir / "boxes" / f"{key}-ba9876543210"
     disk = cache_dir / "docker-host" / f"{key}.docker.ext4"
     for folder in (saved, box):
@@ -315,6 +315,24 @@ def test_rm_of_an_image_a_lab_that_is_up_uses_is_refused(
     assert f"error: image {_current_key()} is in use: a lab that is up uses it" in text
     assert "hint:" in text and "labctl down --lab" in text
     assert current.is_dir()
+
+
+def test_a_restored_node_keeps_the_image_its_saved_machine_was_made_from(
+        dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A node restored from a saved machine names only the saved machine's files (its RAM
+    and disk, the saved key 16 hex digits as the image's): the image stays all the same."""
+    cache_dir, state_dir = dirs
+    old = _image(cache_dir, OLD)
+    saved = _made_from(cache_dir, OLD)[0]
+    _up_lab(state_dir, ["qemu-system-x86_64", "-incoming", f"file:{saved}/ram",
+                        "-drive", f"file={saved}/disk.qcow2,if=virtio"])
+    code, _, err = run_main(monkeypatch, capsys, "image", "rm", OLD)
+    assert code == 2
+    assert f"image {OLD} is in use" in " ".join(err.split())
+    done = _json(monkeypatch, capsys, "image-prune", "image", "prune")
+    assert done.removed == [] and done.in_use == [OLD]  # type: ignore[attr-defined]
+    assert old.is_dir() and saved.is_dir()
 
 
 def test_rm_of_an_image_being_built_fails_and_keeps_it(
