@@ -23,6 +23,7 @@ from labctl.data.recipes import RECIPES, recipe
 from labctl.errors import LabctlError, UsageError
 from labctl.images import cache
 from labctl.images.builder import CorruptImage, Image, build_image, image_dir
+from labctl.paths import cache_root
 
 if TYPE_CHECKING:
     from labctl.vm.saved import SavedListing
@@ -113,7 +114,7 @@ def list_images(
     entry of the cache takes on disk."""
     from labctl.vm.saved import list_saved
 
-    root = cache.checked_root()
+    root = cache_root()  # a linked cache is listed: only removing refuses it
     base = root / "images"
     images, corrupt = cached_images(base)
     saved = list_saved(root / "saved")

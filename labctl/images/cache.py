@@ -76,13 +76,14 @@ class InUse:
 
 
 def checked_root() -> Path:
-    """The cache root, refused when it is a link (every path below it would lead
-    elsewhere)."""
+    """The cache root to remove from, refused when it is a link: every path below it would
+    lead elsewhere, and nothing outside the cache is removed."""
     root = cache_root()
     if root.is_symlink():
-        raise UsageError(f"the image cache {root} is a symbolic link",
-                         hint="point LABCTL_CACHE_DIR (or XDG_CACHE_HOME) at a real "
-                              "directory, or remove the link")
+        raise UsageError(f"the image cache {root} is a symbolic link: labctl removes "
+                         "nothing through it",
+                         hint="point LABCTL_CACHE_DIR at the directory it names "
+                              f"(LABCTL_CACHE_DIR=$(readlink -f {root})), then run this again")
     return root
 
 
@@ -140,7 +141,7 @@ def _entry(kind: str, path: Path, image: str | None, current: bool) -> Entry:
 def entries(root: Path | None = None) -> list[Entry]:
     """Every entry of the cache, with its size and whether it is current. Lock files and
     the work directories of builds in progress are not entries (never removed here)."""
-    root = checked_root() if root is None else root
+    root = cache_root() if root is None else root
     images = root / "images"
     found: list[Entry] = []
     current_keys: set[str] = set()

@@ -135,17 +135,27 @@ def test_image_list_shows_each_entrys_size_and_the_total(
     assert "saved machines" in out and "Docker data disks" in out
 
 
-def test_image_list_of_a_cache_that_is_a_link_is_refused(
+def test_removing_through_a_cache_that_is_a_link_is_refused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "real").mkdir()
-    (tmp_path / "link").symlink_to(tmp_path / "real")
+    """A linked cache is listed, but rm and prune remove nothing through the link."""
+    real = tmp_path / "real"
+    real.mkdir()
+    old = _image(real, OLD)
+    (tmp_path / "link").symlink_to(real)
     monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path / "link"))
-    for args in (("image", "list"), ("image", "prune"), ("image", "rm", "trixie")):
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(tmp_path / "state"))
+    for args in (("image", "prune"), ("image", "prune", "--all"), ("image", "rm", OLD)):
         code, out, err = run_main(monkeypatch, capsys, *args)
         assert code == 2 and out == "", args
-        assert "error: the image cache" in err and "is a symbolic link" in err
-        assert "hint:" in err and "Traceback" not in err
+        text = " ".join(err.split())
+        assert "error: the image cache" in text and "is a symbolic link" in text
+        assert "hint: point LABCTL_CACHE_DIR at the directory it names" in text
+        assert "Traceback" not in err
+    assert old.is_dir()
+    code, out, _ = run_main(monkeypatch, capsys, "image", "list", "--json")
+    assert code == 0
+    assert [i.key for i in parsed("image-list", out).images] == [OLD]
 
 
 # --- prune -------------------------------------------------------------------------------
@@ -227,6 +237,29 @@ def test_prune_all_keeps_only_what_a_lab_that_is_up_uses(
         assert kept.exists(), kept
     assert decoy.read_text() == "keep me\n"
     assert "removed entry" in out and "freed" in out
+
+
+def test_a_linked_folder_of_the_cache_is_not_looked_into_and_goes_as_a_link(
+        dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    cache_dir, _ = dirs
+    elsewhere = cache_dir.parent / "elsewhere"
+    (elsewhere / f"{OLD}-0123456789abcdef").mkdir(parents=True)  # looks like a saved one
+    (elsewhere / f"{OLD}-0123456789abcdef" / "ram").write_bytes(b"x" * 4096)
+    (cache_dir / "saved").symlink_to(elsewhere)
+    (cache_dir / "images").mkdir()
+    (cache_dir / "images" / OLD).symlink_to(elsewhere)  # an image's name, a link
+    listed = _json(monkeypatch, capsys, "image-list", "image", "list")
+    assert sorted((e.kind, Path(e.path).name)  # type: ignore[attr-defined]
+                  for e in listed.cache.entries) == [  # type: ignore[attr-defined]
+        ("other", "saved"), ("other", OLD)]
+    done = _json(monkeypatch, capsys, "image-prune", "image", "prune")
+    assert done.removed == []  # type: ignore[attr-defined]
+    done = _json(monkeypatch, capsys, "image-prune", "image", "prune", "--all")
+    assert len(done.removed) == 2  # type: ignore[attr-defined]
+    assert not os.path.lexists(cache_dir / "saved")
+    assert not os.path.lexists(cache_dir / "images" / OLD)
+    assert (elsewhere / f"{OLD}-0123456789abcdef" / "ram").read_bytes() == b"x" * 4096
 
 
 def test_prune_leaves_an_image_a_build_holds_the_lock_of(
