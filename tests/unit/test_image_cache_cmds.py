@@ -368,6 +368,26 @@ def test_a_restored_node_keeps_the_image_its_saved_machine_was_made_from(
     assert old.is_dir() and saved.is_dir()
 
 
+def test_the_docker_host_vms_image_and_data_disk_stay(
+        dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from labctl.store.state import VmInfo, write_state
+
+    cache_dir, state_dir = dirs
+    key = "docker-host-00000000000000cc"
+    image = _image(cache_dir, key)
+    disk = _made_from(cache_dir, key)[2]
+    vm_dir = state_dir / ".docker-hosts" / "docker-host"
+    vm_dir.mkdir(parents=True)
+    write_state(vm_dir / "state.json", LabState(provider="qemu", vm=VmInfo(
+        image=key, data_disk=str(disk))))
+    done = _json(monkeypatch, capsys, "image-prune", "image", "prune", "--all")
+    assert done.in_use == [key]  # type: ignore[attr-defined]
+    assert image.is_dir() and disk.is_file()
+    code, _, err = run_main(monkeypatch, capsys, "image", "rm", key)
+    assert code == 2 and f"image {key} is in use" in " ".join(err.split())
+
+
 def test_rm_of_an_image_being_built_fails_and_keeps_it(
         dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
