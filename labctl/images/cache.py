@@ -16,17 +16,15 @@ such an image. Nothing here follows a link: an entry that is a link is removed a
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labctl import safefs
 from labctl.data.recipes import RECIPES, with_packages
 from labctl.errors import LabctlError, UsageError
 from labctl.images.builder import (
@@ -36,6 +34,7 @@ from labctl.images.builder import (
     prune_debs,
     usable_image,
 )
+from labctl.locks import try_lock
 from labctl.paths import cache_root, docker_hosts_root
 from labctl.store.labdir import LabDir, running_labs
 from labctl.store.state import read_state
@@ -140,7 +139,8 @@ def _entry(kind: str, path: Path, image: str | None, current: bool) -> Entry:
 
 def entries(root: Path | None = None) -> list[Entry]:
     """Every entry of the cache, with its size and whether it is current. Lock files and
-    the work directories of builds in progress are not entries (never removed here)."""
+    the work directories of builds in progress (hidden names below images/, saved/,
+    boxes/, docker-host/) are not entries: never removed here."""
     root = cache_root() if root is None else root
     images = root / "images"
     found: list[Entry] = []
@@ -170,12 +170,17 @@ def entries(root: Path | None = None) -> list[Entry]:
     # a log is current when its image is
     found = [Entry(f.kind, f.path, f.image, f.bytes, f.image in current_keys)
              if f.kind == LOG else f for f in found]
+    # hidden names below these folders are locks and the work of makes in progress
     for folder, kind in (("saved", SAVED), ("boxes", BOX)):
         for e in _scan(root / folder):
+            if e.name.startswith("."):
+                continue
             key = e.name.rpartition("-")[0]  # IMAGE-KEY-HASH
             image = key if IMAGE_KEY_RE.fullmatch(key) else None
             found.append(_entry(kind, Path(e.path), image, image in current_keys))
     for e in _scan(root / "docker-host"):
+        if e.name.startswith("."):
+            continue
         key = e.name.partition(".")[0]  # IMAGE-KEY[.VM].docker.ext4
         image = key if IMAGE_KEY_RE.fullmatch(key) else None
         found.append(_entry(DOCKER_DISK, Path(e.path), image, image in current_keys))
@@ -252,24 +257,31 @@ def _docker_host_images(used: InUse) -> None:
             used.why.append(f"the Docker host VM in {e.path} records no image")
 
 
-@contextmanager
-def image_lock(root: Path, key: str | None) -> Iterator[bool]:
-    """The builder's lock of image `key` (images/.lock-KEY), taken without waiting: True
-    when held, False when a build holds it. Shared entries take no lock."""
+def _lock_paths(root: Path, entry: Entry) -> list[Path]:
+    """The lock files whoever makes `entry` holds: the builder's of its image
+    (images/.lock-KEY), a saved machine's own (saved/.NAME.lock), a box's
+    (boxes/.lock-NAME)."""
+    paths = []
     images = root / "images"
-    if key is None or not images.is_dir() or images.is_symlink():
+    if entry.image is not None and images.is_dir() and not images.is_symlink():
+        paths.append(images / f".lock-{entry.image}")
+    if entry.kind == SAVED:
+        paths.append(entry.path.with_name(f".{entry.path.name}.lock"))
+    elif entry.kind == BOX:
+        paths.append(entry.path.with_name(f".lock-{entry.path.name}"))
+    return paths
+
+
+@contextmanager
+def entry_locks(root: Path, entry: Entry) -> Iterator[bool]:
+    """The locks of `entry`, taken without waiting: True when all are held, False when a
+    build (or the making of a saved machine or box) holds one."""
+    with ExitStack() as stack:
+        for path in _lock_paths(root, entry):
+            if not stack.enter_context(try_lock(path)):
+                yield False
+                return
         yield True
-        return
-    fd = safefs.create(images / f".lock-{key}", images, 0o600, append=True, make_parents=False)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
 
 
 def remove(root: Path, path: Path) -> None:
@@ -304,12 +316,14 @@ def remove_entries(root: Path, chosen: list[Entry], dry_run: bool) -> Removal:
     """Remove `chosen`, each under its image's build lock (an image being built stays)."""
     done = Removal()
     for entry in chosen:
-        with image_lock(root, entry.image if not dry_run else None) as held:
+        if dry_run:  # nothing is taken or made, not even a lock file
+            done.removed.append(entry)
+            continue
+        with entry_locks(root, entry) as held:
             if not held:
                 done.busy.append(entry)
                 continue
-            if not dry_run:
-                remove(root, entry.path)
+            remove(root, entry.path)
             done.removed.append(entry)
     return done
 

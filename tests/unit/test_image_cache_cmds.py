@@ -188,6 +188,12 @@ def test_prune_removes_old_keys_and_what_was_made_from_them_and_keeps_current(
     os.utime(debs / "linked.deb", (month_ago, month_ago), follow_symlinks=False)
     lock = cache_dir / "images" / f".lock-{_current_key()}"
     lock.write_text("")
+    # other makers' locks and work in progress: never entries
+    hidden = [cache_dir / "saved" / f".{OLD}-0123456789abcdef.lock",
+              cache_dir / "boxes" / f".lock-{OLD}-ba9876543210",
+              cache_dir / "saved" / f".make-{OLD}-0123456789abcdef-1-99"]
+    for path in hidden:
+        path.write_text("")
 
     dry = _json(monkeypatch, capsys, "image-prune", "image", "prune", "--dry-run")
     assert dry.dry_run is True  # type: ignore[attr-defined]
@@ -200,7 +206,7 @@ def test_prune_removes_old_keys_and_what_was_made_from_them_and_keeps_current(
     done = _json(monkeypatch, capsys, "image-prune", "image", "prune")
     assert {e.path for e in done.removed} == would  # type: ignore[attr-defined]
     assert not any(os.path.lexists(p) for p in would)
-    for kept in (current, *kept_made, built_now, fresh, lock, debs / "linked.deb"):
+    for kept in (current, *kept_made, built_now, fresh, lock, debs / "linked.deb", *hidden):
         assert os.path.lexists(kept), kept
     assert (decoy / "precious").read_text() == "keep me\n"
 
@@ -386,6 +392,22 @@ def test_the_docker_host_vms_image_and_data_disk_stay(
     assert image.is_dir() and disk.is_file()
     code, _, err = run_main(monkeypatch, capsys, "image", "rm", key)
     assert code == 2 and f"image {key} is in use" in " ".join(err.split())
+
+
+def test_a_saved_machine_being_made_stays(
+        dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    cache_dir, _ = dirs
+    saved, box, disk = _made_from(cache_dir, OLD)
+    fd = os.open(saved.with_name(f".{saved.name}.lock"), os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        done = _json(monkeypatch, capsys, "image-prune", "image", "prune")
+    finally:
+        os.close(fd)
+    assert [e.path for e in done.busy] == [str(saved)]  # type: ignore[attr-defined]
+    assert {e.path for e in done.removed} == {str(box), str(disk)}  # type: ignore[attr-defined]
+    assert saved.is_dir()
 
 
 def test_rm_of_an_image_being_built_fails_and_keeps_it(
