@@ -36,6 +36,7 @@ COMMAND_MODULES = [
     "docker_host",
     "capture",
     "fault",
+    "version",
 ]
 
 app = typer.Typer(
@@ -50,15 +51,9 @@ app = typer.Typer(
 
 def version() -> str:
     """labctl's version, from the installed package's metadata."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
+    from labctl.cli.version import labctl_version
 
-    try:
-        return dist_version("labctl")
-    except PackageNotFoundError:  # run from a tree that was never installed
-        import labctl
-
-        return f"{labctl.__version__} (not installed)"
+    return labctl_version()
 
 
 def _print_version(value: bool) -> None:

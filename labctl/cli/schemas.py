@@ -40,6 +40,7 @@ from labctl.cli.shapes import (
     FaultClearOutput,
     ImageBuildOutput,
     ImageListOutput,
+    ImageRemovalOutput,
     LinkSetOutput,
     NodeActionOutput,
     RunListOutput,
@@ -48,6 +49,7 @@ from labctl.cli.shapes import (
     TopologiesOutput,
     UcxInfoOutput,
     UpOutput,
+    VersionOutput,
 )
 from labctl.lab.links import LinkShowOutput
 from labctl.providers.vagrant_plan import VagrantDocument
@@ -154,6 +156,9 @@ OUTPUTS: tuple[Output, ...] = (
     Output("graph", ("graph",), Graph),
     Output("image-list", ("image list",), ImageListOutput),
     Output("image-build", ("image build",), ImageBuildOutput),
+    Output("image-rm", ("image rm",), ImageRemovalOutput),
+    Output("image-prune", ("image prune",), ImageRemovalOutput),
+    Output("version", ("version",), VersionOutput),
     Output("doctor", ("doctor",), DoctorOutput),
     Output("run", RUN_EXAMPLES, RunRecords),
     # `run nvmeof`, `run nfs`: a record per transport and pair

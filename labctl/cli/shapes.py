@@ -117,6 +117,7 @@ class ImageRecord(TypedDict):
     # a topology's `packages:` added to the recipe; None: not recorded (an older image)
     added_packages: list[str] | None
     path: str
+    disk_bytes: int  # what its directory takes on disk (allocated blocks)
 
 
 class CorruptImage(TypedDict):
@@ -142,6 +143,23 @@ class SavedRecord(TypedDict):
     ram_bytes: int | None  # the saved RAM file, mapped copy on write by restored nodes
     made: float | None  # seconds since the epoch
     usable: bool  # made by this labctl and qemu, its image cached: `up` restores from it
+    disk_bytes: int  # what its directory takes on disk (allocated blocks)
+
+
+class CacheEntry(TypedDict):
+    """An entry of the image cache, with what it takes on disk."""
+
+    kind: Literal["image", "log", "saved", "box", "docker-disk", "built", "package", "other"]
+    path: str
+    image: str | None  # the image key it was made from; None: shared or unknown
+    disk_bytes: int  # allocated blocks (st_blocks * 512), links not followed
+    current: bool  # this labctl makes or reads it (else `image prune` removes it)
+
+
+class CacheUsage(TypedDict):
+    root: str  # the cache directory
+    total_bytes: int  # the sum of the entries' disk_bytes
+    entries: list[CacheEntry]
 
 
 class ImageListOutput(TypedDict):
@@ -150,6 +168,32 @@ class ImageListOutput(TypedDict):
     images: list[ImageRecord]
     corrupt: list[CorruptImage]  # images whose manifest labctl cannot use
     saved: list[SavedRecord]  # saved machines for restored nodes, by image and shape
+    cache: CacheUsage  # every entry of the cache and its size on disk
+
+
+class ImageRemovalOutput(TypedDict):
+    """`labctl image rm --json`, `labctl image prune --json`: what was removed."""
+
+    dry_run: bool  # --dry-run: nothing was removed, `removed` is what would be
+    removed: list[CacheEntry]
+    freed_bytes: int
+    busy: list[CacheEntry]  # kept: a build of their image holds its lock
+    in_use: list[str]  # image keys kept because a lab that is up uses them
+
+
+class RecipeRow(TypedDict):
+    name: str
+    suite: str  # the userland's Debian suite
+    kernel_suite: str  # where the kernel comes from
+
+
+class VersionOutput(TypedDict):
+    """`labctl version --json`."""
+
+    labctl: str
+    python: str
+    qemu: str | None  # `qemu-system-x86_64 --version`'s first line; None: not installed
+    recipes: list[RecipeRow]
 
 
 # --- labctl doctor --json (its checks are labctl.cli.doctor.Check) -----------------------

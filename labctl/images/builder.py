@@ -239,15 +239,22 @@ def _prepare_shared_dir(path: Path) -> None:
                           hint=f"remove it (rm -rf {shlex.quote(str(path))}) and build again")
 
 
-def prune_debs(directory: Path, keep_days: float = DEBS_KEEP_DAYS) -> None:
+def prune_debs(directory: Path, keep_days: float = DEBS_KEEP_DAYS, *,
+               dry_run: bool = False) -> list[Path]:
     """Drop packages no build has read for `keep_days` (sync-in reads each one, which
     updates its access time under relatime at least once a day): the directory keeps what
-    the current images are made of, not every version ever downloaded."""
+    the current images are made of, not every version ever downloaded. Returns what it
+    dropped (with dry_run, what it would drop)."""
     cutoff = time.time() - keep_days * 86400
-    for entry in os.scandir(directory):
-        if (entry.name.endswith(".deb") and entry.is_file(follow_symlinks=False)
-                and entry.stat(follow_symlinks=False).st_atime < cutoff):
-            Path(entry.path).unlink(missing_ok=True)
+    dropped = []
+    with os.scandir(directory) as found:
+        for entry in found:
+            if (entry.name.endswith(".deb") and entry.is_file(follow_symlinks=False)
+                    and entry.stat(follow_symlinks=False).st_atime < cutoff):
+                if not dry_run:
+                    Path(entry.path).unlink(missing_ok=True)
+                dropped.append(Path(entry.path))
+    return sorted(dropped)
 
 
 def _mmdebstrap(
