@@ -83,8 +83,19 @@ def lab(tmp_path: Path) -> Iterator[dict[str, str]]:
             subprocess.run(["ip", "-n", NS, *args], check=True)
         yield env
     finally:
+        # a test that failed half-way leaves no capture, reader or worker running
+        for proc in STARTED:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        STARTED.clear()
+        subprocess.run(["pkill", "-KILL", "-f", f"labctl.capture.worker .*-- {NS} "],
+                       check=False)
         subprocess.run(["ip", "netns", "del", NS], check=False)
     assert NS not in netns.listnetns()
+
+
+STARTED: list[subprocess.Popen[str]] = []  # what start() ran, for the fixture's cleanup
 
 
 def send_udp(*ports: int) -> None:
@@ -106,6 +117,7 @@ def start(env: dict[str, str], records: int, *args: str, reader_argv: list[str] 
                               stdin=capture.stdout, stdout=subprocess.PIPE, text=True,
                               stderr=subprocess.DEVNULL,
                               env={**os.environ, "READER_RECORDS": str(records)})
+    STARTED.extend((capture, reader))
     capture.stdout.close()  # the reader holds the pipe's only read end, as in a shell
     started = capture.stderr.readline()
     assert "capturing on node1:eth1" in started, started + capture.stderr.read()
