@@ -88,12 +88,13 @@ def assert_gone(name: str, down: subprocess.CompletedProcess[str], run: Labctl,
                 leftovers: Callable[[str], dict[str, list[str]]] | None,
                 down_says: Sequence[str]) -> None:
     """`down` passed and said what it removed, nothing of the lab is left, and a second
-    down finds nothing to remove."""
+    `down --lab` finds no such lab (a usage error, exit 2, with its hint)."""
     assert down.returncode == 0, f"labctl down --lab {name}:\n{down.stdout}\n{down.stderr}"
     for words in down_says:
         assert words in down.stdout, down.stdout
     left = {**lab_leftovers(name), **(leftovers(name) if leftovers else {})}
     assert left == {kind: [] for kind in left}, f"lab {name} left {left}"
     again = run("down", "--lab", name, timeout=120)
-    assert (again.returncode, again.stdout.strip()) == (0, f"lab {name}: nothing to remove"), (
+    assert again.returncode == 2 and f"no lab named {name!r}" in again.stderr, (
         again.stdout + again.stderr)
+    assert "hint: " in again.stderr and again.stdout == ""
