@@ -396,12 +396,12 @@ def test_decode_keeps_no_frame_it_has_printed(monkeypatch: pytest.MonkeyPatch,
     alive_at_print: list[int] = []
     real_line = summary.line
 
-    def watching_line(frame: summary.Frame) -> str:
+    def watching_line(frame: summary.Frame, clock: summary.Clock) -> str:
         if len(seen) % 50 == 49:  # a full collection per frame took 100 s in the whole suite
             gc.collect()
             alive_at_print.append(sum(ref() is not None for ref in seen))
         seen.append(weakref.ref(frame))
-        return real_line(frame)
+        return real_line(frame, clock)
 
     monkeypatch.setattr(summary, "line", watching_line)
     code, out, err = run_main(monkeypatch, capsys, "capture", "-r", str(path))
