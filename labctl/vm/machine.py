@@ -195,6 +195,8 @@ class Restore:
         return argv
 
 
+# sizeof(sockaddr_un.sun_path) is 108, its last byte the NUL
+SOCKET_PATH_MAX = 107
 RAM_ID = "ram"  # the guest RAM block's name in the saved state: both sides use it
 
 
@@ -330,6 +332,7 @@ class QemuMachine:
     def launch(self, argv: list[str], taps: list[TapState], netns: str, node: str) -> int:
         """Start qemu with fresh taps in `netns` and fresh copies of the argv's kernel and
         initrd; return its pid once /proc shows its argv."""
+        self._check_socket_paths()
         self._fresh_logs()
         real = self._boot_copies(argv)
         fds: dict[str, int] = {}
@@ -356,6 +359,17 @@ class QemuMachine:
                 break
             time.sleep(0.01)
         return proc.pid
+
+    def _check_socket_paths(self) -> None:
+        """qemu binds its sockets in the machine's directory: a path longer than a socket
+        address holds (108 bytes with its NUL) is qemu's exit at start, said here instead."""
+        for sock in (self.qmp_socket, self.identity_socket):
+            size = len(os.fsencode(sock))
+            if size > SOCKET_PATH_MAX:
+                raise LabctlError(
+                    f"cannot start {self.guest}: its socket {sock} is {size} bytes long, more "
+                    f"than the {SOCKET_PATH_MAX} a Unix socket's path can have",
+                    hint="give LABCTL_STATE_DIR (or LABCTL_CACHE_DIR) a shorter path")
 
     def _fresh_logs(self) -> None:
         """A new, empty console.log that labctl made (the previous boot's kept as

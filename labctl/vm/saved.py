@@ -379,7 +379,9 @@ def find_or_make(image: Image, shape: MachineShape, progress: Progress,
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
         # a new directory of its own (O_EXCL, as mkdtemp makes it): never one planted
         # under the name (a link would have the template's disk and RAM written elsewhere)
-        work = Path(tempfile.mkdtemp(prefix=f".make-{path.name}-", suffix=f"-{os.getpid()}",
+        # a short name: qemu's sockets in it must fit a socket address (108 bytes), which
+        # the saved machine's own name (image, key) does not leave room for
+        work = Path(tempfile.mkdtemp(prefix=".make-", suffix=f"-{os.getpid()}",
                                      dir=path.parent))
         try:
             made = make_saved(path, work, key, image, shape, progress)

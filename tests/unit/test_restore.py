@@ -524,7 +524,7 @@ def test_a_saved_machine_qemu_would_open_differently_is_refused_fast(
 
 def test_making_a_saved_machine_follows_no_planted_link(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A `.make-NAME-PID` link and a `ram` link waiting in the cache: the template's disk,
+    """`.make-*` links and a `ram` link waiting in the cache: the template's disk,
     initrd and RAM are made in a new directory of labctl's own, never in their targets."""
     monkeypatch.setenv("LABCTL_CACHE_DIR", str(tmp_path / "cache"))
     image = _cached_image(tmp_path / "cache")
@@ -537,12 +537,13 @@ def test_making_a_saved_machine_follows_no_planted_link(
     target.parent.mkdir(parents=True)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    (target.parent / f".make-{target.name}-{os.getpid()}").symlink_to(elsewhere)
+    for planted in (f".make-{target.name}-{os.getpid()}", f".make-{os.getpid()}"):
+        (target.parent / planted).symlink_to(elsewhere)
     (elsewhere / "ram").symlink_to(tmp_path / "host-ram")
     made: list[Path] = []
 
     def stop_before_booting(name: str) -> None:
-        made.extend(target.parent.glob(f".make-{target.name}-*"))
+        made.extend(target.parent.glob(".make-*"))
         raise saved.LabctlError("stopped by the test before qemu")
 
     monkeypatch.setattr(saved.labnet, "create_netns", lambda name, owner=None:
