@@ -10,7 +10,9 @@ anywhere the node image's tools are. Usage (every answer is one JSON line on std
   dockernet.py replug PLAN_JSON    new veths for restarted containers (lab netns exists)
   dockernet.py link NETNS VETH up|down
                                    carrier of a node's interface: its veth's bridge end
-  dockernet.py teardown NETNS      delete the lab netns (its bridges and veth ends go too)
+  dockernet.py teardown NETNS [OWNER]
+                                   delete the lab netns (its bridges and veth ends go too),
+                                   unless its loopback's alias names another owner
   dockernet.py show NETNS          what exists: lab netns, their links, rdma links, veths
   dockernet.py probe               per-netns rxe functional probe (two netns, veth, one rxe
                                    each, a short RC pingpong), removing all it made
@@ -23,6 +25,9 @@ import os
 import subprocess
 import sys
 import time
+
+# labctl.net.labnet's mark (this file stays stdlib-only: it is copied, not imported)
+OWNER_PREFIX = "labctl-owner:"
 
 
 def run(*argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -70,6 +75,8 @@ def plumb(plan: dict[str, object]) -> dict[str, object]:
         raise RuntimeError(f"network namespace {ns} already exists (a lab of this name is up?)")
     run("ip", "netns", "add", ns)
     run("ip", "-n", ns, "link", "set", "lo", "up")
+    if plan.get("owner"):  # whose it is: two state dirs may each have a lab of this name
+        run("ip", "-n", ns, "link", "set", "lo", "alias", str(plan["owner"]))
     for bridge, mtu in plan["bridges"]:  # type: ignore[attr-defined]
         # no STP, no forwarding delay, no multicast snooping (as the qemu provider's bridges)
         run("ip", "-n", ns, "link", "add", bridge, "type", "bridge", "stp_state", "0",
@@ -112,9 +119,19 @@ def link(ns: str, veth: str, state: str) -> dict[str, object]:
     return {"veth": veth, "state": state}
 
 
-def teardown(ns: str) -> dict[str, object]:
+def owner_of(ns: str) -> str:
+    """The owner mark on the namespace's loopback (empty: none, an older labctl)."""
+    out = run("ip", "-n", ns, "-j", "link", "show", "lo").stdout
+    links = json.loads(out) if out.strip() else []
+    return str(links[0].get("ifalias", "")) if links else ""
+
+
+def teardown(ns: str, owner: str = "") -> dict[str, object]:
     if ns not in netns_list():
         return {"removed": []}
+    mark = owner_of(ns) if owner else ""
+    if mark.startswith(OWNER_PREFIX) and mark != owner:
+        return {"removed": [], "kept": f"netns {ns} (a lab of another state directory)"}
     run("ip", "netns", "del", ns)
     return {"removed": [f"netns {ns}"]}
 
@@ -198,7 +215,7 @@ def main(argv: list[str]) -> int:
         elif command == "link":
             result = link(args[0], args[1], args[2])
         elif command == "teardown":
-            result = teardown(args[0])
+            result = teardown(args[0], args[1] if len(args) > 1 else "")
         elif command == "show":
             result = show(args[0])
         elif command == "probe":

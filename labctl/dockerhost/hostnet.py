@@ -17,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
+from labctl import bounded, safefs
 from labctl.errors import LabctlError
 from labctl.locks import blocking_lock
 from labctl.net import labnet
@@ -52,10 +53,19 @@ def tap(index: int) -> str:
 
 
 def recorded_index(vm_path: Path) -> int:
+    """The VM's index, 0 when it has none. The file is data: read through no link, bounded,
+    and only a number in 1..MAX_INDEX counts (it names a tap and an address)."""
     try:
-        return int((vm_path / INDEX_FILE).read_text().strip())
-    except (OSError, ValueError):
+        text = safefs.read_bytes(vm_path / INDEX_FILE, docker_hosts_root(), 16)
+        return bounded.parse_int(text, "a Docker host VM's index", low=1, high=MAX_INDEX)
+    except (OSError, LabctlError):  # missing, a link, too long, not a number: none
         return 0
+
+
+def _owner() -> str:
+    """The hosts' netns is global, the VMs' directories (and their indexes) per state dir:
+    the netns carries the state dir it serves, as a lab's does."""
+    return labnet.owner_mark(docker_hosts_root())
 
 
 def _vm_paths() -> list[Path]:
@@ -69,8 +79,14 @@ def attach(vm_path: Path) -> int:
     """Make sure the netns and its bridge exist; give the VM at `vm_path` an index."""
     with blocking_lock(lock_path()):
         if not labnet.namespace_exists(NETNS):
-            labnet.create_netns(NETNS)
+            labnet.create_netns(NETNS, _owner())
             labnet.add_bridge(NETNS, BRIDGE, MTU)
+        elif labnet.netns_owner(NETNS) not in (None, _owner()):
+            raise LabctlError(
+                f"the Docker hosts' network ({NETNS}) serves the named VMs of another "
+                f"state directory (LABCTL_STATE_DIR); their indexes would collide",
+                hint="run named Docker host VMs from one state directory at a time: "
+                     "`labctl docker-host down --name N` there first")
         index = recorded_index(vm_path)
         if index:
             return index
@@ -79,7 +95,7 @@ def attach(vm_path: Path) -> int:
         if not free:
             raise LabctlError(f"{MAX_INDEX} Docker host VMs already have an address",
                               hint="`labctl docker-host down --name N` for some")
-        (vm_path / INDEX_FILE).write_text(f"{free[0]}\n")
+        safefs.write_bytes(vm_path / INDEX_FILE, f"{free[0]}\n".encode(), docker_hosts_root())
         return free[0]
 
 
@@ -88,4 +104,4 @@ def release() -> list[str]:
     with blocking_lock(lock_path()):
         if any(recorded_index(p) for p in _vm_paths()):
             return []
-        return [f"netns {NETNS}"] if labnet.delete_netns(NETNS) else []
+        return [f"netns {NETNS}"] if labnet.delete_netns(NETNS, _owner()) else []

@@ -15,10 +15,12 @@ Links: one netns per lab in the engine's kernel (`labctl-LAB`) with a bridge per
 per node interface a veth whose bridge end stays there and whose other end is created
 inside the container's netns (dockernet.py, run as root beside the engine). Each node
 creates its own rxe inside its netns (node-init.sh container), named rxe_LAB_NODE since in
-shared netns mode every namespace of the kernel sees every device. Containers carry
-labels (labctl, labctl.lab, labctl.node, labctl.rdma-dev): status and down find them by
-label alone. `link set` pulls a node's cable by taking its veth's bridge end down; a
-repair starts a stopped container again and gives it new veths (its old netns died).
+shared netns mode every namespace of the kernel sees every device. Containers carry labels
+(labctl, labctl.lab, labctl.owner, labctl.node, labctl.rdma-dev): status and down find
+them by label alone, the owner (a digest of the lab directory's path) keeping apart labs
+of one name from two state directories on one engine, as the engine-side netns's mark
+does. `link set` pulls a node's cable by taking its veth's bridge end down; a repair
+starts a stopped container again and gives it new veths (its old netns died).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from labctl.node.ready import (
 )
 from labctl.progress import Progress
 from labctl.providers.base import Provider, UnsupportedError
+from labctl.providers.labels import LABEL, lab_labels, lab_selector, owned_by
 from labctl.store.labdir import LabDir
 from labctl.store.record import StateRecorder
 from labctl.store.state import CorruptStateError, LabState, NodeState, NodeStatus
@@ -69,7 +72,6 @@ from labctl.topology.resolved import Lab, Node
 from labctl.vm.machine import check_qemu_host
 
 IMAGE_REPOSITORY = "labctl-node"
-LABEL = "labctl"
 INFINIBAND_MAJOR = 231  # umad 0-63, issm 64-127, uverbs 192-255: one major for all of them
 STOP_WAIT_SECONDS = 30  # a killed container has exited long before this
 BOOT_LOG_BYTES = 1 << 20  # of a container's log: its boot, a few KiB; the node may print more
@@ -135,7 +137,7 @@ def vm_share_point(lab: str, node: str, index: int) -> Path:
     return share_dir() / lab / f"{node}-{index}"
 
 
-def plan_lab(lab: Lab, tags: dict[str, str], rdma_cm: str,
+def plan_lab(lab: Lab, tags: dict[str, str], rdma_cm: str, owner: str,
              vm_engine: bool = False) -> DockerLabPlan:
     """Everything `create` makes, as data (golden-tested). `tags`: image name -> engine tag;
     `rdma_cm`: "MAJOR:MINOR" of the RDMA CM device in the engine's kernel; `vm_engine`:
@@ -146,9 +148,7 @@ def plan_lab(lab: Lab, tags: dict[str, str], rdma_cm: str,
         rules.append(f"c {rdma_cm} rwm")
     containers = []
     for node in lab.nodes:
-        labels = {
-            LABEL: "1",
-            f"{LABEL}.lab": lab.name,
+        labels = lab_labels(lab.name, owner) | {
             f"{LABEL}.node": node.name,
             f"{LABEL}.rdma-dev": rdma_device_name(lab.name, node) if node.rdma_interface else "",
         }
@@ -318,10 +318,13 @@ class ContainerProvider(Provider):
     # --- readiness -----------------------------------------------------------------------
     def _containers(self, client: Any) -> dict[str, Any]:
         """This lab's containers, found by their labels (exact values, not name prefixes)."""
-        found = client.containers.list(all=True,
-                                       filters={"label": f"{LABEL}.lab={self.lab.name}"})
+        found = client.containers.list(all=True, filters=lab_selector(self.lab.name))
         return {c.labels.get(f"{LABEL}.node", ""): c for c in found
-                if c.labels.get(f"{LABEL}.lab") == self.lab.name}
+                if owned_by(c.labels, self.lab.name, self.owner)}
+
+    @property
+    def owner(self) -> str:
+        return labnet.owner_mark(self.labdir.path)
 
     @staticmethod
     def _logs(container: Any, info: NodeState | None) -> str:
@@ -481,7 +484,8 @@ class DockerProvider(ContainerProvider):
             vm_engine = engine.kind == "vm"
             if vm_engine and any(n.mounts for n in self.lab.nodes):
                 self._share_with_vm(progress)
-            plan = plan_lab(self.lab, images, str(facts.get("rdma_cm", "")), vm_engine)
+            plan = plan_lab(self.lab, images, str(facts.get("rdma_cm", "")), self.owner,
+                            vm_engine)
             pids: dict[str, int] = {}
             for cplan in plan.containers:
                 node = self.lab.node(cplan.node)
@@ -500,7 +504,7 @@ class DockerProvider(ContainerProvider):
             progress(f"links: netns {plan.netns} in {engine.where}")
             veths = [{**v, "pid": pids[v["node"]]} for v in plan.veths]
             engine.helper("plumb", json.dumps({"netns": plan.netns, "bridges": plan.bridges,
-                                               "veths": veths}))
+                                               "veths": veths, "owner": self.owner}))
             record.facts(veths=[v["host"] for v in veths])
         finally:
             client.close()
@@ -657,5 +661,6 @@ class DockerProvider(ContainerProvider):
         finally:
             client.close()
         # The veths died with the containers' namespaces, and the rxe devices with them.
-        removed += engine.helper("teardown", labnet.netns_name(self.lab.name))["removed"]
+        answer = engine.helper("teardown", labnet.netns_name(self.lab.name), self.owner)
+        removed += answer["removed"]
         return removed

@@ -51,12 +51,12 @@ class SwarmProvider(ContainerProvider):
 
         try:
             prepared = swarm.on_each_host(used, prepare)
-            ids = swarm.create_networks(self.lab, clients[manager], progress)
+            ids = swarm.create_networks(self.lab, self.owner, clients[manager], progress)
 
             def start(host: str) -> None:
                 images, facts = prepared[host]
                 rdma_cm = facts.split()[0] if ":" in facts else ""
-                for cplan in plan_lab(self.lab, images, rdma_cm).containers:
+                for cplan in plan_lab(self.lab, images, rdma_cm, self.owner).containers:
                     if hosts.placement[cplan.node] == host:
                         self._start_container(record, host, clients[host], cplan, ids,
                                               progress)

@@ -38,12 +38,13 @@ from labctl.dockerhost.hosts import HostRecord, HostsRecord, hosts_file
 from labctl.dockerhost.sdk import sdk
 from labctl.dockerhost.vm import DockerHostVM
 from labctl.errors import LabctlError
+from labctl.net import labnet
 from labctl.progress import Progress
 from labctl.providers.base import UnsupportedError
+from labctl.providers.labels import LABEL, lab_labels, lab_selector, owned_by
 from labctl.store.labdir import LabDir, running_labs
 from labctl.topology.resolved import Lab, Segment
 
-LABEL = "labctl"
 TOKENS_FILE = "swarm-tokens.json"
 SWARM_PORT = 2377
 GWBRIDGE = "docker_gwbridge"
@@ -91,7 +92,7 @@ class NetworkPlan:
     create: dict[str, Any]  # keyword arguments of client.networks.create (ipam as a dict)
 
 
-def plan_networks(lab: Lab) -> list[NetworkPlan]:
+def plan_networks(lab: Lab, owner: str) -> list[NetworkPlan]:
     """The overlay networks of a multi-host lab, as data (unit-tested)."""
     plans = []
     for segment in lab.segments:
@@ -105,8 +106,7 @@ def plan_networks(lab: Lab) -> list[NetworkPlan]:
             "options": {"com.docker.network.driver.mtu": str(segment.mtu)},
             "ipam": {"Driver": "default", "Config": [
                 {"Subnet": segment.subnet, "IPRange": ip_range, "Gateway": gw}]},
-            "labels": {LABEL: "1", f"{LABEL}.lab": lab.name,
-                       f"{LABEL}.segment": segment.name},
+            "labels": lab_labels(lab.name, owner) | {f"{LABEL}.segment": segment.name},
         }))
     return plans
 
@@ -307,10 +307,11 @@ def form(lab: Lab, labdir: LabDir, progress: Progress) -> tuple[HostsRecord, dic
     return hosts, clients, manager
 
 
-def create_networks(lab: Lab, manager: Any, progress: Progress) -> dict[str, str]:
+def create_networks(lab: Lab, owner: str, manager: Any,
+                    progress: Progress) -> dict[str, str]:
     """Overlay networks on a manager: network name -> id."""
     ids = {}
-    for plan in plan_networks(lab):
+    for plan in plan_networks(lab, owner):
         kwargs = dict(plan.create)
         ipam = kwargs.pop("ipam")
         config = ipam["Config"][0]
@@ -379,17 +380,18 @@ def destroy(lab: str, labdir: LabDir) -> list[str]:
         except Exception as exc:  # the SDK raises many kinds; each is reported below
             failed[name] = f"{exc.__class__.__name__}: {exc}"
 
-    selector = {"label": f"{LABEL}.lab={lab}"}
+    selector = lab_selector(lab)
+    owner = labnet.owner_mark(labdir.path)
 
     def containers(name: str, c: Any) -> None:
         for container in c.containers.list(all=True, filters=selector):
-            if container.labels.get(f"{LABEL}.lab") == lab:
+            if owned_by(container.labels, lab, owner):
                 container.remove(force=True)
                 removed.append(f"container {container.name} on {name}")
 
     def networks(c: Any) -> None:
         for net in c.networks.list(filters=selector):
-            if net.attrs.get("Labels", {}).get(f"{LABEL}.lab") == lab:
+            if owned_by(net.attrs.get("Labels"), lab, owner):
                 _remove_network(net)
                 removed.append(f"network {net.name}")
 

@@ -25,6 +25,7 @@ from labctl.topology.resolved import Lab
 
 REPO = Path(__file__).resolve().parents[2]
 TAG = "labctl-node:trixie-0123456789abcdef-deadbeef"
+OWNER = "labctl-owner:0123456789abcdef0123456789abcdef"
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ def lab() -> Lab:
 
 @pytest.fixture
 def plan(lab: Lab) -> DockerLabPlan:
-    return plan_lab(lab, {"trixie": TAG}, "10:260")
+    return plan_lab(lab, {"trixie": TAG}, "10:260", OWNER)
 
 
 def test_topology_selects_the_docker_provider(lab: Lab) -> None:
@@ -60,17 +61,17 @@ def test_containers_get_only_what_rdma_needs(plan: DockerLabPlan) -> None:
 
 
 def test_without_rdma_cm_no_misc_rule(lab: Lab) -> None:
-    plan = plan_lab(lab, {"trixie": TAG}, "")
+    plan = plan_lab(lab, {"trixie": TAG}, "", OWNER)
     assert plan.containers[0].create["device_cgroup_rules"] == ["c 231:* rwm"]
 
 
 def test_labels_alone_identify_lab_node_and_device(plan: DockerLabPlan) -> None:
     labels = [c.create["labels"] for c in plan.containers]
     assert labels == [
-        {"labctl": "1", "labctl.lab": "docker-two-node", "labctl.node": "node1",
-         "labctl.rdma-dev": "rxe_docker-two-node_node1"},
-        {"labctl": "1", "labctl.lab": "docker-two-node", "labctl.node": "node2",
-         "labctl.rdma-dev": "rxe_docker-two-node_node2"},
+        {"labctl": "1", "labctl.lab": "docker-two-node", "labctl.owner": OWNER,
+         "labctl.node": "node1", "labctl.rdma-dev": "rxe_docker-two-node_node1"},
+        {"labctl": "1", "labctl.lab": "docker-two-node", "labctl.owner": OWNER,
+         "labctl.node": "node2", "labctl.rdma-dev": "rxe_docker-two-node_node2"},
     ]
     assert [c.create["name"] for c in plan.containers] == [
         container_name("docker-two-node", "node1"), container_name("docker-two-node", "node2")]
@@ -145,7 +146,7 @@ def test_a_router_container_forwards_and_nodes_get_their_routes() -> None:
     """A container's /proc/sys is read-only: forwarding is set at creation (sysctls), the
     routes come with the node's settings like every other node-init step."""
     routed = load_lab(REPO / "topologies/routed.yaml")
-    plan = plan_lab(routed, {"trixie": TAG}, "")
+    plan = plan_lab(routed, {"trixie": TAG}, "", OWNER)
     create = {c.node: c.create for c in plan.containers}
     assert create["router"]["sysctls"] == {"net.ipv4.ip_forward": "1"}
     assert "sysctls" not in create["node1"] and "sysctls" not in create["node2"]

@@ -120,14 +120,15 @@ def test_overlay_network_plan() -> None:
 
     lab = _lab(TWO_HOSTS)
     assert is_multi_host(lab)
-    (plan,) = plan_networks(lab)
+    (plan,) = plan_networks(lab, "labctl-owner:test")
     assert plan.create == {
         "name": "labctl-mh-link1", "driver": "overlay", "attachable": True, "internal": True,
         "options": {"com.docker.network.driver.mtu": "1500"},
         # Docker's own addresses (gateway, one per host) come from a block without nodes.
         "ipam": {"Driver": "default", "Config": [
             {"Subnet": "10.77.1.0/24", "IPRange": "10.77.1.128/25", "Gateway": "10.77.1.254"}]},
-        "labels": {"labctl": "1", "labctl.lab": "mh", "labctl.segment": "link1"},
+        "labels": {"labctl": "1", "labctl.lab": "mh", "labctl.owner": "labctl-owner:test",
+                   "labctl.segment": "link1"},
     }
     mac = lab.node("b").interfaces[0].mac
     assert endpoints(lab, "b") == [("labctl-mh-link1", "10.77.1.2", mac)]

@@ -218,7 +218,7 @@ def test_node_init_mounts_each_share(tmp_path: Path) -> None:
 def test_docker_binds_folders_with_the_local_engine(tmp_path: Path) -> None:
     lab = dataclasses.replace(_lab(tmp_path), provider="docker")
     tags = {image_label(n.image, n.packages): f"tag-{n.name}" for n in lab.nodes}
-    plan = docker_provider.plan_lab(lab, tags, "")
+    plan = docker_provider.plan_lab(lab, tags, "", "labctl-owner:test")
     create = plan.containers[0].create
     assert create["image"] == "tag-node1"
     containers = pytest.importorskip("docker.models.containers")
@@ -239,7 +239,7 @@ def test_docker_host_vm_binds_folders_from_its_share(tmp_path: Path) -> None:
 
     lab = dataclasses.replace(_lab(tmp_path), provider="docker")
     tags = {image_label(n.image, n.packages): f"tag-{n.name}" for n in lab.nodes}
-    plan = docker_provider.plan_lab(lab, tags, "", vm_engine=True)
+    plan = docker_provider.plan_lab(lab, tags, "", "labctl-owner:test", vm_engine=True)
     assert plan.containers[0].create["mounts"] == [
         {"Type": "bind", "Source": f"{VM_SHARE}/{lab.name}/node1-0", "Target": "/work",
          "ReadOnly": False},
