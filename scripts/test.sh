@@ -30,16 +30,22 @@ for path in sys.argv[1:]:
     root = ET.parse(path).getroot()
     suites += [root] if root.tag == "testsuite" else root.findall("testsuite")
 # where the time went, by test module (setup, call and teardown: a module's lab counts;
-# a unit module's tests may have run in two processes at once)
+# a unit module's tests may have run in two processes at once): the 15 slowest unit
+# modules, and every integration module (they are the run's time; a CI log shows it all)
 modules: dict[str, float] = {}
 for suite in suites:
     for case in suite.iter("testcase"):
         module = case.get("classname", "?")
         module = ".".join(p for p in module.split(".") if not p[:1].isupper())
         modules[module] = modules.get(module, 0.0) + float(case.get("time", 0) or 0)
-print("slowest test modules (seconds):")
-for module, seconds in sorted(modules.items(), key=lambda kv: -kv[1])[:15]:
-    print(f"  {seconds:7.1f}  {module}")
+ranked = sorted(modules.items(), key=lambda kv: -kv[1])
+unit = [kv for kv in ranked if not kv[0].startswith("tests.integration.")][:15]
+live = [kv for kv in ranked if kv[0].startswith("tests.integration.")]
+for title, rows in (("slowest unit test modules", unit), ("integration test modules", live)):
+    if rows:
+        print(f"{title} (seconds):")
+        for module, seconds in rows:
+            print(f"  {seconds:7.1f}  {module}")
 n = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
 failed = n["failures"] + n["errors"]
 print(f"tests: {n['tests'] - failed - n['skipped']} passed, {failed} failed, {n['skipped']} skipped")

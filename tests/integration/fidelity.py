@@ -51,6 +51,7 @@ DEBIAN: dict[str, str] = {
     "sh writes /dev/stderr": "err",
     "loop-control": "char",
     "loop usable": "mkfs mount write read",
+    "kernel config": "/boot/config-RELEASE",
 }
 
 _SCRIPT = r"""
@@ -83,6 +84,12 @@ say "sh writes /dev/stdout" "$(sh -c 'echo out > /dev/stdout' 2>&1)"
 say "sh writes /dev/stderr" "$(sh -c 'echo err > /dev/stderr' 2>&1 >/dev/null)"
 if [ -c /dev/loop-control ]; then say loop-control char; else say loop-control none; fi
 [ "$OWN_KERNEL" = 1 ] || exit 0
+config="/boot/config-$(uname -r)"
+if [ -r "$config" ] && grep -q '^CONFIG_INFINIBAND=' "$config"; then
+  say "kernel config" "/boot/config-RELEASE"
+else
+  say "kernel config" "$(ls /boot 2>/dev/null | tr '\n' ' ')(no readable $config)"
+fi
 dir=$(mktemp -d /tmp/fidelity.XXXXXX) || exit 1
 dev=
 cleanup() {
@@ -117,7 +124,7 @@ def fidelity_script(own_kernel: bool) -> str:
 # A container shares the engine's kernel (docs/docker.md): no loop devices, and the kernel's
 # own file systems (configfs, debugfs, tracefs) are not mounted in it.
 OWN_KERNEL_ONLY = ("loop usable", "mount /sys/kernel/config", "mount /sys/kernel/debug",
-                   "mount /sys/kernel/tracing")
+                   "mount /sys/kernel/tracing", "kernel config")
 
 
 def node_fidelity(handle: LabHandle, node: str, *, own_kernel: bool = True) -> list[str]:

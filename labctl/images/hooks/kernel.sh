@@ -28,3 +28,10 @@ fi
 chroot "$root" env DEBIAN_FRONTEND=noninteractive INITRD=No \
     apt-get install -y -qq --no-install-recommends -t "$suite" $pkgs
 echo "$abi" > "$root/etc/labctl-kernel"
+# Debian keeps the running kernel's config at /boot/config-RELEASE, where tools and test
+# suites look (blktests, scripts/extract-ikconfig users); the split packaging (7.x) ships
+# it in the modules directory only.
+if [ -f "$root/usr/lib/modules/$abi/config" ] && [ ! -e "$root/boot/config-$abi" ]; then
+    mkdir -p "$root/boot"
+    ln -s "../usr/lib/modules/$abi/config" "$root/boot/config-$abi"
+fi
