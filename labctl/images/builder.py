@@ -230,9 +230,11 @@ def debs_dir() -> Path:
 
 
 def _prepare_shared_dir(path: Path) -> None:
-    """A cache directory of ours: made if missing, refused when it is anything but a real
-    directory (a planted link would have root write where it points)."""
-    path.mkdir(parents=True, exist_ok=True)
+    """A cache directory of ours: made if missing, refused when it or any directory on the
+    way from the cache root is a link or a file (a planted link would have root write
+    where it points), or is not root's."""
+    cache_root().mkdir(parents=True, exist_ok=True)  # the user's choice: may be a link
+    safefs.make_dirs(path, cache_root())  # a link below it: NotLabctls names it
     st = path.lstat()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
         raise LabctlError(f"{path} is not a directory labctl made",

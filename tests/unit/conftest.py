@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from labctl.store.labdir import LabDir
+from tests.unit.standin import make_lab, stand_in_qemu
+
 
 @pytest.fixture
 def state_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -56,3 +59,17 @@ def _no_user_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     """A user's LABCTL_LAB (the default lab) or LABCTL_DEBUG never reaches a test."""
     monkeypatch.delenv("LABCTL_LAB", raising=False)
     monkeypatch.delenv("LABCTL_DEBUG", raising=False)
+
+
+@pytest.fixture
+def lab_running(state_dir: Path) -> Iterator[LabDir]:
+    """Lab ut-replies with both nodes running (stand-in qemu processes, ready consoles):
+    tests/unit/standin.py."""
+    labdir = make_lab(state_dir)
+    procs = [stand_in_qemu(labdir, node) for node in ("node1", "node2")]
+    try:
+        yield labdir
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()

@@ -40,31 +40,12 @@ from labctl.runners.execute import run_example
 from labctl.runners.spec import parse_output
 from labctl.store.labdir import LabDir
 from tests.unit.clirun import run_main
-from tests.unit.test_trust_node_replies import (  # the lab with stand-in nodes
-    GOOD_STATUS,
-    LAB,
-    _make_lab,
-    _replies,
-    _stand_in_qemu,
-)
+from tests.unit.standin import GOOD_STATUS, LAB, make_lab
+from tests.unit.test_trust_node_replies import _replies
 
 OUTPUTS = Path(__file__).parent / "outputs"
 HUGE = "9" * 5000  # past Python's 4,300-digit int() limit
 HUGE_DECIMAL = "1" + "0" * 4400 + ".5"
-
-@pytest.fixture
-def lab_running(state_dir: Path) -> Iterator[LabDir]:
-    """Lab ut-replies with both nodes running (stand-in qemu processes, ready consoles),
-    as tests/unit/test_trust_node_replies.py makes it."""
-    labdir = _make_lab(state_dir)
-    procs = [_stand_in_qemu(labdir, node) for node in ("node1", "node2")]
-    try:
-        yield labdir
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-
 
 # --- the classes ---------------------------------------------------------------------------
 NUMBER_TEXTS = [HUGE, "-" + HUGE, HUGE_DECIMAL, "1e999", "-1e999", "1e-999", "nan", "NaN",
@@ -346,7 +327,7 @@ def _lab_files(labdir: LabDir) -> list[str]:
 @pytest.fixture
 def stopped_lab(state_dir: Path) -> LabDir:
     """Lab ut-replies as `up` left it, its nodes stopped (no node is asked anything)."""
-    labdir = _make_lab(state_dir)
+    labdir = make_lab(state_dir)
     (labdir.path / "faults.json").write_text(
         (OUTPUTS / "fault-list.json").read_text().replace('"lab": "demo",', ""))
     state = labdir.load_state()

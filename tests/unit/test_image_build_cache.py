@@ -58,20 +58,36 @@ def test_mmdebstrap_shares_the_downloads_and_the_artifacts(
     assert builder.debs_dir().is_dir() and builder.built_artifacts_dir(RECIPES["trixie"]).is_dir()
 
 
+@pytest.mark.parametrize("planted", ["images/.debs", "images"])
 def test_a_planted_link_in_place_of_a_shared_directory_is_refused(
-        cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, planted: str) -> None:
+    """A link where the shared `.debs` folder goes, or where any folder on the way from
+    the cache root does: refused, naming the link, and nothing made through it."""
     decoy = tmp_path / "decoy"
     decoy.mkdir()
-    (cache / "images").mkdir(parents=True)
-    (cache / "images" / ".debs").symlink_to(decoy)
+    (cache / planted).parent.mkdir(parents=True, exist_ok=True)
+    (cache / planted).symlink_to(decoy)
     monkeypatch.setattr(builder, "_run_streamed",
                         lambda *a: pytest.fail("mmdebstrap ran"))  # pragma: no cover
     with pytest.raises(LabctlError) as info:
         builder._mmdebstrap(RECIPES["trixie"], tmp_path / "root", None, lambda _m: None,
                             tmp_path / "log")
-    assert "not a directory labctl made" in info.value.message
-    assert "rm -rf" in (info.value.hint or "")
+    assert info.value.message.startswith(f"{cache / planted}: a symbolic link")
+    assert "remove it" in (info.value.hint or "")
     assert list(decoy.iterdir()) == []
+
+
+def test_a_shared_directory_of_another_user_is_refused(
+        cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (cache / "images" / ".debs").mkdir(parents=True)
+    monkeypatch.setattr(builder.os, "geteuid", lambda: 4242)
+    monkeypatch.setattr(builder, "_run_streamed",
+                        lambda *a: pytest.fail("mmdebstrap ran"))  # pragma: no cover
+    with pytest.raises(LabctlError) as info:
+        builder._mmdebstrap(RECIPES["trixie"], tmp_path / "root", None, lambda _m: None,
+                            tmp_path / "log")
+    assert "is not a directory labctl made" in info.value.message
+    assert "rm -rf" in (info.value.hint or "")
 
 
 def test_packages_no_build_read_for_two_weeks_are_dropped(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ same pipe, size bound and timeout as a node's. The lab directory is made as `up`
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -35,17 +34,13 @@ from labctl.runners import parsers
 from labctl.runners.examples import EXAMPLES
 from labctl.runners.execute import run_example
 from labctl.store.labdir import LabDir
-from labctl.store.state import LabState
 from labctl.topology.load import load_lab
 from labctl.topology.resolved import Lab, Node
 from labctl.vm.machine import node_machine
 from tests.unit.clirun import run_main
 from tests.unit.jsonshape import parsed
-
-ROOT = Path(__file__).resolve().parents[2]
-CAPTURED = Path(__file__).parent / "outputs" / "status"
-GOOD_STATUS = (CAPTURED / "node1-status.json").read_text()
-LAB = "ut-replies"
+from tests.unit.standin import GOOD_STATUS, LAB, ROOT
+from tests.unit.standin import make_lab as _make_lab
 
 # Prints the reply a hostile node would: the bytes of a file, N MiB on one line, output
 # that never ends, or nothing for N seconds. The node's command (after the first two
@@ -131,42 +126,6 @@ BAD_STATUS_REPLIES: list[tuple[str, bytes, str]] = [
         '"gid_index": 1', '"gid_index": Infinity').encode(), "Infinity is not JSON"),
     ("-Infinity", b'{"devices": -Infinity}', "-Infinity is not JSON"),
 ]
-
-
-def _make_lab(state: Path, topology: str = "two-node.yaml") -> LabDir:
-    lab = dataclasses.replace(load_lab(ROOT / "topologies" / topology), name=LAB)
-    labdir = LabDir(LAB, state)
-    labdir.create(lab)
-    labdir.save_state(LabState.from_json((CAPTURED / "state.json").read_text()))
-    return labdir
-
-
-def _stand_in_qemu(labdir: LabDir, node: str) -> subprocess.Popen[bytes]:
-    """A process that labctl takes for `node`'s qemu (its -pidfile is the node's)."""
-    labdir.node_dir(node).mkdir(parents=True, exist_ok=True)
-    pidfile = labdir.node_dir(node) / "qemu.pid"
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)",
-                             "-pidfile", str(pidfile)])
-    pidfile.write_text(f"{proc.pid}\n")
-    state = labdir.load_state()
-    state.nodes[node].pid = proc.pid
-    labdir.save_state(state)
-    (labdir.node_dir(node) / "console.log").write_text(
-        (CAPTURED / "node1-console.log").read_text())
-    return proc
-
-
-@pytest.fixture
-def lab_running(state_dir: Path) -> Iterator[LabDir]:
-    """Lab ut-replies with both nodes running (stand-in qemu processes, ready consoles)."""
-    labdir = _make_lab(state_dir)
-    procs = [_stand_in_qemu(labdir, node) for node in ("node1", "node2")]
-    try:
-        yield labdir
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
 
 
 def _replies(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reply: bytes | tuple[str, str],
