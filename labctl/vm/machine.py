@@ -31,7 +31,6 @@ from typing import Any
 
 from labctl import bounded, safefs
 from labctl.errors import LabctlError
-from labctl.faults import fault_point
 from labctl.images.builder import Image
 from labctl.images.cpio import CpioWriter
 from labctl.net import labnet
@@ -41,6 +40,7 @@ from labctl.node.procs import argv_of, has_option, pids_with_option
 from labctl.node.ready import FAIL, STAGE, ready_line, record_ready
 from labctl.progress import Progress
 from labctl.store.state import LabState, TapState
+from labctl.testpoints import fault_point
 from labctl.topology.resolved import Lab, Node
 from labctl.vm.qmp import qmp_command
 from labctl.vm.ramguard import PunchHoleGuard
