@@ -22,7 +22,7 @@ from labctl.capture.target import VM, CaptureTarget
 from labctl.capture.worker import COUNT, READY
 from labctl.dockerhost import vmcapture
 from labctl.errors import LabctlError
-from labctl.wire.record import CaptureRecord, TtlFlow
+from labctl.wire.capture_record import CaptureRecord, TtlFlow
 
 # Importing scapy takes seconds on a loaded machine; an ssh and python3 in the Docker host VM
 # (one vCPU under TCG) took over 30 s while a busy container shared that vCPU.

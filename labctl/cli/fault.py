@@ -17,7 +17,7 @@ from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import FaultClearOutput
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab, parse_endpoint
-from labctl.rdmafault.spec import COUNT_MAX
+from labctl.rdmafault.fault_spec import COUNT_MAX
 
 if TYPE_CHECKING:  # the fault code loads only when a fault command runs
     from labctl.rdmafault.apply import FaultList
@@ -69,7 +69,7 @@ def add(
 ) -> None:
     """Put a fault on the packets NODE sends on IF, in the node's own kernel (tc)."""
     from labctl.rdmafault.apply import add_fault
-    from labctl.rdmafault.spec import build_spec
+    from labctl.rdmafault.fault_spec import build_spec
 
     spec = build_spec(action, opcodes=opcode, qp=qp, psn=psn, tcp=tcp, tcp_port=port,
                       nth=nth, every=every, count=count, skip=skip, probability=probability,
@@ -149,7 +149,7 @@ def clear(
 @fault_app.command("opcodes")
 def opcodes() -> None:
     """The RoCE v2 opcodes and classes --opcode takes."""
-    from labctl.rdmafault.spec import _CLASSES, class_opcodes, opcode_table
+    from labctl.rdmafault.fault_spec import _CLASSES, class_opcodes, opcode_table
 
     table_ = opcode_table()
     table = Table(title="--opcode values")

@@ -18,7 +18,7 @@ State: this module owns state.json's writes and phases. `up` writes it (phase cr
 before the provider makes anything, and saves it after each step: the provider's create
 (phase still creating), its repair (phase repairing) and the wait for readiness (phase up,
 with the seconds it took). Within a step a provider records each node the moment it
-exists through the step's StateRecorder (labctl/store/record.py), so that a crash half-way
+exists through the step's StateRecorder (labctl/store/state_recorder.py), so that a crash half-way
 leaves `status` and `down` a pid or container to find.
 """
 
@@ -38,8 +38,8 @@ from labctl.progress import Progress
 from labctl.providers import provider_for
 from labctl.providers.base import Provider, UnsupportedError
 from labctl.store.labdir import LabDir, check_lab_name
-from labctl.store.record import StateRecorder
 from labctl.store.state import CorruptStateError, LabState, NodeStatus, Phase
+from labctl.store.state_recorder import StateRecorder
 from labctl.topology.compare import lab_changes
 from labctl.topology.problems import did_you_mean
 from labctl.topology.resolved import Lab

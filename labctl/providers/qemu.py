@@ -26,8 +26,8 @@ from labctl.node.ready import NodeRuntime, runtime_from_boot_log
 from labctl.progress import Progress
 from labctl.providers.base import Provider
 from labctl.store.labdir import LabDir
-from labctl.store.record import StateRecorder
 from labctl.store.state import CorruptStateError, LabState, NodeState, NodeStatus, TapState
+from labctl.store.state_recorder import StateRecorder
 from labctl.testpoints import fault_point
 from labctl.topology.resolved import Lab, Node
 from labctl.vm.accel import choose_accel

@@ -49,8 +49,8 @@ from labctl.providers.base import Provider, UnsupportedError
 from labctl.providers.vagrant_plan import PLUGINS
 from labctl.providers.vagrant_settings import VagrantSettings
 from labctl.store.labdir import LabDir
-from labctl.store.record import StateRecorder
 from labctl.store.state import LabState, NodeState, NodeStatus, atomic_write
+from labctl.store.state_recorder import StateRecorder
 from labctl.topology.resolved import Lab, Node
 from labctl.vm.machine import tail
 

@@ -19,7 +19,7 @@ from typing import Any
 from labctl.lab.handle import LabHandle
 from labctl.rdmafault import counters
 from labctl.rdmafault.apply import Fault, add_fault, clear_faults, fault_counts
-from labctl.rdmafault.spec import build_spec
+from labctl.rdmafault.fault_spec import build_spec
 
 _NO_MATCH: dict[str, Any] = {"opcodes": [], "qp": None, "psn": None, "tcp": False,
                              "tcp_port": None, "nth": None, "every": None, "count": None,

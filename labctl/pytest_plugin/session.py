@@ -17,9 +17,9 @@ from typing import Any
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab import lifecycle
 from labctl.lab.handle import LabHandle
+from labctl.runners.example_spec import Endpoint
 from labctl.runners.execute import RunResult, endpoint, run_example
 from labctl.runners.pairs import select_pairs
-from labctl.runners.spec import Endpoint
 from labctl.store.labdir import LabDir
 from labctl.store.state import NodeStatus
 from labctl.topology.catalog import find_topology

@@ -24,7 +24,7 @@ from labctl.lab.handle import LabHandle
 from labctl.locks import blocking_lock
 from labctl.providers.base import UnsupportedError
 from labctl.rdmafault import tcplan
-from labctl.rdmafault.spec import FaultMatch, FaultSpec
+from labctl.rdmafault.fault_spec import FaultMatch, FaultSpec
 from labctl.store.labdir import find_labdir
 from labctl.store.state import NodeStatus, atomic_write
 

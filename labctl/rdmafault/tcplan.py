@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import shlex
 
-from labctl.rdmafault.spec import FaultSpec
+from labctl.rdmafault.fault_spec import FaultSpec
 
 ROOT = "1:"
 FIRST_BAND, LAST_BAND = 2, 16  # band 1 keeps the traffic no fault picked

@@ -17,18 +17,18 @@ from labctl.node.env import rdma_device_name
 from labctl.rdmafault import counters
 from labctl.rdmafault.counters import Counters
 from labctl.runners.diagnose import snapshot
-from labctl.runners.pairs import ip_path, no_path_reason, pair_interfaces
-from labctl.runners.probes import NetnsProbe
-from labctl.runners.server import ServerProcess
-from labctl.runners.spec import (
+from labctl.runners.example_spec import (
     Endpoint,
     ExampleSpec,
     RunContext,
     check_options,
     parse_output,
 )
+from labctl.runners.pairs import ip_path, no_path_reason, pair_interfaces
+from labctl.runners.probes import NetnsProbe
+from labctl.runners.server import ServerProcess
 from labctl.topology.resolved import Interface, Node
-from labctl.wire.record import CaptureRecord
+from labctl.wire.capture_record import CaptureRecord
 
 READY_WAIT_SECONDS = 30.0
 # Reading a node's counters around a run (a courtesy of the record): a node that does not

@@ -28,11 +28,11 @@ from labctl.bounded import parse_float, parse_int
 from labctl.data.recipes import RECIPES, node_recipe
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
+from labctl.runners.example_spec import check_seconds, parse_output
 from labctl.runners.labssh import setup_data_ssh, ssh_command, stop_data_sshd
-from labctl.runners.spec import check_seconds, parse_output
 from labctl.runners.ucx import UCX_ON_IWARP
 from labctl.topology.resolved import Node
-from labctl.wire.record import CaptureRecord
+from labctl.wire.capture_record import CaptureRecord
 
 TRANSPORTS = ("ucx", "tcp")
 MPI_PACKAGES = ("openmpi-bin", "python3-mpi4py")

@@ -26,6 +26,7 @@ from labctl.lab.handle import LabHandle
 from labctl.rdmafault import counters
 from labctl.runners import nfs, nvmeof
 from labctl.runners.diagnose import snapshot
+from labctl.runners.example_spec import ArgvBuilder, ExampleSpec, RunContext, check_options
 from labctl.runners.execute import (
     COUNTERS_SECONDS,
     RunResult,
@@ -35,7 +36,6 @@ from labctl.runners.execute import (
     lost_nodes,
 )
 from labctl.runners.pairs import ip_path, no_path_reason, pair_interfaces
-from labctl.runners.spec import ArgvBuilder, ExampleSpec, RunContext, check_options
 from labctl.runners.storageio import parse_storage_io
 
 TRANSPORTS = ("rdma", "tcp")

@@ -3,7 +3,7 @@
 Written before anything exists (phase "creating") and after every step, so that `status`
 and `down` know what to look for even when `up` died half-way: the lifecycle
 (labctl/lab/lifecycle.py) does, and providers record what they make mid-step through its
-StateRecorder (labctl/store/record.py). Every write is atomic
+StateRecorder (labctl/store/state_recorder.py). Every write is atomic
 (temp file + os.replace): a reader sees the old file or the new one, never half of one.
 A file that is corrupt anyway (disk full, hand-edited) raises CorruptStateError: `status`
 reports it, `down` falls back to what it can find without it (labctl/lab/lifecycle.py).

@@ -26,8 +26,8 @@ from labctl.progress import Progress
 from labctl.providers.base import Provider
 from labctl.providers.qemu import QemuProvider
 from labctl.store.labdir import LabDir
-from labctl.store.record import StateRecorder
 from labctl.store.state import LabState, NodeState, NodeStatus, Phase
+from labctl.store.state_recorder import StateRecorder
 from labctl.topology.compare import lab_changes
 from labctl.topology.load import load_lab
 from labctl.topology.resolved import Lab

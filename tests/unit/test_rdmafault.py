@@ -20,7 +20,7 @@ from labctl.errors import LabctlError, UsageError
 from labctl.node.ready import NodeRuntime
 from labctl.providers.base import UnsupportedError
 from labctl.rdmafault import apply, counters, gate_node, tcplan
-from labctl.rdmafault.spec import FaultSpec, build_spec, parse_opcodes, parse_psn
+from labctl.rdmafault.fault_spec import FaultSpec, build_spec, parse_opcodes, parse_psn
 from labctl.store.state import NodeStatus
 
 

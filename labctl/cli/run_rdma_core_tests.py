@@ -13,7 +13,7 @@ from labctl.cli import complete
 from labctl.cli.common import LabOption, console, err_console, seconds
 from labctl.cli.report import on_interrupt
 from labctl.cli.safeprint import print_json
-from labctl.data.rdma_core_tests import GENERIC_MODULES
+from labctl.data.rdma_core_suite import GENERIC_MODULES
 from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import open_lab
 from labctl.runners.rdma_core_tests import (
