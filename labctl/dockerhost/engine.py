@@ -39,7 +39,7 @@ def last_line(text: str) -> str:
 
 
 def helper_source() -> str:
-    return resources.files("labctl.dockerhost").joinpath("dockernet.py").read_text()
+    return resources.files("labctl.engineside").joinpath("dockernet.py").read_text()
 
 
 def local_base_url() -> str:
