@@ -169,7 +169,7 @@ def counters(
     lab: str = LabOption,
 ) -> None:
     """A node's RDMA device counters (rdma statistic) and TCP counters (siw)."""
-    from labctl.rdmafault.counters import CountersRecord, changed, read_counters
+    from labctl.lab.counters import CountersRecord, changed, read_counters
 
     handle = open_lab(lab)
     if node not in handle.node_names():

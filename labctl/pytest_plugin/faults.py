@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from labctl.lab import counters
 from labctl.lab.handle import LabHandle
-from labctl.rdmafault import counters
 from labctl.rdmafault.apply import Fault, add_fault, clear_faults, fault_counts
 from labctl.rdmafault.fault_spec import build_spec
 

@@ -12,10 +12,10 @@ from typing_extensions import TypedDict
 
 from labctl.data.recipes import RECIPES, node_recipe
 from labctl.errors import LabctlError, UsageError, short_repr
+from labctl.lab import counters
+from labctl.lab.counters import Counters
 from labctl.lab.handle import LabHandle
 from labctl.node.env import rdma_device_name
-from labctl.rdmafault import counters
-from labctl.rdmafault.counters import Counters
 from labctl.runners.diagnose import snapshot
 from labctl.runners.example_spec import (
     Endpoint,
@@ -81,7 +81,7 @@ class RunResult:
     # The IP path between the nodes: the routers the client's packets pass to reach the
     # server (hops: how many) and, on RoCE, the GIDs of both ends; None when there is none.
     path: RunPath | None = None
-    # How each node's device (and TCP) counters changed over the run (rdmafault/counters.py):
+    # How each node's device (and TCP) counters changed over the run (lab/counters.py):
     # node -> "rxe0/1" or "tcp" -> counter -> change; None for a node not read.
     counters: dict[str, Counters | None] | None = None
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from labctl.errors import LabctlError, UsageError, short_repr
+from labctl.lab import counters
 from labctl.lab.handle import LabHandle
-from labctl.rdmafault import counters
 from labctl.runners import nfs, nvmeof
 from labctl.runners.diagnose import snapshot
 from labctl.runners.example_spec import ArgvBuilder, ExampleSpec, RunContext, check_options

@@ -17,10 +17,11 @@ import pytest
 
 from labctl import capabilities
 from labctl.errors import LabctlError, UsageError
+from labctl.lab import counters
 from labctl.node.ready import NodeRuntime
 from labctl.nodeside import faultgate
 from labctl.providers.base import UnsupportedError
-from labctl.rdmafault import apply, counters, tcplan
+from labctl.rdmafault import apply, tcplan
 from labctl.rdmafault.fault_spec import FaultSpec, build_spec, parse_opcodes, parse_psn
 from labctl.store.state import NodeStatus
 
