@@ -23,13 +23,12 @@ from importlib import resources
 from typing import Any
 
 from labctl import bounded
+from labctl.capabilities import ENGINES
 from labctl.dockerhost.sdk import sdk
 from labctl.dockerhost.vm import DockerHostVM
 from labctl.errors import LabctlError, UsageError
 from labctl.progress import Progress
 from labctl.store.state import EngineState
-
-ENGINES = ("vm", "local")
 
 
 def last_line(text: str) -> str:

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labctl.capabilities import BY_PROVIDER, PROVIDERS
+from labctl.capabilities import ACCELS, BY_PROVIDER, ENGINES, PROVIDERS
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.net import labnet
 from labctl.progress import Progress
@@ -44,8 +44,6 @@ from labctl.topology.compare import lab_changes
 from labctl.topology.problems import did_you_mean
 from labctl.topology.resolved import Lab
 
-ACCELS = ("auto", "kvm", "tcg")
-ENGINES = ("vm", "local")
 # A node in one of these is not running: a repair (or `labctl start`) starts it again.
 DOWN_STATES = (NodeStatus.STOPPED, NodeStatus.ABSENT)
 BOOTS = ("restore", "cold")
