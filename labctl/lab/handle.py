@@ -9,13 +9,13 @@ from typing import Any
 from labctl import bounded
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.node.replies import UnreadableReply, status_reply
+from labctl.nodeside import NODE_CODE
 from labctl.providers import provider_for
 from labctl.providers.base import Provider
 from labctl.store.labdir import LabDir, find_labdir
 from labctl.store.state import NodeState
 from labctl.topology.resolved import Lab
 
-NODE_PYTHONPATH = "/opt/labctl"
 STATUS_SECONDS = 60.0  # a node's status reply: past this it counts as not answering
 
 
@@ -76,7 +76,7 @@ class LabHandle:
     @staticmethod
     def node_python3(*args: str) -> list[str]:
         """python3 ARGS in a node, with labctl's node-side code importable."""
-        return ["env", f"PYTHONPATH={NODE_PYTHONPATH}", "python3", *args]
+        return ["env", f"PYTHONPATH={NODE_CODE}", "python3", *args]
 
     @staticmethod
     def node_python(module: str, *args: str) -> list[str]:

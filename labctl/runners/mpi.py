@@ -28,6 +28,7 @@ from labctl.bounded import parse_float, parse_int
 from labctl.data.recipes import RECIPES, node_recipe
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
+from labctl.nodeside import NODE_CODE
 from labctl.runners.example_spec import check_seconds, parse_output
 from labctl.runners.labssh import setup_data_ssh, ssh_command, stop_data_sshd
 from labctl.runners.ucx import UCX_ON_IWARP
@@ -218,7 +219,7 @@ def hostfile_text(addresses: list[str]) -> str:
 def mpirun_argv(count: int, subnet: str, mca: list[str], iters: int, size: int,
                 seconds: float) -> list[str]:
     """mpirun in the launcher, bounded inside the node (TERM, then KILL 10 s later)."""
-    bench = ["-x", "PYTHONPATH=/opt/labctl", "python3", "-m", "labctl.nodeside.mpi_bench",
+    bench = ["-x", f"PYTHONPATH={NODE_CODE}", "python3", "-m", "labctl.nodeside.mpi_bench",
              "--iters", str(iters), "--max-size", str(size)]
     return ["timeout", "--kill-after=10", f"{seconds:.0f}",
             "env", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
