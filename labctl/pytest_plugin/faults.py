@@ -50,13 +50,13 @@ def injected_fault(handle: LabHandle, endpoint: str, action: str,
     """The fault `labctl fault add ENDPOINT ACTION` with `match` as its options (opcodes,
     qp, psn, tcp, tcp_port, nth, every, count, skip, probability, delay), taken off at the
     end. Bad input raises labctl's UsageError before anything is put on."""
-    from labctl.lab.handle import parse_endpoint
+    from labctl.topology.lookup import require_endpoint
 
     unknown = set(match) - set(_NO_MATCH)
     if unknown:
         raise TypeError(f"unknown fault options: {', '.join(sorted(unknown))}")
     spec = build_spec(action, **{**_NO_MATCH, **match})
-    node, ifname = parse_endpoint(handle, endpoint)
+    node, ifname = require_endpoint(handle.lab, endpoint)
     before = counters.read_all(handle, handle.node_names())
     fault = add_fault(handle, node, ifname, spec)
     try:

@@ -23,6 +23,7 @@ from labctl.runners.pairs import select_pairs
 from labctl.store.labdir import LabDir
 from labctl.store.state import NodeStatus
 from labctl.topology.catalog import find_topology
+from labctl.topology.lookup import require_node
 from labctl.topology.resolved import Lab
 
 TESTINFRA_HINT = "pip install 'labctl[pytest]' (or pip install pytest-testinfra)"
@@ -137,9 +138,10 @@ class RdmaLab:
         return [n.name for n in self.lab.nodes]
 
     def _check(self, node: str) -> None:
-        if node not in self.nodes:
-            raise RdmaLabError(f"lab {self.name} has no node {short_repr(node)}",
-                               hint=f"nodes: {', '.join(self.nodes)}")
+        try:
+            require_node(self.lab, node)
+        except UsageError as exc:
+            raise RdmaLabError(exc.message, exc.hint) from None
 
     def _endpoint(self, node: str) -> Endpoint:
         self._check(node)

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from typing_extensions import TypedDict
 
 from labctl.data.recipes import RECIPES, node_recipe
-from labctl.errors import LabctlError, UsageError, short_repr
+from labctl.errors import LabctlError, UsageError
 from labctl.lab import counters
 from labctl.lab.counters import Counters
 from labctl.lab.handle import LabHandle
@@ -27,6 +27,7 @@ from labctl.runners.example_spec import (
 from labctl.runners.pairs import ip_path, no_path_reason, pair_interfaces
 from labctl.runners.probes import NetnsProbe
 from labctl.runners.server import ServerProcess
+from labctl.topology.lookup import require_node
 from labctl.topology.resolved import Interface, Node
 from labctl.wire.capture_record import CaptureRecord
 
@@ -100,11 +101,7 @@ class RunResult:
 
 
 def _rdma_node(handle: LabHandle, node: str) -> Node:
-    names = [n.name for n in handle.lab.nodes]
-    if node not in names:
-        raise UsageError(f"lab {handle.lab.name} has no node {short_repr(node)}",
-                         hint=f"nodes: {', '.join(names)}")
-    lab_node = handle.lab.node(node)
+    lab_node = require_node(handle.lab, node)
     if lab_node.rdma_interface is None:
         raise UsageError(
             f"node {node} has no RDMA device (rdma: {lab_node.rdma})",

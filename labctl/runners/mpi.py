@@ -32,6 +32,7 @@ from labctl.nodeside import NODE_CODE
 from labctl.runners.example_spec import check_seconds, parse_output
 from labctl.runners.labssh import setup_data_ssh, ssh_command, stop_data_sshd
 from labctl.runners.ucx import UCX_ON_IWARP
+from labctl.topology.lookup import require_node
 from labctl.topology.resolved import Node
 from labctl.wire.capture_record import CaptureRecord
 
@@ -152,11 +153,8 @@ def choose_nodes(handle: LabHandle, text: str | None) -> list[Node]:
     lab = handle.lab
     if text:
         names = [n.strip() for n in text.split(",") if n.strip()]
-        known = [n.name for n in lab.nodes]
         for name in names:
-            if name not in known:
-                raise UsageError(f"lab {lab.name} has no node {short_repr(name)}",
-                                 hint=f"nodes: {', '.join(known)}")
+            require_node(lab, name, flag="--nodes")
         if len(set(names)) != len(names):
             raise UsageError("--nodes names a node twice", hint="e.g. --nodes rxe1,rxe2,rxe3")
         nodes = [lab.node(n) for n in names]

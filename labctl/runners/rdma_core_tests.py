@@ -30,6 +30,7 @@ from labctl.data.rdma_core_suite import (
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
 from labctl.runners.unittest_output import TestResult, parse_unittest
+from labctl.topology.lookup import require_node
 
 ModuleStatus = Literal["passed", "failed", "crashed", "timeout", "no-result"]
 DEFAULT_TIMEOUT = 600.0  # seconds per module; the slowest generic module takes ~1 min on TCG
@@ -235,11 +236,7 @@ class SuiteTarget:
 
 def suite_target(handle: LabHandle, node: str) -> SuiteTarget:
     """`node` checked for an RDMA device and the suite in its image (UsageError: exit 2)."""
-    names = handle.node_names()
-    if node not in names:
-        raise UsageError(f"lab {handle.lab.name} has no node {short_repr(node)}",
-                         hint=f"nodes: {', '.join(names)}")
-    lab_node = handle.lab.node(node)
+    lab_node = require_node(handle.lab, node)
     if lab_node.rdma_interface is None:
         raise UsageError(f"node {node} has no RDMA device (rdma: {lab_node.rdma})",
                          hint="choose a node with an rxe or siw device (--node)")
