@@ -9,7 +9,7 @@ import providers) may read it. The provider classes expose their record as `capa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 LinkDevice = Literal["tap", "veth", ""]
 
@@ -87,6 +87,14 @@ VAGRANT = Capabilities(
 # several hosts is SWARM: only its placement tells, see for_lab).
 BY_PROVIDER: dict[str, Capabilities] = {"qemu": QEMU, "docker": DOCKER, "vagrant": VAGRANT}
 PROVIDERS = tuple(BY_PROVIDER)
+
+# Choices `up` offers for a provider's nodes, one vocabulary for the CLI, the lifecycle and
+# the checks of a lab's stored state: qemu's accelerator (auto probes KVM), and where a
+# docker lab's engine runs (labctl's Docker host VM, or the local engine).
+Accel = Literal["auto", "kvm", "tcg"]
+ACCELS: tuple[str, ...] = get_args(Accel)
+EngineKind = Literal["vm", "local"]
+ENGINES: tuple[str, ...] = get_args(EngineKind)
 
 
 def for_provider(provider: str) -> Capabilities:

@@ -20,9 +20,9 @@ from typing import IO, Any, BinaryIO
 from labctl.bounded import parse_int
 from labctl.capture.target import VM, CaptureTarget
 from labctl.capture.worker import COUNT, READY
-from labctl.dockerhost import vmcapture
+from labctl.engineside import vmcapture
 from labctl.errors import LabctlError
-from labctl.wire.record import CaptureRecord, TtlFlow
+from labctl.wire.capture_record import CaptureRecord, TtlFlow
 
 # Importing scapy takes seconds on a loaded machine; an ssh and python3 in the Docker host VM
 # (one vCPU under TCG) took over 30 s while a busy container shared that vCPU.
@@ -94,7 +94,7 @@ class Capture:
         from labctl.capture.target import compiled_filter
         from labctl.dockerhost.vm import DockerHostVM
 
-        source = resources.files("labctl.dockerhost").joinpath("vmcapture.py").read_text()
+        source = resources.files("labctl.engineside").joinpath("vmcapture.py").read_text()
         program = ["--filter", compiled_filter(bpf)] if bpf else []
         command = ["ip", "netns", "exec", self.target.netns, "python3", "-c",
                    vmcapture.bootstrap(source), self.target.device, *limits, *program]

@@ -12,8 +12,8 @@ from labctl.capture.process import RunCapture, capturing
 from labctl.capture.target import CaptureTarget, resolve
 from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle
+from labctl.runners.example_spec import ExampleSpec
 from labctl.runners.execute import RunResult, run_example
-from labctl.runners.spec import ExampleSpec
 from labctl.topology.resolved import Interface
 
 

@@ -31,9 +31,9 @@ from labctl.runners.bench import (
     run_bench,
     size_label,
 )
+from labctl.runners.example_spec import check_options
 from labctl.runners.execute import RunResult, failure_details
 from labctl.runners.pairs import select_pairs
-from labctl.runners.spec import check_options
 
 DEFAULT_SIZES_TEXT = ",".join(size_label(size) for size in DEFAULT_SIZES)
 

@@ -52,7 +52,8 @@ def _record(endpoint: str, write: Path | None, count: int, duration: float | Non
             bpf: str | None, lab: str | None, absolute: bool) -> None:
     from labctl.capture.process import STDOUT, Capture
     from labctl.capture.target import check_filter, resolve
-    from labctl.lab.handle import open_lab, parse_endpoint
+    from labctl.lab.handle import open_lab
+    from labctl.topology.lookup import require_endpoint
 
     check_filter(bpf)
     streaming = write == STDOUT
@@ -67,7 +68,7 @@ def _record(endpoint: str, write: Path | None, count: int, duration: float | Non
         raise UsageError(f"cannot write {write}",
                          hint="give -w a file name in a directory you can write")
     handle = open_lab(lab)
-    node, ifname = parse_endpoint(handle, endpoint)
+    node, ifname = require_endpoint(handle.lab, endpoint)
     target = resolve(handle, node, ifname)
     # A file is bounded by default; a stream runs until Ctrl-C or until its reader exits.
     if write is not None and not streaming and not count and duration is None:

@@ -19,7 +19,7 @@ from labctl.cli import complete
 from labctl.cli.safeprint import OutsideSafeConsole, outside_text
 from labctl.errors import UsageError, short_repr
 from labctl.progress import Progress
-from labctl.runners.spec import check_options, check_seconds
+from labctl.runners.example_spec import check_options, check_seconds
 
 # OutsideSafeConsole: what these print may quote a node or a file (labctl/cli/safeprint.py)
 console = OutsideSafeConsole(highlight=False, width=None if Console().is_terminal else 120)
@@ -105,7 +105,7 @@ def int_range(flag: str, low: int, high: int) -> Callable[[int | None], int | No
 
 def run_value(option: str) -> Callable[[int | None], int | None]:
     """A typer callback for a run option (--size, --iters, --port...): checked as every
-    caller of the runners checks it (labctl.runners.spec), as it is parsed (exit 2)."""
+    caller of the runners checks it (labctl.runners.example_spec), as it is parsed (exit 2)."""
 
     def check(value: int | None) -> int | None:
         return None if value is None else check_options({option: value})[option]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from labctl.capabilities import ACCELS
 from labctl.cli.common import (
     HELP_SETTINGS,
     MirrorOption,
@@ -24,7 +25,6 @@ from labctl.cli.common import (
 from labctl.cli.complete import choice_metavar, choices
 from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import DockerHostDownOutput, DockerHostUpOutput
-from labctl.cli.up import ACCELS
 from labctl.errors import LabctlError, UsageError
 
 if TYPE_CHECKING:

@@ -15,9 +15,9 @@ from labctl.cli.common import HELP_SETTINGS, LabOption, NodeArgument, console, i
 from labctl.cli.report import on_interrupt
 from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import FaultClearOutput
-from labctl.errors import UsageError
-from labctl.lab.handle import open_lab, parse_endpoint
-from labctl.rdmafault.spec import COUNT_MAX
+from labctl.lab.handle import open_lab
+from labctl.rdmafault.fault_spec import COUNT_MAX
+from labctl.topology.lookup import require_endpoint, require_node
 
 if TYPE_CHECKING:  # the fault code loads only when a fault command runs
     from labctl.rdmafault.apply import FaultList
@@ -69,13 +69,13 @@ def add(
 ) -> None:
     """Put a fault on the packets NODE sends on IF, in the node's own kernel (tc)."""
     from labctl.rdmafault.apply import add_fault
-    from labctl.rdmafault.spec import build_spec
+    from labctl.rdmafault.fault_spec import build_spec
 
     spec = build_spec(action, opcodes=opcode, qp=qp, psn=psn, tcp=tcp, tcp_port=port,
                       nth=nth, every=every, count=count, skip=skip, probability=probability,
                       delay=delay)
     handle = open_lab(lab)
-    node, ifname = parse_endpoint(handle, endpoint)
+    node, ifname = require_endpoint(handle.lab, endpoint)
     on_interrupt(fault_add_interrupted(handle.lab.name, f"{node}:{ifname}"))
     fault = add_fault(handle, node, ifname, spec)
     if as_json:
@@ -135,7 +135,7 @@ def clear(
     from labctl.rdmafault.apply import clear_faults
 
     handle = open_lab(lab)
-    chosen = None if endpoint is None else parse_endpoint(handle, endpoint)
+    chosen = None if endpoint is None else require_endpoint(handle.lab, endpoint)
     removed = clear_faults(handle, chosen, fault_id)
     if as_json:
         record: FaultClearOutput = {"lab": handle.lab.name, "removed": [f.id for f in removed]}
@@ -149,7 +149,7 @@ def clear(
 @fault_app.command("opcodes")
 def opcodes() -> None:
     """The RoCE v2 opcodes and classes --opcode takes."""
-    from labctl.rdmafault.spec import _CLASSES, class_opcodes, opcode_table
+    from labctl.rdmafault.fault_spec import _CLASSES, class_opcodes, opcode_table
 
     table_ = opcode_table()
     table = Table(title="--opcode values")
@@ -169,12 +169,10 @@ def counters(
     lab: str = LabOption,
 ) -> None:
     """A node's RDMA device counters (rdma statistic) and TCP counters (siw)."""
-    from labctl.rdmafault.counters import CountersRecord, changed, read_counters
+    from labctl.lab.counters import CountersRecord, changed, read_counters
 
     handle = open_lab(lab)
-    if node not in handle.node_names():
-        raise UsageError(f"lab {handle.lab.name} has no node {node!r}",
-                         hint=f"nodes: {', '.join(handle.node_names())}")
+    require_node(handle.lab, node)
     found = read_counters(handle, node)
     if as_json:
         record = CountersRecord(lab=handle.lab.name, node=node, counters=found)

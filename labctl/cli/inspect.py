@@ -65,14 +65,10 @@ def _nodes(handle: LabHandle, names: list[str] | None) -> list[str]:
     known = handle.node_names()
     if not names:
         return known
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        from labctl.errors import UsageError
+    from labctl.topology.lookup import require_node
 
-        # Worded as LabHandle's unknown-node error, which every other command prints.
-        raise UsageError(f"lab {handle.lab.name} has no node "
-                         f"{', '.join(repr(n) for n in unknown)}",
-                         hint=f"nodes: {', '.join(known)}")
+    for name in names:
+        require_node(handle.lab, name)
     return list(dict.fromkeys(names))
 
 

@@ -17,7 +17,8 @@ from labctl.cli.report import on_interrupt
 from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import LinkSetOutput
 from labctl.errors import LabctlError, UsageError, short_repr
-from labctl.lab.handle import open_lab, parse_endpoint
+from labctl.lab.handle import open_lab
+from labctl.topology.lookup import require_endpoint
 
 if TYPE_CHECKING:
     from labctl.lab.links import LinkShowOutput
@@ -122,7 +123,7 @@ def set_link(
         raise UsageError("nothing to do", hint="give up|down, --loss, --delay, --jitter, "
                          "--rate, --duplicate, --corrupt or --clear")
     handle = open_lab(lab)
-    node, ifname = parse_endpoint(handle, endpoint)
+    node, ifname = require_endpoint(handle.lab, endpoint)
     on_interrupt(link_set_interrupted(handle.lab.name, f"{node}:{ifname}", state,
                                       bool(impair or clear)))
     done: LinkSetOutput = {"lab": handle.lab.name, "node": node, "interface": ifname,

@@ -18,6 +18,7 @@ from labctl.cli.capture import terminate_as_interrupt
 from labctl.cli.common import LabOption, int_range
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle, open_lab
+from labctl.topology.lookup import require_node
 from labctl.topology.model import NODE_NAME_RE
 
 DEFAULT_LINES = 50
@@ -140,10 +141,7 @@ def logs(
                          hint="node names are a lowercase letter then up to 14 of a-z, 0-9 "
                          "and '-'")
     handle = open_lab(lab)
-    names = [n.name for n in handle.lab.nodes]
-    if node not in names:
-        raise UsageError(f"lab {handle.lab.name} has no node {node!r}",
-                         hint=f"nodes: {', '.join(names)}")
+    require_node(handle.lab, node)
     # SIGTERM/SIGHUP end -f as Ctrl-C does; SIGINT too (a shell's background job has it
     # ignored), so `labctl logs NODE --follow &` stops at `kill -INT`.
     with terminate_as_interrupt() if follow else contextlib.nullcontext():

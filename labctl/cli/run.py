@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from labctl.capture.runhook import capture_line, captured_runner, capturing_run
-from labctl.cli import complete, rdma_core_tests
+from labctl.cli import complete, run_rdma_core_tests
 from labctl.cli.capture import CaptureDirOption, CaptureOption
 from labctl.cli.common import (
     HELP_SETTINGS,
@@ -29,6 +29,7 @@ from labctl.cli.shapes import ExampleRow, RunListOutput
 from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle, open_lab
 from labctl.runners.custom import custom_spec
+from labctl.runners.example_spec import ExampleSpec, check_options
 from labctl.runners.examples import EXAMPLES, TEACHES
 from labctl.runners.execute import RunResult, failure_details, outputs_text
 from labctl.runners.matrix import run_matrix
@@ -47,7 +48,6 @@ from labctl.runners.options import (
 )
 from labctl.runners.pairs import check_selection, select_pairs
 from labctl.runners.schedule import pair_group, run_pairs
-from labctl.runners.spec import ExampleSpec, check_options
 from labctl.runners.storage import TEACHES as STORAGE_TEACHES
 from labctl.runners.storage import WORKLOADS, run_storage, transports
 
@@ -543,7 +543,7 @@ def _run_all(command: RunCommand, values: dict[str, Any]) -> None:
 
 
 add_command(run_app, ALL_COMMAND, _run_all)
-rdma_core_tests.register(run_app)  # one node's test suite, not a pair's example
+run_rdma_core_tests.register(run_app)  # one node's test suite, not a pair's example
 
 
 def _print_pair_matrix(results: list[RunResult], pairs: list[tuple[str, str]]) -> None:

@@ -24,6 +24,7 @@ from labctl.cli.run import (
 from labctl.cli.safeprint import print_json
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab
+from labctl.runners.example_spec import check_options
 from labctl.runners.execute import RunResult, failure_details
 from labctl.runners.mpi import (
     MpiReport,
@@ -35,7 +36,6 @@ from labctl.runners.mpi import (
 )
 from labctl.runners.options import MPI_COMMAND, UCX_COMMAND, UCX_INFO_COMMAND, RunCommand
 from labctl.runners.schedule import run_pairs
-from labctl.runners.spec import check_options
 from labctl.runners.ucx import TESTS, TRANSPORTS, UcxInfo, ucx_info, ucx_specs
 
 

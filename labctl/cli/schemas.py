@@ -51,10 +51,10 @@ from labctl.cli.shapes import (
     UpOutput,
     VersionOutput,
 )
+from labctl.lab.counters import CountersRecord
 from labctl.lab.links import LinkShowOutput
 from labctl.providers.vagrant_plan import VagrantDocument
 from labctl.rdmafault.apply import FaultAdded, FaultList
-from labctl.rdmafault.counters import CountersRecord
 from labctl.runners.bench import BenchReport
 from labctl.runners.mpi import MpiReport
 from labctl.runners.rdma_core_tests import SuiteReport

@@ -14,6 +14,7 @@ from typing import Literal, NotRequired
 
 from typing_extensions import TypedDict
 
+from labctl.capabilities import EngineKind
 from labctl.node.replies import DeviceStatus, LiveInterface
 from labctl.runners.execute import RunResult
 from labctl.runners.ucx import UcxInfo
@@ -199,7 +200,7 @@ class VersionOutput(TypedDict):
 # --- labctl doctor --json (its checks are labctl.cli.doctor.Check) -----------------------
 class ProviderVerdict(TypedDict):
     provider: Literal["qemu", "docker"]
-    engine: Literal["vm", "local"] | None  # docker only
+    engine: EngineKind | None  # docker only
     verdict: Literal["works", "available", "no"]  # available: starts on demand
     detail: str
 

@@ -6,7 +6,7 @@ import shlex
 
 import typer
 
-from labctl.capabilities import PROVIDERS
+from labctl.capabilities import ACCELS, ENGINES, PROVIDERS
 from labctl.cli.common import (
     AllowHostMountOption,
     MirrorOption,
@@ -25,9 +25,6 @@ from labctl.errors import UsageError
 from labctl.lab import lifecycle
 from labctl.store.labdir import LabDir
 
-# Choices of the options (shown in --help, completed); checked below, with these messages.
-ACCELS = ("auto", "kvm", "tcg")
-ENGINES = ("vm", "local")
 BOOTS = lifecycle.BOOTS
 
 

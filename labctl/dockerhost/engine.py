@@ -23,13 +23,12 @@ from importlib import resources
 from typing import Any
 
 from labctl import bounded
+from labctl.capabilities import ENGINES
 from labctl.dockerhost.sdk import sdk
 from labctl.dockerhost.vm import DockerHostVM
 from labctl.errors import LabctlError, UsageError
 from labctl.progress import Progress
 from labctl.store.state import EngineState
-
-ENGINES = ("vm", "local")
 
 
 def last_line(text: str) -> str:
@@ -39,7 +38,7 @@ def last_line(text: str) -> str:
 
 
 def helper_source() -> str:
-    return resources.files("labctl.dockerhost").joinpath("dockernet.py").read_text()
+    return resources.files("labctl.engineside").joinpath("dockernet.py").read_text()
 
 
 def local_base_url() -> str:

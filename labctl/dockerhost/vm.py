@@ -148,7 +148,7 @@ def vm_for_socket(base_url: str) -> str | None:
 
 
 def _script(name: str) -> str:
-    return resources.files("labctl.dockerhost").joinpath(name).read_text()
+    return resources.files("labctl.engineside").joinpath(name).read_text()
 
 
 def _vm_lab(memory_mib: int, cpus: int, name: str = DEFAULT_NAME, net_index: int = 0) -> Lab:

@@ -35,14 +35,15 @@ from labctl.errors import LabctlError, short_repr
 from labctl.images.builder import Image, build_image
 from labctl.images.cpio import CpioWriter
 from labctl.locks import blocking_lock
+from labctl.nodeside import NODE_INIT
 from labctl.paths import cache_root
 from labctl.progress import Progress
 
 BOX_VERSION = "1"
 BOOT_ROOT = Path("/var/lib/libvirt/boot")
 STAGE2 = "/usr/local/sbin/labctl-box-init"
-# The image's stage 1 ends by starting the qemu node's stage 2; the box starts its own.
-NODE_STAGE2 = "/opt/labctl/labctl/nodeside/node-init.sh"
+# The image's stage 1 ends by starting the qemu node's stage 2 (NODE_INIT); the box starts
+# its own.
 BOX_CMDLINE = "console=ttyS0 quiet loglevel=3 panic=-1"
 
 BOX_VAGRANTFILE = """\
@@ -90,12 +91,12 @@ def box_init_text() -> str:
 
 def box_stage1(image_init: str) -> str:
     """The image's stage 1, handing over to the box's stage 2 instead of the node's."""
-    if NODE_STAGE2 not in image_init:
+    if NODE_INIT not in image_init:
         raise LabctlError(
             "the image's stage 1 does not start the node's stage 2 as expected",
             hint="labctl/images/box.py and labctl/images/initramfs-init.sh disagree: "
-            "update NODE_STAGE2")
-    return image_init.replace(NODE_STAGE2, STAGE2)
+            "update NODE_INIT (labctl/nodeside/__init__.py)")
+    return image_init.replace(NODE_INIT, STAGE2)
 
 
 def box_key(image: Image) -> str:

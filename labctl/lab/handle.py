@@ -7,15 +7,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from labctl import bounded
-from labctl.errors import LabctlError, UsageError, short_repr
+from labctl.errors import LabctlError
 from labctl.node.replies import UnreadableReply, status_reply
+from labctl.nodeside import NODE_CODE
 from labctl.providers import provider_for
 from labctl.providers.base import Provider
 from labctl.store.labdir import LabDir, find_labdir
 from labctl.store.state import NodeState
+from labctl.topology.lookup import require_node
 from labctl.topology.resolved import Lab
 
-NODE_PYTHONPATH = "/opt/labctl"
 STATUS_SECONDS = 60.0  # a node's status reply: past this it counts as not answering
 
 
@@ -25,15 +26,8 @@ class LabHandle:
         self.lab: Lab = labdir.load_lab()
         self.provider: Provider = provider_for(self.lab, labdir)
 
-    def _check_node(self, node: str) -> None:
-        names = [n.name for n in self.lab.nodes]
-        if node not in names:  # bad input: exit 2, like every other unknown name
-            raise UsageError(
-                f"lab {self.lab.name} has no node {node!r}", hint=f"nodes: {', '.join(names)}"
-            )
-
     def argv(self, node: str, command: list[str], *, tty: bool = False) -> list[str]:
-        self._check_node(node)
+        require_node(self.lab, node)
         return self.provider.exec_argv(node, command, tty=tty)
 
     def run(
@@ -53,7 +47,7 @@ class LabHandle:
                      timeout: float | None = None) -> subprocess.CompletedProcess[str]:
         """One of labctl's own reads of `node`'s network namespace (a fixed command, never
         a user's: Provider.netns_argv), bounded like run()."""
-        self._check_node(node)
+        require_node(self.lab, node)
         return _noted(*self._run(node, command, timeout=timeout,
                                  argv=self.provider.netns_argv(node, command)))
 
@@ -76,14 +70,14 @@ class LabHandle:
     @staticmethod
     def node_python3(*args: str) -> list[str]:
         """python3 ARGS in a node, with labctl's node-side code importable."""
-        return ["env", f"PYTHONPATH={NODE_PYTHONPATH}", "python3", *args]
+        return ["env", f"PYTHONPATH={NODE_CODE}", "python3", *args]
 
     @staticmethod
     def node_python(module: str, *args: str) -> list[str]:
         return LabHandle.node_python3("-m", module, *args)
 
     def rdma_device(self, node: str) -> str:
-        self._check_node(node)
+        require_node(self.lab, node)
         info = self.labdir.load_state().nodes.get(node)
         device = info.rdma_dev if info else ""
         if not device:
@@ -92,7 +86,7 @@ class LabHandle:
 
     def node_state(self, node: str) -> NodeState | None:
         """What the lab's state recorded of `node` (device, GID index, pid...)."""
-        self._check_node(node)
+        require_node(self.lab, node)
         return self.labdir.load_state().nodes.get(node)
 
     def node_names(self) -> list[str]:
@@ -144,20 +138,3 @@ def _last_line(result: subprocess.CompletedProcess[str]) -> str:
 def open_lab(name: str | None) -> LabHandle:
     return LabHandle(find_labdir(name))
 
-
-def parse_endpoint(handle: LabHandle, endpoint: str) -> tuple[str, str]:
-    """NODE:IF -> (node, ifname), checked against the lab's topology (exit 2 if wrong): the
-    one reading of a link end for `link`, `capture`, `fault` and the pytest plugin."""
-    node, sep, ifname = endpoint.partition(":")
-    if not sep or not node or not ifname:
-        raise UsageError(f"bad endpoint {short_repr(endpoint)}",
-                         hint="write NODE:IF, e.g. node1:eth1")
-    nodes = {n.name: n for n in handle.lab.nodes}
-    if node not in nodes:
-        raise UsageError(f"lab {handle.lab.name} has no node {short_repr(node)}",
-                         hint=f"nodes: {', '.join(nodes)}")
-    names = sorted(i.name for i in nodes[node].interfaces)
-    if ifname not in names:
-        raise UsageError(f"node {node} has no data interface {short_repr(ifname)}",
-                         hint=f"its data interfaces: {', '.join(names) or 'none'}")
-    return node, ifname

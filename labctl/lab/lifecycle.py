@@ -18,7 +18,7 @@ State: this module owns state.json's writes and phases. `up` writes it (phase cr
 before the provider makes anything, and saves it after each step: the provider's create
 (phase still creating), its repair (phase repairing) and the wait for readiness (phase up,
 with the seconds it took). Within a step a provider records each node the moment it
-exists through the step's StateRecorder (labctl/store/record.py), so that a crash half-way
+exists through the step's StateRecorder (labctl/store/state_recorder.py), so that a crash half-way
 leaves `status` and `down` a pid or container to find.
 """
 
@@ -31,21 +31,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labctl.capabilities import BY_PROVIDER, PROVIDERS
-from labctl.errors import LabctlError, UsageError, short_repr
+from labctl.capabilities import ACCELS, BY_PROVIDER, ENGINES, PROVIDERS
+from labctl.errors import LabctlError, UsageError
 from labctl.net import labnet
 from labctl.progress import Progress
 from labctl.providers import provider_for
 from labctl.providers.base import Provider, UnsupportedError
 from labctl.store.labdir import LabDir, check_lab_name
-from labctl.store.record import StateRecorder
 from labctl.store.state import CorruptStateError, LabState, NodeStatus, Phase
+from labctl.store.state_recorder import StateRecorder
 from labctl.topology.compare import lab_changes
-from labctl.topology.problems import did_you_mean
+from labctl.topology.lookup import require_node
 from labctl.topology.resolved import Lab
 
-ACCELS = ("auto", "kvm", "tcg")
-ENGINES = ("vm", "local")
 # A node in one of these is not running: a repair (or `labctl start`) starts it again.
 DOWN_STATES = (NodeStatus.STOPPED, NodeStatus.ABSENT)
 BOOTS = ("restore", "cold")
@@ -296,11 +294,7 @@ def _wait_ready(provider: Provider, labdir: LabDir, state: LabState, timeout: fl
 def _node_of(labdir: LabDir, node: str) -> tuple[Lab, Provider, NodeStatus]:
     """The lab, its provider and the state of its node `node` (checked to be one of its)."""
     lab = _fully_created(labdir)
-    names = [n.name for n in lab.nodes]
-    if node not in names:
-        raise UsageError(f"lab {lab.name} has no node {short_repr(node)}"
-                         + did_you_mean(node, names),
-                         hint=f"its nodes: {', '.join(names)}")
+    require_node(lab, node)
     provider = provider_for(lab, labdir)
     state = next(n.state for n in provider.nodes() if n.name == node)
     return lab, provider, state

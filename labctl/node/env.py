@@ -10,11 +10,9 @@ from pathlib import Path
 import labctl
 from labctl.topology.resolved import Lab, Node
 
-# Node-side code shipped to every node (stdlib + pyverbs only), under /opt/labctl.
+# Node-side code shipped to every node (stdlib + pyverbs only), under NODE_CODE
+# (labctl/nodeside/__init__.py).
 NODE_PACKAGES = ("nodeside", "verbs")
-NODE_CODE = "/opt/labctl"
-# The one bring-up script (labctl/nodeside/node-init.sh); its argument says the node kind.
-NODE_INIT = f"{NODE_CODE}/labctl/nodeside/node-init.sh"
 
 
 def rdma_device_name(node: Node, index: int = 0) -> str:
@@ -56,7 +54,7 @@ def env_file(env: dict[str, str]) -> bytes:
 
 
 def node_code_files() -> list[tuple[str, Path]]:
-    """(path under /opt/labctl, source file) of the node-side code, sorted."""
+    """(path under NODE_CODE, source file) of the node-side code, sorted."""
     package = Path(labctl.__file__).parent
     files = [("labctl/__init__.py", package / "__init__.py")]
     for sub in NODE_PACKAGES:

@@ -15,6 +15,7 @@ from typing_extensions import TypedDict
 
 from labctl import bounded
 from labctl.errors import LabctlError, short_repr
+from labctl.nodeside import NODE_CODE
 
 
 class UnreadableReply(LabctlError):
@@ -24,7 +25,7 @@ class UnreadableReply(LabctlError):
     def __init__(self, node: str, why: str) -> None:
         super().__init__(f"{node} sent an unreadable reply ({why})",
                          hint=f"see what the node prints: `labctl exec {node} -- env "
-                              "PYTHONPATH=/opt/labctl python3 -m labctl.nodeside.status`")
+                              f"PYTHONPATH={NODE_CODE} python3 -m labctl.nodeside.status`")
         self.node = node
         self.why = why
 

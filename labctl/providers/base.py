@@ -11,8 +11,8 @@ from labctl.errors import UsageError
 from labctl.node.ready import NodeRuntime
 from labctl.progress import Progress
 from labctl.store.labdir import LabDir
-from labctl.store.record import StateRecorder
 from labctl.store.state import LabState
+from labctl.store.state_recorder import StateRecorder
 from labctl.topology.resolved import Lab
 
 

@@ -66,8 +66,8 @@ from labctl.progress import Progress
 from labctl.providers.base import Provider, UnsupportedError
 from labctl.providers.labels import LABEL, lab_labels, lab_selector, owned_by
 from labctl.store.labdir import LabDir
-from labctl.store.record import StateRecorder
 from labctl.store.state import CorruptStateError, LabState, NodeState, NodeStatus
+from labctl.store.state_recorder import StateRecorder
 from labctl.topology.resolved import Lab, Node
 from labctl.vm.machine import check_qemu_host
 

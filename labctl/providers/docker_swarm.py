@@ -26,8 +26,8 @@ from labctl.providers.docker import (
     container_name,
     plan_lab,
 )
-from labctl.store.record import StateRecorder
 from labctl.store.state import LabState, NodeStatus
+from labctl.store.state_recorder import StateRecorder
 
 
 class SwarmProvider(ContainerProvider):

@@ -18,7 +18,6 @@ from labctl import safefs
 from labctl.capabilities import QEMU
 from labctl.data.recipes import image_label, node_recipe
 from labctl.errors import LabctlError
-from labctl.faults import fault_point
 from labctl.images.builder import Image, build_image, cached_image
 from labctl.net import labnet
 from labctl.node import ssh
@@ -27,8 +26,9 @@ from labctl.node.ready import NodeRuntime, runtime_from_boot_log
 from labctl.progress import Progress
 from labctl.providers.base import Provider
 from labctl.store.labdir import LabDir
-from labctl.store.record import StateRecorder
 from labctl.store.state import CorruptStateError, LabState, NodeState, NodeStatus, TapState
+from labctl.store.state_recorder import StateRecorder
+from labctl.testpoints import fault_point
 from labctl.topology.resolved import Lab, Node
 from labctl.vm.accel import choose_accel
 from labctl.vm.machine import (

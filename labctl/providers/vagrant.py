@@ -41,16 +41,16 @@ from labctl.capabilities import VAGRANT
 from labctl.data.recipes import RECIPES
 from labctl.errors import LabctlError
 from labctl.node import ssh
-from labctl.node.env import NODE_CODE  # where the Vagrantfile installs it too
 from labctl.node.ready import NodeRuntime
 from labctl.node.replies import status_reply
+from labctl.nodeside import NODE_CODE  # where the Vagrantfile installs it too
 from labctl.progress import Progress
 from labctl.providers.base import Provider, UnsupportedError
 from labctl.providers.vagrant_plan import PLUGINS
 from labctl.providers.vagrant_settings import VagrantSettings
 from labctl.store.labdir import LabDir
-from labctl.store.record import StateRecorder
 from labctl.store.state import LabState, NodeState, NodeStatus, atomic_write
+from labctl.store.state_recorder import StateRecorder
 from labctl.topology.resolved import Lab, Node
 from labctl.vm.machine import tail
 

@@ -26,7 +26,8 @@ from typing_extensions import TypedDict  # pydantic reads only this TypedDict on
 
 from labctl.data.recipes import node_packages
 from labctl.errors import UsageError
-from labctl.node.env import NODE_CODE, node_code_files, node_env
+from labctl.node.env import node_code_files, node_env
+from labctl.nodeside import NODE_CODE
 from labctl.topology.resolved import Lab, Node
 
 # Vagrant providers the Vagrantfile configures, and the plugin each needs (None: built in).

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from labctl.lab import counters
 from labctl.lab.handle import LabHandle
-from labctl.rdmafault import counters
 from labctl.rdmafault.apply import Fault, add_fault, clear_faults, fault_counts
-from labctl.rdmafault.spec import build_spec
+from labctl.rdmafault.fault_spec import build_spec
 
 _NO_MATCH: dict[str, Any] = {"opcodes": [], "qp": None, "psn": None, "tcp": False,
                              "tcp_port": None, "nth": None, "every": None, "count": None,
@@ -50,13 +50,13 @@ def injected_fault(handle: LabHandle, endpoint: str, action: str,
     """The fault `labctl fault add ENDPOINT ACTION` with `match` as its options (opcodes,
     qp, psn, tcp, tcp_port, nth, every, count, skip, probability, delay), taken off at the
     end. Bad input raises labctl's UsageError before anything is put on."""
-    from labctl.lab.handle import parse_endpoint
+    from labctl.topology.lookup import require_endpoint
 
     unknown = set(match) - set(_NO_MATCH)
     if unknown:
         raise TypeError(f"unknown fault options: {', '.join(sorted(unknown))}")
     spec = build_spec(action, **{**_NO_MATCH, **match})
-    node, ifname = parse_endpoint(handle, endpoint)
+    node, ifname = require_endpoint(handle.lab, endpoint)
     before = counters.read_all(handle, handle.node_names())
     fault = add_fault(handle, node, ifname, spec)
     try:

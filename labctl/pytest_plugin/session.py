@@ -17,12 +17,13 @@ from typing import Any
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab import lifecycle
 from labctl.lab.handle import LabHandle
+from labctl.runners.example_spec import Endpoint
 from labctl.runners.execute import RunResult, endpoint, run_example
 from labctl.runners.pairs import select_pairs
-from labctl.runners.spec import Endpoint
 from labctl.store.labdir import LabDir
 from labctl.store.state import NodeStatus
 from labctl.topology.catalog import find_topology
+from labctl.topology.lookup import require_node
 from labctl.topology.resolved import Lab
 
 TESTINFRA_HINT = "pip install 'labctl[pytest]' (or pip install pytest-testinfra)"
@@ -137,9 +138,10 @@ class RdmaLab:
         return [n.name for n in self.lab.nodes]
 
     def _check(self, node: str) -> None:
-        if node not in self.nodes:
-            raise RdmaLabError(f"lab {self.name} has no node {short_repr(node)}",
-                               hint=f"nodes: {', '.join(self.nodes)}")
+        try:
+            require_node(self.lab, node)
+        except UsageError as exc:
+            raise RdmaLabError(exc.message, exc.hint) from None
 
     def _endpoint(self, node: str) -> Endpoint:
         self._check(node)

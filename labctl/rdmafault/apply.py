@@ -2,8 +2,9 @@
 
 The lab's faults are recorded in its directory (faults.json, gone with `down`, as is every
 tc rule and pinned program: they live in the nodes, which `down` removes). A fault is put
-on in two steps, the gate program (gate_node.py, sent to the node's python3 on stdin) and
-the tc script (tcplan.py); when either fails, what was done of it is taken off again.
+on in two steps, the gate program (labctl/nodeside/faultgate.py, sent to the node's python3
+on stdin) and the tc script (tcplan.py); when either fails, what was done of it is taken off
+again.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import subprocess
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ from labctl.lab.handle import LabHandle
 from labctl.locks import blocking_lock
 from labctl.providers.base import UnsupportedError
 from labctl.rdmafault import tcplan
-from labctl.rdmafault.spec import FaultMatch, FaultSpec
+from labctl.rdmafault.fault_spec import FaultMatch, FaultSpec
 from labctl.store.labdir import find_labdir
 from labctl.store.state import NodeStatus, atomic_write
 
@@ -33,7 +35,7 @@ FAULTS_LOCK = ".faults.lock"
 NODE_SECONDS = 60.0
 # At most one fault a band on each end of each link; a file with more was not labctl's.
 MAX_FAULTS = 4096
-_GATE_SOURCE = Path(__file__).with_name("gate_node.py")
+_GATE_SOURCE = resources.files("labctl.nodeside").joinpath("faultgate.py")
 
 
 class FaultAdded(TypedDict):

@@ -4,7 +4,7 @@ Layout on the interface (the node's egress, in the node's own kernel):
   root `prio` 1: with 16 bands, every priority mapped to band 1:1 (the traffic as before);
   each fault owns one band 1:B (B = 2..16), its `pref` B filters and a netem in 1:B.
 A fault's filter is u32 (IPv4 without options; UDP 4791 for RoCE v2, TCP and a port for
-siw) then act_bpf with the fault's gate (gate_node.py), which answers per packet: apply
+siw) then act_bpf with the fault's gate (nodeside/faultgate.py), which answers per packet: apply
 (pipe: on to the band's netem, or to the pedit that corrupts) or not (continue: u32 counts
 it as not matched, the packet takes band 1:1). Corrupt on RoCE inverts the low PSN byte
 after rxe computed the ICRC, so the receiver's ICRC check fails; on TCP it is netem's
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import shlex
 
-from labctl.rdmafault.spec import FaultSpec
+from labctl.rdmafault.fault_spec import FaultSpec
 
 ROOT = "1:"
 FIRST_BAND, LAST_BAND = 2, 16  # band 1 keeps the traffic no fault picked

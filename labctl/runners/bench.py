@@ -24,12 +24,12 @@ from typing_extensions import TypedDict
 from labctl.bounded import parse_int
 from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle
+from labctl.runners.example_spec import ExampleSpec, RunContext
 from labctl.runners.examples import EXAMPLES, PINGPONG_PORT, RDMA_DEVICES
 from labctl.runners.execute import RunResult, run_example
 from labctl.runners.pairs import pair_interfaces
 from labctl.runners.parsers import parse_pingpong
 from labctl.runners.probes import listening_probe
-from labctl.runners.spec import ExampleSpec, RunContext
 
 
 def _tcp_args(ctx: RunContext) -> list[str]:

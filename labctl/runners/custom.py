@@ -14,9 +14,9 @@ import string
 from typing import Any
 
 from labctl.errors import UsageError, short_repr
+from labctl.runners.example_spec import ExampleSpec, RunContext
 from labctl.runners.examples import RDMA_DEVICES
 from labctl.runners.probes import listening_probe
-from labctl.runners.spec import ExampleSpec, RunContext
 
 PLACEHOLDERS = ("server_ip", "client_ip", "device", "gid_index", "port")
 DEFAULT_PORT = 18515

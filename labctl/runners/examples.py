@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 from labctl.lab.handle import LabHandle
+from labctl.runners.example_spec import ExampleSpec, RunContext
 from labctl.runners.fabric import FABRIC
 from labctl.runners.parsers import (
     parse_cmatose,
@@ -19,7 +20,6 @@ from labctl.runners.parsers import (
 )
 from labctl.runners.probes import CM_LISTEN, group_joined_probe, listening_probe
 from labctl.runners.qperf import QPERF
-from labctl.runners.spec import ExampleSpec, RunContext
 
 PINGPONG_PORT = 18515
 PERFTEST_PORT = 18515
@@ -174,7 +174,7 @@ def _perftest(test: str) -> ExampleSpec:
     return ExampleSpec(
         name="perftest",
         variant=test,
-        # with -R; see spec.py. The second is siw's (iWARP) refusal, as perftest prints it.
+        # with -R; see example_spec.py. The second is siw's (iWARP) refusal, as perftest prints it.
         setup_failed=("Event: RDMA_CM_EVENT_REJECTED; error: 8",
                         "ERRNO: Connection refused."),
         # perftest's header rule comes first once connected (with -R: after RDMA CM's connect)

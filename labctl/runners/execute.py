@@ -11,24 +11,25 @@ from typing import Any, Literal
 from typing_extensions import TypedDict
 
 from labctl.data.recipes import RECIPES, node_recipe
-from labctl.errors import LabctlError, UsageError, short_repr
+from labctl.errors import LabctlError, UsageError
+from labctl.lab import counters
+from labctl.lab.counters import Counters
 from labctl.lab.handle import LabHandle
 from labctl.node.env import rdma_device_name
-from labctl.rdmafault import counters
-from labctl.rdmafault.counters import Counters
 from labctl.runners.diagnose import snapshot
-from labctl.runners.pairs import ip_path, no_path_reason, pair_interfaces
-from labctl.runners.probes import NetnsProbe
-from labctl.runners.server import ServerProcess
-from labctl.runners.spec import (
+from labctl.runners.example_spec import (
     Endpoint,
     ExampleSpec,
     RunContext,
     check_options,
     parse_output,
 )
+from labctl.runners.pairs import ip_path, no_path_reason, pair_interfaces
+from labctl.runners.probes import NetnsProbe
+from labctl.runners.server import ServerProcess
+from labctl.topology.lookup import require_node
 from labctl.topology.resolved import Interface, Node
-from labctl.wire.record import CaptureRecord
+from labctl.wire.capture_record import CaptureRecord
 
 READY_WAIT_SECONDS = 30.0
 # Reading a node's counters around a run (a courtesy of the record): a node that does not
@@ -81,7 +82,7 @@ class RunResult:
     # The IP path between the nodes: the routers the client's packets pass to reach the
     # server (hops: how many) and, on RoCE, the GIDs of both ends; None when there is none.
     path: RunPath | None = None
-    # How each node's device (and TCP) counters changed over the run (rdmafault/counters.py):
+    # How each node's device (and TCP) counters changed over the run (lab/counters.py):
     # node -> "rxe0/1" or "tcp" -> counter -> change; None for a node not read.
     counters: dict[str, Counters | None] | None = None
 
@@ -100,11 +101,7 @@ class RunResult:
 
 
 def _rdma_node(handle: LabHandle, node: str) -> Node:
-    names = [n.name for n in handle.lab.nodes]
-    if node not in names:
-        raise UsageError(f"lab {handle.lab.name} has no node {short_repr(node)}",
-                         hint=f"nodes: {', '.join(names)}")
-    lab_node = handle.lab.node(node)
+    lab_node = require_node(handle.lab, node)
     if lab_node.rdma_interface is None:
         raise UsageError(
             f"node {node} has no RDMA device (rdma: {lab_node.rdma})",

@@ -15,9 +15,9 @@ from typing import Any
 
 from labctl.bounded import parse_float, parse_int
 from labctl.errors import UsageError
-from labctl.runners import spec
+from labctl.runners import example_spec
+from labctl.runners.example_spec import ExampleSpec, RunContext
 from labctl.runners.probes import ports_listening_probe
-from labctl.runners.spec import ExampleSpec, RunContext
 
 FABRIC_PORT = 47592  # fi_pingpong's own control port (-B on the server, -P on the client)
 DEFAULT_SIZE = 4096
@@ -45,7 +45,7 @@ PINGPONGS: dict[str, Pingpong] = {
 
 def chosen_pingpongs(ctx_or_value: RunContext | str | None) -> list[str]:
     """The provider/endpoint pairs asked for (--tests), each a known one."""
-    return spec.chosen_tests("fabric", ctx_or_value, PINGPONGS, PINGPONGS)
+    return example_spec.chosen_tests("fabric", ctx_or_value, PINGPONGS, PINGPONGS)
 
 
 def _ports(ctx: RunContext) -> list[int]:

@@ -6,10 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 from labctl.lab.handle import LabHandle
+from labctl.runners.example_spec import ExampleSpec
 from labctl.runners.examples import EXAMPLES, KNOWN_LIMITATIONS
 from labctl.runners.execute import RunResult, missing_packages, run_example
 from labctl.runners.pairs import ip_path, no_path_reason
-from labctl.runners.spec import ExampleSpec
 
 
 def run_matrix(handle: LabHandle, server: str, client: str, options: dict[str, Any],

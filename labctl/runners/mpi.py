@@ -28,11 +28,13 @@ from labctl.bounded import parse_float, parse_int
 from labctl.data.recipes import RECIPES, node_recipe
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
+from labctl.nodeside import NODE_CODE
+from labctl.runners.example_spec import check_seconds, parse_output
 from labctl.runners.labssh import setup_data_ssh, ssh_command, stop_data_sshd
-from labctl.runners.spec import check_seconds, parse_output
 from labctl.runners.ucx import UCX_ON_IWARP
+from labctl.topology.lookup import require_node
 from labctl.topology.resolved import Node
-from labctl.wire.record import CaptureRecord
+from labctl.wire.capture_record import CaptureRecord
 
 TRANSPORTS = ("ucx", "tcp")
 MPI_PACKAGES = ("openmpi-bin", "python3-mpi4py")
@@ -151,11 +153,8 @@ def choose_nodes(handle: LabHandle, text: str | None) -> list[Node]:
     lab = handle.lab
     if text:
         names = [n.strip() for n in text.split(",") if n.strip()]
-        known = [n.name for n in lab.nodes]
         for name in names:
-            if name not in known:
-                raise UsageError(f"lab {lab.name} has no node {short_repr(name)}",
-                                 hint=f"nodes: {', '.join(known)}")
+            require_node(lab, name, flag="--nodes")
         if len(set(names)) != len(names):
             raise UsageError("--nodes names a node twice", hint="e.g. --nodes rxe1,rxe2,rxe3")
         nodes = [lab.node(n) for n in names]
@@ -218,7 +217,7 @@ def hostfile_text(addresses: list[str]) -> str:
 def mpirun_argv(count: int, subnet: str, mca: list[str], iters: int, size: int,
                 seconds: float) -> list[str]:
     """mpirun in the launcher, bounded inside the node (TERM, then KILL 10 s later)."""
-    bench = ["-x", "PYTHONPATH=/opt/labctl", "python3", "-m", "labctl.nodeside.mpi_bench",
+    bench = ["-x", f"PYTHONPATH={NODE_CODE}", "python3", "-m", "labctl.nodeside.mpi_bench",
              "--iters", str(iters), "--max-size", str(size)]
     return ["timeout", "--kill-after=10", f"{seconds:.0f}",
             "env", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",

@@ -10,7 +10,7 @@ stop nfsd and remove those (a run killed midway leaves them) and nothing else.
 
 from __future__ import annotations
 
-from labctl.runners.spec import ArgvBuilder, RunContext
+from labctl.runners.example_spec import ArgvBuilder, RunContext
 from labctl.runners.storageio import IO_FUNCTIONS, PATTERN_FILE, READBACK_FILE
 
 EXPORT_ROOT = "/srv/labctl-nfs"

@@ -10,7 +10,7 @@ ports PORT_IDS, backing files /dev/shm/labctl-nvmet-*.img; the cleanup steps rem
 
 from __future__ import annotations
 
-from labctl.runners.spec import ArgvBuilder, RunContext
+from labctl.runners.example_spec import ArgvBuilder, RunContext
 from labctl.runners.storageio import IO_FUNCTIONS, PATTERN_FILE, READBACK_FILE
 
 NQN_PREFIX = "nqn.2014-08.org.rdma-lab:labctl."

@@ -4,7 +4,7 @@ help, metavar) and how their values pick the catalogue entry (labctl.runners.exa
 The CLI makes its typer commands from this table (labctl/cli/run.py) and adds what every
 run command takes besides (--json, --capture, --capture-dir, --lab). Adding an example's
 command: an entry in RUN_COMMANDS whose name is the catalogue name; an option the runners
-read is a key of check_options (labctl.runners.spec), checked as it is parsed.
+read is a key of check_options (labctl.runners.example_spec), checked as it is parsed.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labctl.errors import UsageError
+from labctl.runners.example_spec import KNOWN_OPTIONS
 from labctl.runners.examples import (
     ATOMIC_PERFTESTS,
     EXAMPLES,
@@ -32,7 +33,6 @@ from labctl.runners.qperf import (
     chosen_tests,
 )
 from labctl.runners.schedule import MAX_JOBS
-from labctl.runners.spec import KNOWN_OPTIONS
 
 REQUIRED: Any = ...  # the default of an option (or argument) that must be given
 

@@ -8,6 +8,7 @@ import itertools
 
 from labctl.errors import UsageError, short_repr
 from labctl.runners.schedule import MAX_JOBS, Pair
+from labctl.topology.lookup import require_node
 from labctl.topology.resolved import Interface, Lab
 from labctl.topology.routing import egress, route_path
 
@@ -77,15 +78,12 @@ def resolve_pairs(lab: Lab, spec: str) -> list[tuple[str, str]]:
     if spec == "all":
         return list(itertools.combinations(nodes, 2))
     pairs: list[tuple[str, str]] = []
-    names = [n.name for n in lab.nodes]
     for item in spec.split(","):
         server, colon, client = item.strip().partition(":")
         if not colon or not server or not client:
             raise UsageError(f"--pairs: {short_repr(item)} is not NODE:NODE", hint=PAIRS_HINT)
         for node in (server, client):
-            if node not in names:
-                raise UsageError(f"--pairs: lab {lab.name} has no node {short_repr(node)}",
-                                 hint=f"nodes: {', '.join(names)}")
+            require_node(lab, node, flag="--pairs")
             if node not in nodes:
                 raise UsageError(f"--pairs: node {node} has no RDMA device (rdma: none)",
                                  hint="nodes with RDMA devices: " + (", ".join(nodes) or
@@ -127,13 +125,10 @@ def select_pairs(lab: Lab, pairs: str = "first", server: str | None = None,
                              "nodes with RDMA devices")
         return chosen
     nodes = rdma_nodes(lab)
-    names_up = [n.name for n in lab.nodes]
     for flag, value in zip(names, (server, client), strict=True):
         if value is None:
             continue
-        if value not in names_up:
-            raise UsageError(f"{flag}: lab {lab.name} has no node {short_repr(value)}",
-                             hint=f"nodes: {', '.join(names_up)}")
+        require_node(lab, value, flag=flag)
         if value not in nodes:
             raise UsageError(f"{flag}: node {value} has no RDMA device (rdma: none)",
                              hint="nodes with RDMA devices: " + (", ".join(nodes) or "none"))

@@ -1,7 +1,7 @@
 """Ready probes labctl's examples share: shell text run as root for the server node.
 
 Every value in them is an int made here or passes through shlex.quote (options are also
-checked before a run, spec.py)."""
+checked before a run, example_spec.py)."""
 
 from __future__ import annotations
 

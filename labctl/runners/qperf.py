@@ -12,9 +12,9 @@ import shlex
 from typing import Any, Literal
 
 from labctl.bounded import parse_float
-from labctl.runners import spec
+from labctl.runners import example_spec
+from labctl.runners.example_spec import ExampleSpec, RunContext
 from labctl.runners.probes import ports_listening_probe
-from labctl.runners.spec import ExampleSpec, RunContext
 
 QPERF_PORT = 19765  # qperf's own default (--listen_port, the control connection)
 DEFAULT_TESTS = ("rc_lat", "rc_bw", "ud_lat", "tcp_lat", "tcp_bw")
@@ -85,7 +85,7 @@ def unsupported_reason(test: str, device_type: str) -> str:
 
 def chosen_tests(ctx_or_value: RunContext | str | None) -> list[str]:
     """The tests asked for (--tests), each a known one; UsageError names the known ones."""
-    return spec.chosen_tests("qperf", ctx_or_value, QPERF_TESTS, DEFAULT_TESTS)
+    return example_spec.chosen_tests("qperf", ctx_or_value, QPERF_TESTS, DEFAULT_TESTS)
 
 
 def _refuse(ctx: RunContext) -> str:

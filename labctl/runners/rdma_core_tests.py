@@ -1,6 +1,6 @@
 """rdma-core's own pyverbs test suite run in lab nodes against their rxe or siw device, one
 unittest run per module (`python3 tests/run_tests.py --dev DEV -v MODULE`), each read back
-test by test and held against the known failures (labctl/data/rdma_core_tests.py).
+test by test and held against the known failures (labctl/data/rdma_core_suite.py).
 
 One run per module because the suite run whole segfaults in an mlx5 module on other
 devices, and because a module that crashes then costs only its own results. A module's run
@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from labctl.data.rdma_core_tests import (
+from labctl.data.rdma_core_suite import (
     GENERIC_MODULES,
     KNOWN_FAILURES,
     TESTS_DIR,
@@ -30,6 +30,7 @@ from labctl.data.rdma_core_tests import (
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
 from labctl.runners.unittest_output import TestResult, parse_unittest
+from labctl.topology.lookup import require_node
 
 ModuleStatus = Literal["passed", "failed", "crashed", "timeout", "no-result"]
 DEFAULT_TIMEOUT = 600.0  # seconds per module; the slowest generic module takes ~1 min on TCG
@@ -37,7 +38,7 @@ DEFAULT_TIMEOUT = 600.0  # seconds per module; the slowest generic module takes 
 # longer for the node's answer before it gives up on the node.
 HOST_MARGIN = 60.0
 LISTING_SECONDS = 60.0
-# A module that failed only by known races (labctl.data.rdma_core_tests.KNOWN_RACES) is run
+# A module that failed only by known races (labctl.data.rdma_core_suite.KNOWN_RACES) is run
 # again, at most this often in all; the record says how many attempts it took and why.
 MAX_ATTEMPTS = 2
 EXIT_MARKER = "labctl-exit="
@@ -235,11 +236,7 @@ class SuiteTarget:
 
 def suite_target(handle: LabHandle, node: str) -> SuiteTarget:
     """`node` checked for an RDMA device and the suite in its image (UsageError: exit 2)."""
-    names = handle.node_names()
-    if node not in names:
-        raise UsageError(f"lab {handle.lab.name} has no node {short_repr(node)}",
-                         hint=f"nodes: {', '.join(names)}")
-    lab_node = handle.lab.node(node)
+    lab_node = require_node(handle.lab, node)
     if lab_node.rdma_interface is None:
         raise UsageError(f"node {node} has no RDMA device (rdma: {lab_node.rdma})",
                          hint="choose a node with an rxe or siw device (--node)")

@@ -21,11 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from labctl.errors import LabctlError, UsageError, short_repr
+from labctl.errors import LabctlError, UsageError
+from labctl.lab import counters
 from labctl.lab.handle import LabHandle
-from labctl.rdmafault import counters
 from labctl.runners import nfs, nvmeof
 from labctl.runners.diagnose import snapshot
+from labctl.runners.example_spec import ArgvBuilder, ExampleSpec, RunContext, check_options
 from labctl.runners.execute import (
     COUNTERS_SECONDS,
     RunResult,
@@ -35,8 +36,8 @@ from labctl.runners.execute import (
     lost_nodes,
 )
 from labctl.runners.pairs import ip_path, no_path_reason, pair_interfaces
-from labctl.runners.spec import ArgvBuilder, ExampleSpec, RunContext, check_options
 from labctl.runners.storageio import parse_storage_io
+from labctl.topology.lookup import require_node
 
 TRANSPORTS = ("rdma", "tcp")
 CLEANUP_SECONDS = 30.0  # a cleanup step: a few configfs writes, a disconnect, an umount
@@ -135,9 +136,7 @@ def run_storage(handle: LabHandle, workload: StorageWorkload, server: str, clien
     spec = workload.spec
     options = check_options(options)
     for node in (server, client):
-        if node not in handle.node_names():
-            raise UsageError(f"lab {handle.lab.name} has no node {short_repr(node)}",
-                             hint=f"nodes: {', '.join(handle.node_names())}")
+        require_node(handle.lab, node)
     result = RunResult(spec.name, spec.variant, server, client, "failed",
                        key_figure=spec.key_figure)
     ifaces = pair_interfaces(handle.lab, server, client)

@@ -23,9 +23,9 @@ from typing import Any
 from labctl.bounded import parse_float, parse_int
 from labctl.errors import LabctlError
 from labctl.lab.handle import LabHandle
+from labctl.runners.example_spec import ExampleSpec, RunContext
 from labctl.runners.examples import RDMA_DEVICES, ROCE_ONLY
 from labctl.runners.probes import listening_probe
-from labctl.runners.spec import ExampleSpec, RunContext
 
 UCX_PORT = 13337  # ucx_perftest's own default (-p)
 UCX_PACKAGES = ("ucx-utils",)

@@ -3,7 +3,7 @@
 Written before anything exists (phase "creating") and after every step, so that `status`
 and `down` know what to look for even when `up` died half-way: the lifecycle
 (labctl/lab/lifecycle.py) does, and providers record what they make mid-step through its
-StateRecorder (labctl/store/record.py). Every write is atomic
+StateRecorder (labctl/store/state_recorder.py). Every write is atomic
 (temp file + os.replace): a reader sees the old file or the new one, never half of one.
 A file that is corrupt anyway (disk full, hand-edited) raises CorruptStateError: `status`
 reports it, `down` falls back to what it can find without it (labctl/lab/lifecycle.py).
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from labctl import bounded
+from labctl.capabilities import ENGINES
 from labctl.errors import LabctlError, short_repr
 from labctl.topology.model import NODE_NAME_RE
 
@@ -84,7 +85,7 @@ class NodeState:
 
 @dataclass
 class EngineState:
-    kind: str  # "vm" | "local"
+    kind: str  # one of ENGINES
     base_url: str
 
 
@@ -151,7 +152,7 @@ def _engine(raw: Any) -> EngineState:
     """The engine a docker lab's containers run in: `down` connects to it, so its URL
     must be one labctl could have recorded."""
     engine = EngineState(**_known(EngineState, raw))
-    if engine.kind not in ("vm", "local") or not isinstance(engine.base_url, str) or (
+    if engine.kind not in ENGINES or not isinstance(engine.base_url, str) or (
             not re.fullmatch(ENGINE_URL_RE, engine.base_url)):
         raise ValueError(f"engine: {short_repr(engine.kind)} at {short_repr(engine.base_url)}"
                          " is not an engine labctl uses")

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from labctl.capabilities import ACCELS
 from labctl.errors import short_repr
 from labctl.topology.host import FLAG, allowed, refusal
 from labctl.topology.model import (
@@ -42,7 +43,6 @@ from labctl.topology.workbench import (
 )
 
 MAC_RE = r"02(:[0-9a-f]{2}){5}"
-ACCELS = ("auto", "kvm", "tcg")
 MIRROR_RE = r"(https?|file)://[^\s\"'\\]+"
 MAX_SEGMENTS = 4096
 MAX_INTERFACES = 99  # eth1..eth99

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from labctl.errors import UsageError, short_repr
+from labctl.nodeside import NODE_CODE
 from labctl.topology.host import FLAG, allowed, refusal
 from labctl.topology.resolved import Lab, Mount
 
@@ -26,7 +27,7 @@ MAX_MOUNTS = 16
 _TARGET_RE = re.compile(r"^(/[A-Za-z0-9._+@-]+)+$")
 # A mount there would hide what the node itself needs (its system, labctl's code, ssh).
 RESERVED_TREES = ("/proc", "/sys", "/dev", "/run", "/etc", "/usr", "/bin", "/sbin", "/lib",
-                  "/lib64", "/boot", "/opt/labctl", "/root/.ssh")
+                  "/lib64", "/boot", NODE_CODE, "/root/.ssh")
 RESERVED_EXACT = ("/root", "/tmp", "/var", "/opt", "/home", "/srv", "/mnt", "/media")
 MODES = ("ro", "rw")
 MOUNT_HINT = ("write a mount as SRC:DST or SRC:DST:ro, e.g. ./src:/work or ./data:/data:ro "

@@ -31,16 +31,17 @@ from typing import Any
 
 from labctl import bounded, safefs
 from labctl.errors import LabctlError
-from labctl.faults import fault_point
 from labctl.images.builder import Image
 from labctl.images.cpio import CpioWriter
 from labctl.net import labnet
 from labctl.node import ssh
-from labctl.node.env import NODE_CODE, env_file, mgmt_mac, node_code_files
+from labctl.node.env import env_file, mgmt_mac, node_code_files
 from labctl.node.procs import argv_of, has_option, pids_with_option
 from labctl.node.ready import FAIL, STAGE, ready_line, record_ready
+from labctl.nodeside import NODE_CODE
 from labctl.progress import Progress
 from labctl.store.state import LabState, TapState
+from labctl.testpoints import fault_point
 from labctl.topology.resolved import Lab, Node
 from labctl.vm.qmp import qmp_command
 from labctl.vm.ramguard import PunchHoleGuard
@@ -109,7 +110,7 @@ def machine_payload(env: dict[str, str], authorized_key: str | None,
     archive = CpioWriter()
     for rel, path in node_code_files():
         mode = 0o755 if path.suffix == ".sh" else 0o644
-        archive.file(f"payload/opt/labctl/{rel}", path.read_bytes(), mode)
+        archive.file(f"payload{NODE_CODE}/{rel}", path.read_bytes(), mode)
     archive.file("payload/etc/labctl/node.env", env_file(env))
     # sshd's files where it reads them, with their modes: no program to place them at boot
     # (each costs a node tens of ms under TCG). Parents first, else /root would get 0755.

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from labctl.wire.capture_record import TtlFlow
 from labctl.wire.decode import Decoder, Frame
 from labctl.wire.pcapfile import read_packets
-from labctl.wire.record import TtlFlow
 
 
 def iter_frames(path: Path, first: int | None = None,

@@ -18,9 +18,9 @@ import pytest
 
 from labctl.lab.handle import LabHandle
 from labctl.pytest_plugin import RdmaLab
+from labctl.runners.example_spec import ExampleSpec
 from labctl.runners.examples import EXAMPLES, KNOWN_LIMITATIONS, PERFTESTS
 from labctl.runners.execute import RunResult, command_line, run_example
-from labctl.runners.spec import ExampleSpec
 from tests.integration.conftest import LAB_NAME, example_programs_left, labctl, run_records
 
 pytestmark = pytest.mark.integration

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.cycles import host_snapshot, lab_snapshot, lab_topology, leaks, run_cycles
-from labctl.faults import STEPS
 from labctl.lab.handle import LabHandle
 from labctl.store.labdir import LabDir
+from labctl.testpoints import STEPS
 from tests.integration.conftest import LAB_NAME, REPO, labctl, only_record
 
 pytestmark = pytest.mark.integration

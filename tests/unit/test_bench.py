@@ -26,8 +26,8 @@ from labctl.runners.bench import (
     size_label,
     summarize,
 )
+from labctl.runners.example_spec import Endpoint, RunContext
 from labctl.runners.execute import RunResult
-from labctl.runners.spec import Endpoint, RunContext
 
 # head -n1 /proc/stat and the two packet counters, as a trixie node printed them
 NODE_OUTPUT = "cpu  120 3 450 9000 7 11 60 0 0 0\n1000\n1200\n"

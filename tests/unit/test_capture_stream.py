@@ -22,10 +22,10 @@ from scapy.layers.l2 import Ether
 from scapy.utils import PcapReader, PcapWriter
 
 from labctl.capture.target import compiled_filter
-from labctl.dockerhost import vmcapture
+from labctl.engineside import vmcapture
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
-SOURCE = resources.files("labctl.dockerhost").joinpath("vmcapture.py").read_text()
+SOURCE = resources.files("labctl.engineside").joinpath("vmcapture.py").read_text()
 PEER_MAC = "02:00:00:00:00:02"
 
 

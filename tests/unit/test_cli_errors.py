@@ -240,6 +240,42 @@ def test_bad_arguments(args: list[str], says: str, cli: Cli, fake_lab: str) -> N
     assert sorted(p.name for p in (cli.state / fake_lab).iterdir()) == ["lab.json", "state.json"]
 
 
+# Every command that takes a node name says the same of one the lab lacks (lookup.py):
+# (arguments, the option the name came in, if any)
+UNKNOWN_NODE: list[tuple[list[str], str]] = [
+    (["exec", "--lab", "ut-cli", "node9", "--", "true"], ""),
+    (["cp", "node9:/etc/hostname", "-"], ""),
+    (["logs", "node9"], ""),
+    (["counters", "node9"], ""),
+    (["devinfo", "node1", "node9"], ""),
+    (["stop", "node9"], ""),
+    (["link", "set", "node9:eth1", "down"], ""),
+    (["fault", "add", "node9:eth1", "drop"], ""),
+    (["capture", "node9:eth1", "-c", "1"], ""),
+    (["run", "pingpong", "--server", "node9"], "--server: "),
+    (["run", "nfs", "--client", "node9"], "--client: "),
+    (["run", "pingpong", "--pairs", "node1:node9"], "--pairs: "),
+    (["run", "mpi", "--nodes", "node1,node9"], "--nodes: "),
+    (["run", "rdma-core-tests", "--node", "node9"], "--node: "),
+]
+
+
+@pytest.mark.parametrize(("args", "flag"), UNKNOWN_NODE,
+                         ids=[" ".join(a) for a, _ in UNKNOWN_NODE])
+def test_an_unknown_node_is_one_message_everywhere(args: list[str], flag: str, cli: Cli,
+                                                   fake_lab: str) -> None:
+    code, out, err = cli(*args, *([] if "--" in args else ["--lab", fake_lab]))
+    assert code == 2, (out, err)
+    assert _flat(err) == (f"error: {flag}lab ut-cli has no node 'node9' "
+                          "hint: nodes: node1, node2")
+
+
+def test_the_unknown_node_message_is_written_once() -> None:
+    writers = sorted(str(path.relative_to(REPO)) for path in (REPO / "labctl").rglob("*.py")
+                     if re.search(r"has no node(?! with)", path.read_text()))
+    assert writers == ["labctl/topology/lookup.py"]
+
+
 def test_down_of_a_path_is_refused_and_removes_nothing(cli: Cli) -> None:
     """`labctl down --lab ..` once removed the state directory's parent (rmtree)."""
     sentinel = cli.state.parent / "someone-elses-file"

@@ -35,9 +35,9 @@ import labctl.runners
 from labctl import bounded
 from labctl.cli.safeprint import json_text
 from labctl.lab.handle import LabHandle
+from labctl.runners.example_spec import parse_output
 from labctl.runners.examples import EXAMPLES
 from labctl.runners.execute import run_example
-from labctl.runners.spec import parse_output
 from labctl.store.labdir import LabDir
 from tests.unit.clirun import run_main
 from tests.unit.standin import GOOD_STATUS, LAB, make_lab

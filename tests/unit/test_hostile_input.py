@@ -26,13 +26,13 @@ from hypothesis import strategies as st
 
 import labctl.lab.lifecycle as up_module  # where `up` reaches the providers
 from labctl.errors import UsageError
+from labctl.runners.example_spec import Endpoint, RunContext, check_options
 from labctl.runners.examples import (
     EXAMPLES,
     group_joined_probe,
     listening_probe,
     recvs_counter,
 )
-from labctl.runners.spec import Endpoint, RunContext, check_options
 from labctl.store.labdir import LabDir, check_lab_name, find_labdir
 from labctl.store.state import LabState, Phase
 from labctl.topology.checks import Subnets, free_subnets

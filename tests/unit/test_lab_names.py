@@ -26,8 +26,8 @@ from labctl.progress import Progress
 from labctl.providers.base import Provider
 from labctl.providers.qemu import QemuProvider
 from labctl.store.labdir import LabDir
-from labctl.store.record import StateRecorder
 from labctl.store.state import LabState, NodeState, NodeStatus, Phase
+from labctl.store.state_recorder import StateRecorder
 from labctl.topology.compare import lab_changes
 from labctl.topology.load import load_lab
 from labctl.topology.resolved import Lab
@@ -317,7 +317,7 @@ def test_start_waits_for_its_node_only_while_another_stays_stopped(
 # (command, node, state of node2 before, exit code, what stderr says)
 NODE_REFUSALS: list[tuple[str, str, NodeStatus, str]] = [
     ("stop", "node9", NodeStatus.RUNNING, "lab ut-names has no node 'node9'"),
-    ("start", "nod2", NodeStatus.STOPPED, "has no node 'nod2'; did you mean 'node2'?"),
+    ("start", "nod2", NodeStatus.STOPPED, "has no node 'nod2' hint: nodes: node1, node2"),
     ("restart", "x\x1b[31m", NodeStatus.RUNNING, "has no node 'x\\x1b[31m'"),
     ("stop", "node2", NodeStatus.STOPPED, "node node2 of lab ut-names is already stopped"),
     ("stop", "node2", NodeStatus.ABSENT, "node node2 of lab ut-names is already stopped"),

@@ -1,28 +1,33 @@
 """labctl's packages form layers, and a package imports only from the layers below it.
 
 From the bottom: neutral helpers (errors, bounded reads, paths, locks, progress, test
-fault points, provider capabilities, data, host networking, and the node-side code) that
-every layer may use; the wire formats (pure decoders); the topology (pure: files in, a
-resolved Lab out); the lab directory and its state (store); images; what labctl gives and
-reads back from a node (node); a qemu machine (vm); the Docker engines (dockerhost); the
-providers; the lab service (handle, lifecycle); RDMA-aware faults; the runners; live
-capture; and on top the CLI and the pytest plugin. docs/architecture.md says the same.
+fault points, provider capabilities, data, host networking, and the code that runs outside
+labctl's process: in the nodes, or beside a docker lab's engine) that every layer may use;
+the wire formats (pure decoders); the topology (pure: files in, a resolved Lab out); the
+lab directory and its state (store); images; what labctl gives and reads back from a node
+(node); a qemu machine (vm); the Docker engines (dockerhost); the providers; the lab
+service (handle, lifecycle, counters); RDMA-aware faults; the runners; live capture; and on
+top the CLI and the pytest plugin. docs/architecture.md says the same.
 A module-level view of the same graph (no cycles) is tests/unit/test_import_graph.py.
 """
 
 from __future__ import annotations
 
+import ast
+import sys
+
 import pytest
 
-from tests.unit.test_import_graph import import_graph
+from tests.unit.test_import_graph import PACKAGE, import_graph
 
 NEUTRAL = 0
 # The rank of each part of labctl: a part may import parts of lower rank, and NEUTRAL
 # parts import only NEUTRAL ones.
 LAYERS: dict[str, int] = {
     "labctl": NEUTRAL, "errors": NEUTRAL, "bounded": NEUTRAL, "paths": NEUTRAL,
-    "locks": NEUTRAL, "safefs": NEUTRAL, "progress": NEUTRAL, "faults": NEUTRAL, "data": NEUTRAL,
-    "net": NEUTRAL, "nodeside": NEUTRAL, "verbs": NEUTRAL, "capabilities": NEUTRAL,
+    "locks": NEUTRAL, "safefs": NEUTRAL, "progress": NEUTRAL, "testpoints": NEUTRAL,
+    "data": NEUTRAL, "net": NEUTRAL, "nodeside": NEUTRAL, "engineside": NEUTRAL,
+    "verbs": NEUTRAL, "capabilities": NEUTRAL,
     "wire": 1,
     "topology": 2,
     "store": 3,
@@ -38,8 +43,17 @@ LAYERS: dict[str, int] = {
     "cli": 13, "pytest_plugin": 13,
     "__main__": 14,
 }
-# Code that runs inside the nodes (stdlib and pyverbs only) imports nothing else of labctl.
-NODE_SIDE = ("nodeside", "verbs")
+# Code that runs outside labctl's process, and what it may import besides the standard library
+# and its own part of labctl: what the node image has (pyverbs, mpi4py), and in the Docker
+# host VM (or as root beside a local engine) nothing at all.
+OUTSIDE: dict[str, frozenset[str]] = {
+    "nodeside": frozenset({"pyverbs", "mpi4py"}),
+    "verbs": frozenset({"pyverbs"}),
+    "engineside": frozenset(),
+}
+# Files sent as text to a python3 on stdin: nothing but the file reaches the other machine.
+SENT_AS_TEXT = ("labctl.nodeside.faultgate", "labctl.engineside.dockernet",
+                "labctl.engineside.vmcapture")
 
 
 def part(module: str) -> str:
@@ -74,12 +88,45 @@ def test_neutral_parts_import_only_neutral_ones() -> None:
     assert wrong == []
 
 
-@pytest.mark.parametrize("node_side", NODE_SIDE)
-def test_node_side_code_imports_nothing_else_of_labctl(node_side: str) -> None:
+@pytest.mark.parametrize("outside", OUTSIDE)
+def test_code_run_outside_imports_nothing_else_of_labctl(outside: str) -> None:
     # labctl/__init__.py only names the version: shipped to nodes with this code
     wrong = [f"{s} -> {t}" for s, t in crossings(import_graph())
-             if part(s) == node_side and part(t) != "labctl"]
+             if part(s) == outside and part(t) != "labctl"]
     assert wrong == []
+
+
+def test_files_sent_as_text_import_no_labctl_module() -> None:
+    graph = import_graph()
+    assert {name: graph[name] for name in SENT_AS_TEXT} == {name: set() for name in SENT_AS_TEXT}
+
+
+def foreign_imports(source: str, allowed: frozenset[str]) -> list[str]:
+    """The modules `source` imports (anywhere) that are neither the standard library, nor
+    labctl, nor in `allowed`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append(node.module)
+    known = sys.stdlib_module_names | allowed | {"labctl"}
+    return [name for name in found if name.partition(".")[0] not in known]
+
+
+@pytest.mark.parametrize("outside", OUTSIDE)
+def test_code_run_outside_imports_only_the_standard_library(outside: str) -> None:
+    wrong = {str(path.relative_to(PACKAGE)): found
+             for path in sorted((PACKAGE / outside).rglob("*.py"))
+             if (found := foreign_imports(path.read_text(), OUTSIDE[outside]))}
+    assert wrong == {}
+
+
+def test_the_check_reports_imports_beyond_the_standard_library() -> None:
+    source = ("import os, yaml\nfrom pyverbs.device import Context\n"
+              "def f():\n    from rich import table\n    from . import sibling\n")
+    assert foreign_imports(source, frozenset()) == ["yaml", "pyverbs.device", "rich"]
+    assert foreign_imports(source, frozenset({"pyverbs"})) == ["yaml", "rich"]
 
 
 def test_the_check_reports_imports_up_and_across() -> None:

@@ -13,6 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from labctl.cli.app import app
+from labctl.runners.example_spec import Endpoint, RunContext
 from labctl.runners.examples import (
     ATOMIC_PERFTESTS,
     EXAMPLES,
@@ -27,7 +28,6 @@ from labctl.runners.parsers import (
     parse_rdma_server,
     parse_rstream,
 )
-from labctl.runners.spec import Endpoint, RunContext
 from tests.unit.jsonshape import parsed
 
 OUTPUTS = Path(__file__).parent / "outputs"

@@ -15,8 +15,8 @@ from labctl.node.ready import NodeRuntime
 from labctl.progress import Progress
 from labctl.providers.qemu import QemuProvider
 from labctl.store.labdir import LabDir
-from labctl.store.record import StateRecorder
 from labctl.store.state import LabState, NodeState, NodeStatus, Phase
+from labctl.store.state_recorder import StateRecorder
 
 PROVIDERS = Path(lifecycle.__file__).parents[1] / "providers"
 TOPOLOGY = """\

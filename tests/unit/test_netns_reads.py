@@ -15,9 +15,9 @@ import pytest
 
 import labctl.dockerhost.netns as netns
 from labctl.runners import execute
+from labctl.runners.example_spec import Endpoint, RunContext
 from labctl.runners.examples import EXAMPLES
 from labctl.runners.probes import CM_LISTEN, NetnsProbe, group_joined_probe, listening_probe
-from labctl.runners.spec import Endpoint, RunContext
 
 CID = "ab" * 32
 LAB = "dlab"

@@ -13,10 +13,10 @@ import pytest
 
 from labctl.nodeside import pingpong as pypp
 from labctl.runners.bench import summarize
+from labctl.runners.example_spec import Endpoint, RunContext
 from labctl.runners.examples import EXAMPLES, KNOWN_LIMITATIONS, PERFTESTS, pingpong_variant
 from labctl.runners.execute import RunResult, _shortfall
 from labctl.runners.parsers import parse_mckey, parse_perftest, parse_pingpong, parse_rping
-from labctl.runners.spec import Endpoint, RunContext
 
 OUTPUTS = Path(__file__).parent / "outputs"
 

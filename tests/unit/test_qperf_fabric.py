@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from labctl.errors import UsageError
+from labctl.runners.example_spec import Endpoint, ExampleSpec, RunContext, check_options
 from labctl.runners.examples import EXAMPLES
 from labctl.runners.execute import check_image_packages
 from labctl.runners.fabric import FABRIC, PINGPONGS, parse_fabric
@@ -20,7 +21,6 @@ from labctl.runners.qperf import (
     parse_qperf,
     unsupported_reason,
 )
-from labctl.runners.spec import Endpoint, ExampleSpec, RunContext, check_options
 from labctl.topology.resolved import Node
 
 OUTPUTS = Path(__file__).parent / "outputs"

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from labctl.data.rdma_core_tests import GENERIC_MODULES, KNOWN_FAILURES
+from labctl.data.rdma_core_suite import GENERIC_MODULES, KNOWN_FAILURES
 from labctl.errors import UsageError
 from labctl.runners.rdma_core_tests import (
     ModuleRun,
@@ -178,7 +178,7 @@ RESIZE_CQ = ("test_cq", "CQTest.test_resize_cq")
 
 @pytest.fixture
 def resize_cq_not_known(monkeypatch: pytest.MonkeyPatch) -> None:
-    from labctl.data import rdma_core_tests as table
+    from labctl.data import rdma_core_suite as table
     monkeypatch.setattr(table, "KNOWN_FAILURES", tuple(
         k for k in table.KNOWN_FAILURES if (k.module, k.test) != RESIZE_CQ))
 

@@ -17,10 +17,12 @@ import pytest
 
 from labctl import capabilities
 from labctl.errors import LabctlError, UsageError
+from labctl.lab import counters
 from labctl.node.ready import NodeRuntime
+from labctl.nodeside import faultgate
 from labctl.providers.base import UnsupportedError
-from labctl.rdmafault import apply, counters, gate_node, tcplan
-from labctl.rdmafault.spec import FaultSpec, build_spec, parse_opcodes, parse_psn
+from labctl.rdmafault import apply, tcplan
+from labctl.rdmafault.fault_spec import FaultSpec, build_spec, parse_opcodes, parse_psn
 from labctl.store.state import NodeStatus
 
 
@@ -98,9 +100,9 @@ def _decode(code: bytes) -> list[tuple[int, int, int, int, int]]:
 
 
 def test_gate_program_jumps_land_inside_and_it_ends_in_exits() -> None:
-    opcodes, values = gate_node.parse_spec(spec(opcodes=["ack"], qp="5", psn="1-9", count=3,
+    opcodes, values = faultgate.parse_spec(spec(opcodes=["ack"], qp="5", psn="1-9", count=3,
                                                 every=2, probability="10%").gate_words())
-    insns = _decode(gate_node.gate_program(7, opcodes, values))
+    insns = _decode(faultgate.gate_program(7, opcodes, values))
     for pc, (op, _, _, off, _) in enumerate(insns):
         if op & 0x07 == 0x05 and op not in (0x85, 0x95):  # a jump
             assert 0 <= pc + 1 + off < len(insns), pc
@@ -112,17 +114,17 @@ def test_gate_program_jumps_land_inside_and_it_ends_in_exits() -> None:
 
 
 def test_gate_program_without_bth_reads_no_packet() -> None:
-    opcodes, values = gate_node.parse_spec(spec(tcp=True).gate_words())
-    helpers = [i[4] for i in _decode(gate_node.gate_program(3, opcodes, values))
+    opcodes, values = faultgate.parse_spec(spec(tcp=True).gate_words())
+    helpers = [i[4] for i in _decode(faultgate.gate_program(3, opcodes, values))
                if i[0] == 0x85]
     assert helpers == [1]  # only the counter
 
 
 def test_gate_spec_refuses_unknown_or_missing_keys() -> None:
     with pytest.raises(SystemExit, match="unknown key"):
-        gate_node.parse_spec(["x=1"])
+        faultgate.parse_spec(["x=1"])
     with pytest.raises(SystemExit, match="missing"):
-        gate_node.parse_spec(["bth=1"])
+        faultgate.parse_spec(["bth=1"])
 
 
 # --- tc -----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The fault hook (labctl/faults.py), the in-node time bound, and what `down` finds.
+"""The fault hook (labctl/testpoints.py), the in-node time bound, and what `down` finds.
 
 No VM here: the live counterparts are tests/integration/test_reliability*.py.
 """
@@ -19,7 +19,7 @@ import pytest
 
 import labctl.providers.qemu as qemu_module
 import labctl.vm.machine as machine_module
-from labctl import faults
+from labctl import testpoints
 from labctl.providers.qemu import QemuProvider
 from labctl.runners.execute import bounded_in_node
 from labctl.store.labdir import LabDir
@@ -30,37 +30,37 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_parse_spec() -> None:
-    assert faults.parse("netns") == ("netns", None, "raise")
-    assert faults.parse("disk@node2:kill") == ("disk", "node2", "kill")
-    assert faults.parse("booted:int") == ("booted", None, "int")
+    assert testpoints.parse("netns") == ("netns", None, "raise")
+    assert testpoints.parse("disk@node2:kill") == ("disk", "node2", "kill")
+    assert testpoints.parse("booted:int") == ("booted", None, "int")
 
 
 def test_no_fault_without_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(faults.ENV, raising=False)
+    monkeypatch.delenv(testpoints.ENV, raising=False)
     signals: list[tuple[int, int]] = []  # a fault's kill or Ctrl-C, recorded, not sent
-    monkeypatch.setattr(faults.os, "kill", lambda pid, sig: signals.append((pid, sig)))
-    assert faults.STEPS
-    for step in faults.STEPS:
-        assert faults.fault_point(step, "node1") is None  # returns: no InjectedFault
+    monkeypatch.setattr(testpoints.os, "kill", lambda pid, sig: signals.append((pid, sig)))
+    assert testpoints.STEPS
+    for step in testpoints.STEPS:
+        assert testpoints.fault_point(step, "node1") is None  # returns: no InjectedFault
     assert signals == []
 
 
 def test_only_the_named_step_and_node_fail(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(faults.ENV, "disk@node2")
-    faults.fault_point("netns")
-    faults.fault_point("disk", "node1")
-    with pytest.raises(faults.InjectedFault, match=r"disk@node2"):
-        faults.fault_point("disk", "node2")
-    monkeypatch.setenv(faults.ENV, "disk")  # no node: the first node to get there
-    with pytest.raises(faults.InjectedFault):
-        faults.fault_point("disk", "node1")
+    monkeypatch.setenv(testpoints.ENV, "disk@node2")
+    testpoints.fault_point("netns")
+    testpoints.fault_point("disk", "node1")
+    with pytest.raises(testpoints.InjectedFault, match=r"disk@node2"):
+        testpoints.fault_point("disk", "node2")
+    monkeypatch.setenv(testpoints.ENV, "disk")  # no node: the first node to get there
+    with pytest.raises(testpoints.InjectedFault):
+        testpoints.fault_point("disk", "node1")
 
 
 def test_int_mode_is_a_keyboard_interrupt_at_that_point(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(faults.ENV, "state:int")
+    monkeypatch.setenv(testpoints.ENV, "state:int")
     reached = []
     with pytest.raises(KeyboardInterrupt):
-        faults.fault_point("state")
+        testpoints.fault_point("state")
         reached.append("after")
     assert reached == []
 
@@ -68,8 +68,8 @@ def test_int_mode_is_a_keyboard_interrupt_at_that_point(monkeypatch: pytest.Monk
 def test_hold_mode_waits_for_its_release_file(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     release = tmp_path / "go"
-    monkeypatch.setenv(faults.ENV, "booted:hold")
-    monkeypatch.setenv(faults.RELEASE_ENV, str(release))
+    monkeypatch.setenv(testpoints.ENV, "booted:hold")
+    monkeypatch.setenv(testpoints.RELEASE_ENV, str(release))
     sleeps: list[float] = []
 
     def sleep(seconds: float) -> None:  # the release comes during the third wait
@@ -77,28 +77,29 @@ def test_hold_mode_waits_for_its_release_file(tmp_path: Path,
         if len(sleeps) == 3:
             release.touch()
 
-    monkeypatch.setattr(faults.time, "sleep", sleep)
-    faults.fault_point("booted")  # returns: a hold is no failure
+    monkeypatch.setattr(testpoints.time, "sleep", sleep)
+    testpoints.fault_point("booted")  # returns: a hold is no failure
     assert len(sleeps) == 3
-    faults.fault_point("booted")  # released: no wait
+    testpoints.fault_point("booted")  # released: no wait
     assert len(sleeps) == 3
 
 
 def test_hold_mode_gives_up_after_its_bound(monkeypatch: pytest.MonkeyPatch,
                                             tmp_path: Path) -> None:
-    monkeypatch.setenv(faults.ENV, "booted:hold")
-    monkeypatch.setenv(faults.RELEASE_ENV, str(tmp_path / "never"))
+    monkeypatch.setenv(testpoints.ENV, "booted:hold")
+    monkeypatch.setenv(testpoints.RELEASE_ENV, str(tmp_path / "never"))
     clock = iter(range(0, 1000, 30))
-    monkeypatch.setattr(faults.time, "monotonic", lambda: float(next(clock)))
-    monkeypatch.setattr(faults.time, "sleep", lambda seconds: None)
-    faults.fault_point("booted")  # 120 s of the fake clock, then on
-    assert next(clock) <= faults.HOLD_SECONDS + 60
+    monkeypatch.setattr(testpoints.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(testpoints.time, "sleep", lambda seconds: None)
+    testpoints.fault_point("booted")  # 120 s of the fake clock, then on
+    assert next(clock) <= testpoints.HOLD_SECONDS + 60
 
 
 def test_kill_mode_kills_the_process() -> None:
-    code = "from labctl import faults; faults.fault_point('booted'); print('survived')"
+    code = "from labctl import testpoints; testpoints.fault_point('booted'); print('survived')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            cwd=REPO, env={**os.environ, faults.ENV: "booted:kill"}, check=False)
+                            cwd=REPO, env={**os.environ, testpoints.ENV: "booted:kill"},
+                            check=False)
     assert result.returncode == -signal.SIGKILL
     assert "survived" not in result.stdout
 
@@ -106,7 +107,7 @@ def test_kill_mode_kills_the_process() -> None:
 def test_every_step_has_exactly_one_point_in_the_qemu_provider() -> None:
     source = Path(qemu_module.__file__).read_text() + Path(machine_module.__file__).read_text()
     called = re.findall(r'fault_point\("([a-z-]+)"', source)
-    assert sorted(called) == sorted(faults.STEPS)
+    assert sorted(called) == sorted(testpoints.STEPS)
 
 
 def test_in_node_bound_exits_124_through_a_shell() -> None:

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from labctl.runners import execute
+from labctl.runners.example_spec import Endpoint
 from labctl.runners.examples import EXAMPLES
 from labctl.runners.execute import MAX_ATTEMPTS, SETUP_FAILED, RunResult, _worth_another_attempt
-from labctl.runners.spec import Endpoint
 from labctl.topology.load import load_lab
 
 TWO_NODE = Path(__file__).parents[2] / "topologies" / "two-node.yaml"

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 import labctl.cli.app  # noqa: F401  (registers every run command: the workloads' too)
 from labctl.cli.run import add_command, run_app
 from labctl.errors import UsageError
+from labctl.runners.example_spec import KNOWN_OPTIONS, check_options
 from labctl.runners.examples import EXAMPLES, pingpong_variant
 from labctl.runners.options import (
     ALL_COMMAND,
@@ -24,7 +25,6 @@ from labctl.runners.options import (
     RunCommand,
     RunOption,
 )
-from labctl.runners.spec import KNOWN_OPTIONS, check_options
 
 COMMANDS = get_command(run_app).commands  # type: ignore[attr-defined]
 EVERY_RUN_OPTION = ("timeout", "as_json", "show_output", "capture", "capture_dir", "pairs",
@@ -33,7 +33,7 @@ EVERY_RUN_OPTION = ("timeout", "as_json", "show_output", "capture", "capture_dir
 
 def test_every_example_of_the_catalogue_has_its_command_in_order() -> None:
     assert [c.name for c in RUN_COMMANDS] == list(dict.fromkeys(n for n, _ in EXAMPLES))
-    # rdma-core-tests: one node's test suite, not a pair's example (labctl/cli/rdma_core_tests);
+    # rdma-core-tests: one node's test suite, not a pair's example (labctl/cli/run_rdma_core_tests);
     # ucx, ucx-info, mpi: the workloads of labctl/cli/run_workloads.py
     assert list(COMMANDS) == [*(c.name for c in RUN_COMMANDS), "custom",
                               *(c.name for c in STORAGE_COMMANDS), "list", "all",

@@ -19,7 +19,7 @@ import pytest
 
 from labctl.errors import UsageError
 from labctl.runners import nfs, nvmeof, storage
-from labctl.runners.spec import Endpoint, RunContext, check_options
+from labctl.runners.example_spec import Endpoint, RunContext, check_options
 from labctl.runners.storage import WORKLOADS, run_storage, transports
 from labctl.runners.storageio import parse_storage_io
 from labctl.topology.load import load_lab

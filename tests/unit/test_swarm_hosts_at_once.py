@@ -12,8 +12,8 @@ import pytest
 
 from labctl.providers.swarm import on_each_host
 from labctl.store.labdir import LabDir
-from labctl.store.record import StateRecorder
 from labctl.store.state import LabState, NodeState, Phase
+from labctl.store.state_recorder import StateRecorder
 
 
 def test_every_host_works_at_the_same_time() -> None:

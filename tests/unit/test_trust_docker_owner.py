@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from labctl.dockerhost import dockernet
+from labctl.engineside import dockernet
 from labctl.net import labnet
 from labctl.providers.docker import DockerProvider
 from labctl.providers.labels import lab_labels, owned_by

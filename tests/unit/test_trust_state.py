@@ -28,8 +28,8 @@ from labctl.net import labnet
 from labctl.providers import hostbinds
 from labctl.providers.qemu import QemuProvider, plan_lab
 from labctl.store.labdir import LabDir
-from labctl.store.record import StateRecorder
 from labctl.store.state import CorruptStateError, LabState, NodeState, Phase, TapState
+from labctl.store.state_recorder import StateRecorder
 from labctl.topology.load import load_lab
 from labctl.topology.resolved import Lab, Mount
 from labctl.vm.machine import QemuMachine, node_machine

@@ -15,6 +15,7 @@ import pytest
 from labctl.errors import UsageError
 from labctl.lab.handle import LabHandle
 from labctl.runners import labssh
+from labctl.runners.example_spec import Endpoint, RunContext
 from labctl.runners.mpi import (
     CLEANUP,
     check_mpi_options,
@@ -27,7 +28,6 @@ from labctl.runners.mpi import (
     run_transport,
     transport_mca,
 )
-from labctl.runners.spec import Endpoint, RunContext
 from labctl.runners.ucx import (
     UCX_ON_IWARP,
     UCX_SPECS,

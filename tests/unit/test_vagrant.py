@@ -24,6 +24,7 @@ import pytest
 from labctl.data.recipes import node_packages
 from labctl.errors import LabctlError, UsageError
 from labctl.node.env import node_env as qemu_node_env
+from labctl.nodeside import NODE_INIT
 from labctl.providers import provider_for, vagrant_plan
 from labctl.providers.vagrant import (
     VagrantProvider,
@@ -727,10 +728,10 @@ def test_box_stage1_starts_the_box_boot_instead_of_the_nodes() -> None:
 
     image_init = resources.files("labctl.images").joinpath("initramfs-init.sh").read_text()
     stage1 = box.box_stage1(image_init)
-    assert box.NODE_STAGE2 not in stage1
+    assert NODE_INIT not in stage1
     assert f"/usr/bin/tini -- {box.STAGE2}" in stage1
     # everything else of the image's stage 1 is kept (root on /dev/vda, payload copy)
-    assert stage1.replace(box.STAGE2, box.NODE_STAGE2) == image_init
+    assert stage1.replace(box.STAGE2, NODE_INIT) == image_init
     with pytest.raises(LabctlError, match="stage 1"):
         box.box_stage1("#!/bin/sh\nexec /sbin/init\n")
 

@@ -23,7 +23,7 @@ from labctl.providers import provider_for
 from labctl.providers.base import UnsupportedError
 from labctl.providers.qemu import plan_lab
 from labctl.runners.custom import PLACEHOLDERS, custom_spec, substitute
-from labctl.runners.spec import Endpoint, RunContext
+from labctl.runners.example_spec import Endpoint, RunContext
 from labctl.store.labdir import LabDir
 from labctl.store.state import LabState, Phase
 from labctl.topology.errors import TopologyError

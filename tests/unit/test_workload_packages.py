@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 
 from labctl.errors import UsageError
+from labctl.runners.example_spec import ExampleSpec
 from labctl.runners.execute import check_image_packages
-from labctl.runners.spec import ExampleSpec
 from labctl.topology.resolved import Node
 
 SPEC = ExampleSpec(name="qperf", variant="", server_argv=lambda ctx: ["qperf"],

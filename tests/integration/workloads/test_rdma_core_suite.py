@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from labctl.data.rdma_core_tests import known_failure
+from labctl.data.rdma_core_suite import known_failure
 from tests.integration.conftest import labctl
 from tests.integration.modulelab import ModuleLab
 
@@ -38,7 +38,7 @@ def test_the_suite_on_rxe_and_siw_matches_the_known_failures(workloads_lab: Modu
     runs = {(r["node"], r["module"]): r for r in report["modules"]}
     assert sorted(runs) == sorted((n, m) for n in ("rxe1", "siw1") for m in CI_MODULES)
     # rxe's test_resize_cq loses a completion when the CQ is resized before rxe's worker
-    # completed the sends (known, labctl/data/rdma_core_tests.py): most runs under TCG, not
+    # completed the sends (known, labctl/data/rdma_core_suite.py): most runs under TCG, not
     # all. Either way the report says which.
     resize = known_failure("test_cq", "CQTest.test_resize_cq", "rxe", "errored")
     assert resize is not None

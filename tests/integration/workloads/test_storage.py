@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from labctl.runners.example_spec import RunContext
 from labctl.runners.execute import RunResult, endpoint, failure_details
 from labctl.runners.nvmeof import NQN_PREFIX
-from labctl.runners.spec import RunContext
 from labctl.runners.storage import WORKLOADS, run_storage
 from tests.integration.conftest import labctl, run_records
 from tests.integration.modulelab import ModuleLab

@@ -148,7 +148,7 @@ class FaultSpec:
     delay: str | None = None
 
     def gate_words(self) -> list[str]:
-        """KEY=VALUE arguments of gate_node.py's `load`."""
+        """KEY=VALUE arguments of faultgate.py's `load`."""
         lo, hi = self.psn or (0, PSN_MAX)
         threshold = 0xFFFFFFFF if self.probability >= 1 else \
             max(0, round(self.probability * 2**32) - 1)

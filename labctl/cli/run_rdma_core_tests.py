@@ -13,7 +13,7 @@ from labctl.cli import complete
 from labctl.cli.common import LabOption, console, err_console, seconds
 from labctl.cli.report import on_interrupt
 from labctl.cli.safeprint import print_json
-from labctl.data.rdma_core_tests import GENERIC_MODULES
+from labctl.data.rdma_core_suite import GENERIC_MODULES
 from labctl.errors import UsageError, short_repr
 from labctl.lab.handle import open_lab
 from labctl.runners.rdma_core_tests import (
@@ -25,6 +25,8 @@ from labctl.runners.rdma_core_tests import (
     run_suite,
     suite_target,
 )
+from labctl.topology.lookup import require_node
+from labctl.topology.resolved import Lab
 
 COMMAND = "rdma-core-tests"
 _MODULE_WORDS = tuple(name.removeprefix("test_") for name in GENERIC_MODULES)
@@ -33,7 +35,7 @@ _COLORS = {"passed": "green", "failed": "red", "crashed": "red", "timeout": "red
            "no-result": "red"}
 
 
-def _nodes(text: str | None, handle_nodes: list[str], rdma_nodes: list[str]) -> list[str]:
+def _nodes(text: str | None, lab: Lab, rdma_nodes: list[str]) -> list[str]:
     """--node: "a" or "a,b"; without it the first node with an RDMA device."""
     if text is None:
         if not rdma_nodes:
@@ -41,11 +43,11 @@ def _nodes(text: str | None, handle_nodes: list[str], rdma_nodes: list[str]) -> 
                              hint="rdma-core's tests need an rxe or siw device")
         return rdma_nodes[:1]
     names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    unknown = [n for n in names if n not in handle_nodes]
-    if not names or unknown:
-        raise UsageError(f"--node {short_repr(text)}: no node "
-                         f"{', '.join(short_repr(n) for n in unknown) or 'named'}",
-                         hint=f"nodes: {', '.join(handle_nodes)}")
+    if not names:
+        raise UsageError(f"--node {short_repr(text)}: no node named",
+                         hint=f"nodes: {', '.join(n.name for n in lab.nodes)}")
+    for name in names:
+        require_node(lab, name, flag="--node")
     return names
 
 
@@ -137,7 +139,7 @@ def rdma_core_tests(
     on_interrupt(f"lab {handle.lab.name} is untouched, do not `labctl down` it: a test "
                  f"module still running in a node ends within --timeout ({timeout:g} s)")
     rdma_nodes = [n.name for n in handle.lab.nodes if n.rdma_interface is not None]
-    targets = [suite_target(handle, n) for n in _nodes(node, handle.node_names(), rdma_nodes)]
+    targets = [suite_target(handle, n) for n in _nodes(node, handle.lab, rdma_nodes)]
     check_available(targets, chosen)
     report = run_suite(handle, targets, chosen, timeout,
                        progress=None if as_json else _progress)
