@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "labctl": NEUTRAL, "errors": NEUTRAL, "bounded": NEUTRAL, "paths": NEUTRAL,
     "locks": NEUTRAL, "safefs": NEUTRAL, "progress": NEUTRAL, "faults": NEUTRAL, "data": NEUTRAL,
     "net": NEUTRAL, "nodeside": NEUTRAL, "verbs": NEUTRAL, "capabilities": NEUTRAL,
+    "hostproc": NEUTRAL,
     "wire": 1,
     "topology": 2,
     "store": 3,
