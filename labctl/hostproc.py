@@ -148,6 +148,14 @@ def _drain(stream: IO[bytes], limit: int, out: list[bytes], over: threading.Even
             over.set()
 
 
+def _feed(stream: IO[bytes], data: bytes) -> None:
+    try:
+        stream.write(data)
+        stream.close()
+    except OSError:  # BrokenPipeError: the program exited without reading it all
+        pass
+
+
 def _run(argv: Sequence[str], *, timeout: float | None, capture: bool,
          input: str | bytes | None, env: Mapping[str, str] | None, cwd: str | None,
          stderr: IO[bytes] | None, limit: int, what: str | None, hint: str | None,
@@ -178,15 +186,13 @@ def _run(argv: Sequence[str], *, timeout: float | None, capture: bool,
     readers = [threading.Thread(target=_drain, args=(pipe, limit, kept, over), daemon=True)
                for pipe, kept in ((proc.stdout, outs), (proc.stderr, errs))
                if pipe is not None]
+    if input is not None and proc.stdin is not None:
+        # written beside the wait: a program that never reads its stdin still times out
+        readers.append(threading.Thread(
+            target=_feed, args=(proc.stdin, input.encode() if isinstance(input, str) else input),
+            daemon=True))
     for reader in readers:
         reader.start()
-    if input is not None:
-        assert proc.stdin is not None
-        try:
-            proc.stdin.write(input.encode() if isinstance(input, str) else input)
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
     timed_out = False
     try:
         code = proc.wait(timeout=timeout)

@@ -134,6 +134,13 @@ def test_input_env_cwd_and_no_capture(tmp_path: Path) -> None:
     assert (result.stdout, result.stderr) == ("", "err\n")
 
 
+def test_a_program_that_never_reads_its_input_still_times_out() -> None:
+    started = time.monotonic()
+    with pytest.raises(hostproc.HostProcessError) as caught:
+        hostproc.run(["sleep", "30"], input="x" * (4 << 20), timeout=0.5)
+    assert caught.value.timed_out and time.monotonic() - started < 10
+
+
 def test_stderr_to_a_log_file(tmp_path: Path) -> None:
     log = tmp_path / "log"
     with log.open("wb") as file:
