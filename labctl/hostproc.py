@@ -208,7 +208,7 @@ def _run(argv: Sequence[str], *, timeout: float | None, capture: bool,
         reader.join(timeout=5)  # a grandchild may hold the pipe open: do not wait on it
     out, err = b"".join(outs), b"".join(errs)
     if timed_out:
-        note = f"(timed out after {timeout:g} s)"
+        note = f"(timed out after {timeout} s)"  # as a node's failed command has said
         result = Completed(argv, TIMED_OUT, _text(out), _text(err) + "\n" + note,
                            over.is_set())
         said = tail(_text(err))
