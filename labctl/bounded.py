@@ -21,11 +21,8 @@ import math
 import os
 import re
 import stat
-import subprocess
-import threading
-from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from labctl.errors import LabctlError
 
@@ -307,65 +304,6 @@ def printable(text: str) -> str:
     """`text` with every control character but newline and tab (C0, DEL, C1, and the
     bidirectional overrides) written as a visible escape such as \\x1b."""
     return _CONTROLS.sub(_escaped, text)
-
-
-# --------------------------------------------------------------------------- processes
-
-
-def _drain(stream: IO[bytes], limit: int, out: list[bytes], over: threading.Event) -> None:
-    """Keep the first `limit` bytes of `stream`, read the rest away (the writer must
-    never block on a full pipe), and flag `over` when there was more."""
-    size = 0
-    while chunk := stream.read(65536):
-        if size < limit:
-            out.append(chunk[: limit - size])
-        size += len(chunk)
-        if size > limit:
-            over.set()
-
-
-def run(argv: Sequence[str], *, timeout: float | None, limit: int = NODE_REPLY_BYTES,
-        input: str | None = None) -> tuple[subprocess.CompletedProcess[str], bool]:
-    """Run `argv` as subprocess.run(capture_output=True, text=True) would, but keep at
-    most `limit` bytes of each of stdout and stderr (text decoded with replacement).
-
-    Returns (result, truncated). Past `timeout` the process is killed and the result has
-    exit code 124, with what it printed until then and "(timed out after N s)" on stderr."""
-    proc = subprocess.Popen(
-        list(argv), stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    outs: list[bytes] = []
-    errs: list[bytes] = []
-    over = threading.Event()
-    assert proc.stdout is not None and proc.stderr is not None
-    readers = [threading.Thread(target=_drain, args=(proc.stdout, limit, outs, over),
-                                daemon=True),
-               threading.Thread(target=_drain, args=(proc.stderr, limit, errs, over),
-                                daemon=True)]
-    for reader in readers:
-        reader.start()
-    if input is not None:
-        assert proc.stdin is not None
-        try:
-            proc.stdin.write(input.encode())
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-    timed_out = False
-    try:
-        code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        proc.kill()
-        code = proc.wait()
-    for reader in readers:
-        reader.join(timeout=5)  # a grandchild may hold the pipe open: do not wait on it
-    stdout = b"".join(outs).decode("utf-8", errors="replace")
-    stderr = b"".join(errs).decode("utf-8", errors="replace")
-    if timed_out:
-        code = 124
-        stderr += f"\n(timed out after {timeout} s)"
-    return subprocess.CompletedProcess(list(argv), code, stdout, stderr), over.is_set()
 
 
 # --------------------------------------------------------------------------- both ends

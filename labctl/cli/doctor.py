@@ -36,7 +36,7 @@ import typer
 from rich.table import Table
 from typing_extensions import TypedDict
 
-from labctl import bounded
+from labctl import bounded, hostproc
 from labctl.cli.common import console
 from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import ProviderVerdict
@@ -156,15 +156,15 @@ def vagrant_plugin(name: str) -> Probe:
                            "apt-get install vagrant vagrant-libvirt")
         try:
             # From /, as labctl runs vagrant outside a lab: no Vagrantfile here is read.
-            result = subprocess.run(
-                [vagrant, "plugin", "list"], cwd="/", capture_output=True, text=True,
-                stdin=subprocess.DEVNULL, timeout=VAGRANT_PLUGINS_TIMEOUT, check=False,
+            result = hostproc.run(
+                [vagrant, "plugin", "list"], cwd="/", timeout=VAGRANT_PLUGINS_TIMEOUT,
+                check=False, limit=64 << 10,
                 env={**os.environ, "VAGRANT_CHECKPOINT_DISABLE": "1"})
-        except subprocess.TimeoutExpired:
-            raise Unprobed(f"`vagrant plugin list` did not answer in "
-                           f"{VAGRANT_PLUGINS_TIMEOUT:g} s", todo=ASK_VAGRANT) from None
-        except OSError as exc:
-            raise Unprobed(f"`vagrant plugin list` failed: {exc.strerror}",
+        except hostproc.HostProcessError as exc:
+            if exc.timed_out:
+                raise Unprobed(f"`vagrant plugin list` did not answer in "
+                               f"{VAGRANT_PLUGINS_TIMEOUT:g} s", todo=ASK_VAGRANT) from None
+            raise Unprobed(f"`vagrant plugin list` failed: {exc.reason}",
                            todo=ASK_VAGRANT) from None
         if result.returncode != 0:
             said = (result.stderr.strip().splitlines() or [""])[-1]
@@ -334,8 +334,8 @@ def _quick(argv: list[str]) -> str | None:
     """A host tool's output when it exits 0 within QUICK_TIMEOUT (a few lines: bounded),
     else None: doctor must answer even when a tool hangs."""
     try:
-        result, _ = bounded.run(argv, timeout=QUICK_TIMEOUT, limit=64 << 10)
-    except OSError:
+        result = hostproc.run(argv, timeout=QUICK_TIMEOUT, limit=64 << 10, check=False)
+    except hostproc.HostProcessError:  # not installed, or hung
         return None
     return result.stdout if result.returncode == 0 else None
 

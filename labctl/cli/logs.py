@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from labctl import bounded
+from labctl import bounded, hostproc
 from labctl.cli import complete
 from labctl.cli.capture import terminate_as_interrupt
 from labctl.cli.common import LabOption, int_range
@@ -93,11 +93,9 @@ def _console(handle: LabHandle, node: str, path: Path, lines: int, follow: bool)
 def _command(node: str, argv: list[str], follow: bool) -> None:
     """Run the provider's log command (docker logs), its lines printed as text."""
     if not follow:
-        try:
-            result, _ = bounded.run(argv, timeout=60, limit=TAIL_BYTES)
-        except OSError as exc:
-            raise LabctlError(f"cannot read node {node}'s log: {argv[0]}: {exc.strerror}",
-                              hint="`labctl doctor` checks this host") from None
+        result = hostproc.run(argv, timeout=60, limit=TAIL_BYTES, check=False,
+                              what=f"reading node {node}'s log", hint="`labctl doctor` "
+                              "checks this host; is the node running (`labctl status`)?")
         if result.returncode != 0:
             raise LabctlError(f"cannot read node {node}'s log: {result.stderr.strip()[-300:]}",
                               hint="see `labctl status`; is the node running?")

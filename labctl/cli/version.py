@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import platform
 import shutil
-import subprocess
 
 import typer
 
+from labctl import hostproc
 from labctl.cli.common import HELP_SETTINGS, console
 from labctl.cli.safeprint import outside_text, print_json
 from labctl.cli.shapes import VersionOutput
@@ -25,13 +25,12 @@ def qemu_version() -> str | None:
     if program is None:
         return None
     try:
-        done = subprocess.run([program, "--version"], capture_output=True, text=True,
-                              errors="replace", timeout=QEMU_TIMEOUT, check=False,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return f"no answer from {QEMU} --version in {QEMU_TIMEOUT:.0f} s"
-    except OSError as exc:
-        return f"{QEMU} --version failed: {exc.strerror or exc}"
+        done = hostproc.run([program, "--version"], timeout=QEMU_TIMEOUT, check=False,
+                            limit=64 << 10)
+    except hostproc.HostProcessError as exc:
+        if exc.timed_out:
+            return f"no answer from {QEMU} --version in {QEMU_TIMEOUT:.0f} s"
+        return f"{QEMU} --version failed: {exc.reason}"
     lines = done.stdout.splitlines()
     if done.returncode != 0 or not lines:
         return f"{QEMU} --version failed (exit {done.returncode})"

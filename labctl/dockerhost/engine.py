@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from labctl import bounded
+from labctl import bounded, hostproc
 from labctl.capabilities import ENGINES
 from labctl.dockerhost.sdk import sdk
 from labctl.dockerhost.vm import DockerHostVM
@@ -87,7 +87,13 @@ class Engine:
         if self.kind == "vm":
             proc = DockerHostVM().run(["python3", "-", *args], input=source, timeout=timeout)
         else:
-            proc, _ = bounded.run([sys.executable, "-", *args], input=source, timeout=timeout)
+            try:
+                proc = hostproc.run([sys.executable, "-", *args], input=source,
+                                    timeout=timeout, check=False)
+            except hostproc.HostProcessError as exc:
+                if not exc.timed_out:
+                    raise
+                proc = exc.result  # said below as the helper's failure, with what it wrote
         try:  # its last line: one JSON object, read bounded (containers share its host)
             answer = bounded.load_object(last_line(proc.stdout), limit=bounded.NODE_REPLY_BYTES)
         except bounded.BoundedError:

@@ -31,7 +31,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from labctl import bounded
+from labctl import hostproc
 from labctl.data.recipes import recipe
 from labctl.dockerhost import hostnet
 from labctl.dockerhost.sdk import sdk
@@ -73,6 +73,7 @@ DEFAULT_MEMORY_MIB = 1024
 # key flipped while containers started), so it stays one.
 DEFAULT_CPUS = 0
 DATA_DISK_SIZE = "20G"
+MKFS_SECONDS = 300  # mkfs.ext4 of the sparse data disk: seconds; minutes on a busy host
 REMOTE_SOCKET = "/run/docker.sock"
 DEFAULT_NAME = "default"
 # Short: it ends up in directory, lock and tap names (and a lab's `hosts:` may name it).
@@ -260,8 +261,14 @@ class DockerHostVM:
 
     def run(self, command: list[str], *, input: str | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        # Bounded like a node's reply; past `timeout` exit 124, not a TimeoutExpired.
-        return bounded.run(self.ssh_argv(command), input=input, timeout=timeout)[0]
+        # Bounded like a node's reply; past `timeout` exit 124, not an exception.
+        try:
+            return hostproc.run(self.ssh_argv(command), input=input, timeout=timeout,
+                                check=False)
+        except hostproc.HostProcessError as exc:
+            if not exc.timed_out:
+                raise
+            return exc.result
 
     # --- up ------------------------------------------------------------------------------
     def up(self, progress: Progress, *, memory_mib: int = DEFAULT_MEMORY_MIB,
@@ -313,8 +320,10 @@ class DockerHostVM:
         if not disk.exists():
             progress(f"engine data disk {disk} ({DATA_DISK_SIZE}, sparse)")
             disk.parent.mkdir(parents=True, exist_ok=True)
-            subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "labctl-docker", str(disk),
-                            DATA_DISK_SIZE], check=True, stdin=subprocess.DEVNULL)
+            hostproc.run(["mkfs.ext4", "-q", "-F", "-L", "labctl-docker", str(disk),
+                          DATA_DISK_SIZE], timeout=MKFS_SECONDS,
+                         what=f"mkfs.ext4 (the engine's data disk {disk})",
+                         missing_hint="apt-get install e2fsprogs")
         public_key = ssh.make_key(self.labdir.ssh_key)
         port = free_port()
         host_key = self.machine.make_host_key()
@@ -373,13 +382,10 @@ class DockerHostVM:
         self.socket.unlink(missing_ok=True)
         old_umask = os.umask(0o177)
         try:
-            subprocess.run(["ssh", "-F", str(self.labdir.ssh_config), "-O", "forward", "-L",
-                            f"{self.socket}:{REMOTE_SOCKET}", VM_NODE],
-                           capture_output=True, text=True, check=True, timeout=30,
-                           stdin=subprocess.DEVNULL)
-        except subprocess.CalledProcessError as exc:
-            raise LabctlError(f"cannot forward the engine socket: {exc.stderr.strip()}",
-                              hint="`labctl docker-host down` and `up` again") from None
+            hostproc.run(["ssh", "-F", str(self.labdir.ssh_config), "-O", "forward", "-L",
+                          f"{self.socket}:{REMOTE_SOCKET}", VM_NODE], timeout=30,
+                         what="forwarding the engine socket (ssh -O forward)",
+                         hint="`labctl docker-host down` and `up` again")
         finally:
             os.umask(old_umask)
 

@@ -22,14 +22,13 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import tarfile
 import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from labctl import bounded
+from labctl import bounded, hostproc
 from labctl.data.recipes import node_recipe
 from labctl.errors import LabctlError, short_repr
 from labctl.images.builder import Image, build_image
@@ -122,22 +121,17 @@ def box_initrd(image: Image, public_key: str) -> bytes:
     return image.initrd.read_bytes() + archive.render()
 
 
-def _run(argv: list[str], what: str) -> str:
-    try:
-        result = subprocess.run(argv, capture_output=True, text=True, check=False,
-                                stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        raise LabctlError(f"{what}: {argv[0]} not found",
-                          hint="apt-get install qemu-utils openssh-client") from None
-    if result.returncode != 0:
-        raise LabctlError(f"{what} failed (exit {result.returncode}): {result.stderr.strip()}",
-                          hint="see docs/vagrant.md, section Boxes")
-    return result.stdout
+BOX_HINT = "see docs/vagrant.md, section Boxes"
+BOX_TOOLS = "apt-get install qemu-utils openssh-client"
+QUICK_SECONDS = 60  # qemu-img info, ssh-keygen
+CONVERT_SECONDS = 1800  # qemu-img convert -c of the whole root file system, compressed
 
 
 def _virtual_size(disk: Path) -> int:
     """The disk's size in GiB, rounded up, as `qemu-img info` reports it."""
-    text = _run(["qemu-img", "info", "--output=json", str(disk)], "qemu-img info")
+    text = hostproc.run(["qemu-img", "info", "--output=json", str(disk)],
+                        timeout=QUICK_SECONDS, what="qemu-img info", hint=BOX_HINT,
+                        missing_hint=BOX_TOOLS).stdout
     try:
         size = bounded.load_object(text).get("virtual-size")
     except bounded.BoundedError as exc:
@@ -194,16 +188,19 @@ def _build_locked(image: Image, box: Box, progress: Progress) -> None:
         progress("box ssh key")
         key = work / "labctl_box_key"
         # RSA in PEM: Vagrant's ssh library reads it without extra gems (ed25519 needs two).
-        _run(["ssh-keygen", "-q", "-t", "rsa", "-b", "3072", "-m", "PEM", "-N", "",
-              "-C", f"labctl box {box.path.name}", "-f", str(key)], "ssh-keygen")
+        hostproc.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "3072", "-m", "PEM", "-N", "",
+                      "-C", f"labctl box {box.path.name}", "-f", str(key)],
+                     timeout=QUICK_SECONDS, what="ssh-keygen", hint=BOX_HINT,
+                     missing_hint=BOX_TOOLS)
         public = (work / "labctl_box_key.pub").read_text()
         (work / "labctl_box_key.pub").unlink()
         progress("box initrd and kernel")
         (work / "initrd").write_bytes(box_initrd(image, public))
         shutil.copyfile(image.kernel, work / "vmlinux")
         progress("box disk (qcow2 of the image's root file system)")
-        _run(["qemu-img", "convert", "-O", "qcow2", "-c", str(image.rootfs),
-              str(work / "box.img")], "qemu-img convert")
+        hostproc.run(["qemu-img", "convert", "-O", "qcow2", "-c", str(image.rootfs),
+                      str(work / "box.img")], timeout=CONVERT_SECONDS, what="qemu-img convert",
+                     hint=BOX_HINT, missing_hint=BOX_TOOLS)
         metadata = {"provider": "libvirt", "format": "qcow2",
                     "virtual_size": _virtual_size(work / "box.img")}
         (work / "metadata.json").write_text(json.dumps(metadata) + "\n")

@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from labctl import bounded, safefs
+from labctl import bounded, hostproc, safefs
 from labctl.data.recipes import RECIPES, Recipe, check_mirror
 from labctl.errors import LabctlError
 from labctl.images.cpio import CpioWriter
@@ -109,6 +109,11 @@ class CorruptImage(LabctlError):
 
 
 MANIFEST_BYTES = 1 << 20  # a manifest is a few KiB (the package list)
+# modprobe, depmod and dpkg-query in the image's root (depmod of a whole kernel's modules
+# takes seconds; a busy 2-core host, minutes), and zstd -d of the kernel
+CHROOT_SECONDS = 600
+VMLINUX_BYTES = 512 << 20  # an uncompressed kernel is tens of MiB
+REBUILD_HINT = "see the build log above; `labctl image build --force` builds it again"
 # The manifest keys labctl reads, and their types: checked once, when it is read.
 _MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "key": (str,), "kernel": (str,), "rdma_core": (str,),
@@ -310,12 +315,10 @@ def _module_files(rootdir: Path, kernel: str, modules: tuple[str, ...]) -> list[
     """Module files (in load order) for `modules` and their dependencies, per modprobe."""
     ordered: list[Path] = []
     for module in modules:
-        out = subprocess.run(
+        out = hostproc.run(
             ["chroot", str(rootdir), "modprobe", "-S", kernel, "--show-depends", module],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+            timeout=CHROOT_SECONDS, what=f"modprobe --show-depends {module} (in the image)",
+            hint=REBUILD_HINT).stdout
         for line in out.splitlines():
             if line.startswith("insmod "):
                 path = rootdir / line.split()[1].lstrip("/")
@@ -370,16 +373,14 @@ def _decompress_node_modules(rootdir: Path, kernel: str) -> None:
             path.unlink()
         else:
             path.write_bytes(unsigned_module(path.read_bytes()))
-    subprocess.run(["chroot", str(rootdir), "depmod", kernel], check=True)
+    hostproc.run(["chroot", str(rootdir), "depmod", kernel], timeout=CHROOT_SECONDS,
+                 what="depmod (in the image)", hint=REBUILD_HINT)
 
 
 def _package_versions(rootdir: Path) -> dict[str, str]:
-    out = subprocess.run(
+    out = hostproc.run(
         ["chroot", str(rootdir), "dpkg-query", "-W", "-f", "${Package} ${Version}\n"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+        timeout=CHROOT_SECONDS, what="dpkg-query (in the image)", hint=REBUILD_HINT).stdout
     return dict(line.split(" ", 1) for line in out.splitlines() if line)
 
 
@@ -398,14 +399,16 @@ def extract_vmlinux(bzimage: Path, target: Path) -> bool:
             if shutil.which("zstd") is None:
                 return False
             # the kernel appends the uncompressed size, which zstd reports as trailing junk
-            out = subprocess.run(["zstd", "-dcq"], input=payload, capture_output=True).stdout
+            # (a non-zero exit): only what it wrote counts
+            out = hostproc.run_bytes(["zstd", "-dcq"], input=payload, check=False,
+                                     timeout=CHROOT_SECONDS, limit=VMLINUX_BYTES)
         elif payload.startswith(b"\xfd7zXZ\x00"):
             out = lzma.LZMADecompressor().decompress(payload)
         elif payload.startswith(b"\x1f\x8b"):
             out = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(payload)
         else:
             return False
-    except (lzma.LZMAError, zlib.error, OSError):
+    except (lzma.LZMAError, zlib.error, OSError, hostproc.HostProcessError):
         return False
     # Only an ELF kernel with a PVH entry note (XEN_ELFNOTE_PHYS32_ENTRY) boots this way.
     if not out.startswith(b"\x7fELF") or b"Xen\x00" not in out:

@@ -6,7 +6,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from labctl import bounded
+from labctl import bounded, hostproc
 from labctl.errors import LabctlError
 from labctl.node.replies import UnreadableReply, status_reply
 from labctl.nodeside import NODE_CODE
@@ -56,10 +56,14 @@ class LabHandle:
              argv: list[str] | None = None) -> tuple[subprocess.CompletedProcess[str], bool]:
         argv = argv or self.argv(node, command)
         try:
-            return bounded.run(argv, timeout=timeout, input=input)
-        except OSError as exc:  # the provider's client (ssh, docker) cannot be started
-            raise LabctlError(f"cannot run a command in {node}: {argv[0]}: {exc.strerror}",
+            result = hostproc.run(argv, timeout=timeout, input=input, check=False)
+        except hostproc.HostProcessError as exc:
+            if exc.timed_out:  # a node's command past its time is one more failed command
+                return exc.result, exc.result.truncated
+            # the provider's client (ssh, docker) cannot be started
+            raise LabctlError(f"cannot run a command in {node}: {argv[0]}: {exc.reason}",
                               hint="`labctl doctor` checks this host") from None
+        return result, result.truncated
 
     def popen(self, node: str, command: list[str], **kwargs: Any) -> subprocess.Popen[str]:
         kwargs.setdefault("text", True)

@@ -13,11 +13,10 @@ import re
 import shlex
 import signal
 import stat
-import subprocess
 import time
 from pathlib import Path
 
-from labctl import bounded
+from labctl import bounded, hostproc
 from labctl.errors import LabctlError, short_repr
 from labctl.node.procs import pids_with_option
 from labctl.store.state import atomic_write
@@ -37,6 +36,11 @@ SSH_OPTIONS = {
 }
 
 
+KEYGEN_SECONDS = 60  # ssh-keygen of an ed25519 key: instant, but the host may be busy
+CONTROL_SECONDS = 30  # `ssh -O check|exit` talks to a local master's socket
+MASTER_SECONDS = 60  # one attempt to start a node's master connection
+
+
 class MasterError(Exception):
     """The node's sshd did not take a master connection before the deadline."""
 
@@ -51,16 +55,9 @@ def make_key(path: Path) -> str:
                 each.unlink()
     if not os.path.lexists(path):
         path.with_suffix(".pub").unlink(missing_ok=True)
-        try:
-            subprocess.run(
-                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "labctl", "-f", str(path)],
-                check=True,
-                stdin=subprocess.DEVNULL,
-            )
-        except FileNotFoundError:
-            raise LabctlError(
-                "ssh-keygen not found", hint="apt-get install openssh-client"
-            ) from None
+        hostproc.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "labctl", "-f",
+                      str(path)], timeout=KEYGEN_SECONDS, what="ssh-keygen (the lab's key)",
+                     missing_hint="apt-get install openssh-client")
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         os.fchmod(fd, 0o600)
@@ -177,15 +174,24 @@ def start_master(config: Path, host: str, deadline: float) -> None:
     """Open (or keep) `host`'s master connection, retrying until `deadline`."""
     host_arg(host)
     check_control_paths(config.parent)
-    check = subprocess.run(["ssh", "-F", str(config), "-O", "check", host],
-                           stdin=subprocess.DEVNULL, capture_output=True, check=False)
-    if check.returncode == 0:
-        return  # its master survived (a repair restarts only the nodes that died)
+    try:
+        check = hostproc.run(["ssh", "-F", str(config), "-O", "check", host],
+                             timeout=CONTROL_SECONDS, check=False)
+        if check.returncode == 0:
+            return  # its master survived (a repair restarts only the nodes that died)
+    except hostproc.HostProcessError as exc:
+        if not exc.timed_out:
+            raise
+        # a master that does not answer its socket is as good as none: start another
     argv = ["ssh", "-F", str(config), "-o", "ControlMaster=yes", "-o", "ControlPersist=yes",
             "-N", "-f", host]
     while True:
-        result = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+        try:
+            result = hostproc.run(argv, timeout=MASTER_SECONDS, capture=False, check=False)
+        except hostproc.HostProcessError as exc:
+            if not exc.timed_out:
+                raise
+            result = exc.result  # one more attempt that failed: the deadline decides
         if result.returncode == 0:
             return
         if "REMOTE HOST IDENTIFICATION HAS CHANGED" in result.stderr or (
@@ -216,14 +222,11 @@ def close_masters(config: Path, nodes: list[str] | None = None, wait: float = 5.
             path = config_path(socket)
         except LabctlError:
             continue  # end_clients still ends what runs with `-F CONFIG`
-        subprocess.run(
-            ["ssh", "-F", "/dev/null", "-o", f"ControlPath={path}", "-O", "exit", "--",
-             "labctl-master"],
-            capture_output=True,
-            stdin=subprocess.DEVNULL,
-            timeout=10,
-            check=False,
-        )
+        try:
+            hostproc.run(["ssh", "-F", "/dev/null", "-o", f"ControlPath={path}", "-O", "exit",
+                          "--", "labctl-master"], timeout=CONTROL_SECONDS, check=False)
+        except hostproc.HostProcessError:
+            continue  # a master that does not answer: end_clients ends what it runs
     deadline = time.monotonic() + wait
     while any(os.path.lexists(s) for s in sockets) and time.monotonic() < deadline:
         time.sleep(0.05)

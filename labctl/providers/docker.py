@@ -25,6 +25,7 @@ starts a stopped container again and gives it new veths (its old netns died).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -44,6 +45,7 @@ from typing import Any
 import labctl.dockerhost.netns as netns
 import labctl.providers.hostbinds as hostbinds
 import labctl.providers.swarm as swarm
+from labctl import hostproc
 from labctl.capabilities import DOCKER
 from labctl.data import data_path
 from labctl.data.recipes import image_label, node_recipe
@@ -76,6 +78,7 @@ INFINIBAND_MAJOR = 231  # umad 0-63, issm 64-127, uverbs 192-255: one major for 
 STOP_WAIT_SECONDS = 30  # a killed container has exited long before this
 BOOT_LOG_BYTES = 1 << 20  # of a container's log: its boot, a few KiB; the node may print more
 # Not shipped into containers: modules (containers cannot load them) and the fs's own dir.
+MOUNT_SECONDS = 60  # a loop mount or umount of the image: instant unless the host is stuck
 IMPORT_EXCLUDES = ("./usr/lib/modules", "./lost+found", "./boot")
 
 
@@ -211,8 +214,10 @@ def ensure_node_image(client: Any, image: Image, progress: Progress) -> str:
         pass
     progress(f"importing {image.rootfs.name} of {image.path.name} as {tag}")
     with tempfile.TemporaryDirectory(prefix="labctl-rootfs-") as mnt:
-        subprocess.run(["mount", "-o", "loop,ro,noload", str(image.rootfs), mnt], check=True,
-                       stdin=subprocess.DEVNULL)
+        hostproc.run(["mount", "-o", "loop,ro,noload", str(image.rootfs), mnt],
+                     timeout=MOUNT_SECONDS, what=f"mounting {image.rootfs.name} (loop, read-only)",
+                     hint="importing a node image mounts its root file system: run labctl "
+                     "as root on a host with loop devices (`losetup -f` names a free one)")
         try:
             tar = subprocess.Popen(
                 ["tar", "--numeric-owner", "--xattrs", "-C", mnt, "-cf", "-",
@@ -225,7 +230,9 @@ def ensure_node_image(client: Any, image: Image, progress: Progress) -> str:
             if tar.wait() != 0:
                 raise LabctlError(f"tar of {image.rootfs} failed (exit {tar.returncode})")
         finally:
-            subprocess.run(["umount", mnt], check=False, stdin=subprocess.DEVNULL)
+            # its failure must not hide the import's; a mount left is seen by `mount`
+            with contextlib.suppress(hostproc.HostProcessError):
+                hostproc.run(["umount", mnt], timeout=MOUNT_SECONDS, check=False)
     client.images.get(tag)
     return tag
 

@@ -15,11 +15,11 @@ removed.
 
 from __future__ import annotations
 
+import contextlib
 import re
-import subprocess
 from pathlib import Path
 
-from labctl.errors import LabctlError
+from labctl import hostproc
 
 
 def mountinfo_path(field: str) -> str:
@@ -39,14 +39,6 @@ def mounted(path: Path) -> bool:
 MOUNT_SECONDS = 60
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, check=False,
-                              stdin=subprocess.DEVNULL, timeout=MOUNT_SECONDS)
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 124, "", f"no answer in {MOUNT_SECONDS} s")
-
-
 def bind(source: str, point: Path, readonly: bool, what: str) -> None:
     """`source` bind-mounted on `point` (read-only when asked); idempotent."""
     point.mkdir(parents=True, exist_ok=True)
@@ -56,14 +48,16 @@ def bind(source: str, point: Path, readonly: bool, what: str) -> None:
     if readonly:
         steps.append(["mount", "-o", "remount,bind,ro", str(point)])
     for argv in steps:
-        result = _run(argv)
-        if result.returncode != 0:
-            if mounted(point):
-                _run(["umount", str(point)])
-            raise LabctlError(f"cannot share {source} with {what}: {' '.join(argv)}: "
-                              f"{result.stderr.strip()}",
-                              hint="run labctl as root (host folders are shared through "
-                              "bind mounts on the host)")
+        try:
+            hostproc.run(argv, timeout=MOUNT_SECONDS, what=f"sharing {source} with {what} "
+                         f"(`{hostproc.command_line(argv)}`)",
+                         hint="run labctl as root (host folders are shared through bind "
+                         "mounts on the host)")
+        except hostproc.HostProcessError:
+            if mounted(point):  # nothing half-made: a bind without its read-only remount
+                with contextlib.suppress(hostproc.HostProcessError):
+                    hostproc.run(["umount", str(point)], timeout=MOUNT_SECONDS, check=False)
+            raise
 
 
 def unbind_all(base: Path) -> list[str]:
@@ -79,11 +73,10 @@ def unbind_all(base: Path) -> list[str]:
             point.unlink()
             continue
         while mounted(point):
-            result = _run(["umount", str(point)])
-            if result.returncode != 0:
-                raise LabctlError(
-                    f"cannot unmount {point}: {result.stderr.strip()}",
-                    hint=f"stop what uses it (fuser -vm {point}), then `labctl down` again")
+            hostproc.run(["umount", str(point)], timeout=MOUNT_SECONDS,
+                         what=f"unmounting {point}",
+                         hint=f"stop what uses it (fuser -vm {point}), then `labctl down` "
+                         "again")
             removed.append(f"bind mount {point}")
         point.rmdir()
     base.rmdir()

@@ -29,6 +29,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from labctl import hostproc
 from labctl.errors import LabctlError
 
 URI = "qemu:///system"
@@ -39,6 +40,7 @@ QEMU_USER, QEMU_GROUP = "libvirt-qemu", "libvirt-qemu"
 KVM = "/dev/kvm"
 START_TIMEOUT = 60
 STOP_TIMEOUT = 30
+HOST_TOOL_SECONDS = 60  # getent, groupadd, useradd, a daemon's fork: quick on a quiet host
 INSTALL_HINT = ("apt-get install libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients "
                 "dnsmasq-base iptables (scripts/setup.sh installs them)")
 
@@ -54,15 +56,9 @@ class Started:
 
 
 def virsh(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(["virsh", "-q", "-c", URI, *args], capture_output=True,
-                              text=True, timeout=timeout, check=False,
-                              stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        raise LabctlError("virsh not found", hint=INSTALL_HINT) from None
-    except subprocess.TimeoutExpired:
-        raise LabctlError(f"`virsh {' '.join(args)}` did not answer in {timeout:.0f} s",
-                          hint="is libvirtd stuck? see /var/log/libvirt/libvirtd.log") from None
+    return hostproc.run(["virsh", "-q", "-c", URI, *args], timeout=timeout, check=False,
+                        what=f"`virsh {' '.join(args)}`", missing_hint=INSTALL_HINT,
+                        hint="is libvirtd stuck? see /var/log/libvirt/libvirtd.log")
 
 
 def responding() -> bool:
@@ -100,9 +96,9 @@ def _prepare_host() -> None:
     for directory in DIRS:
         directory.mkdir(parents=True, exist_ok=True)
     for group in ("kvm", QEMU_GROUP):
-        if subprocess.run(["getent", "group", group], capture_output=True).returncode != 0:
+        if _getent("group", group).returncode != 0:
             _must(["groupadd", "--system", group], f"creating group {group}")
-    if subprocess.run(["getent", "passwd", QEMU_USER], capture_output=True).returncode != 0:
+    if _getent("passwd", QEMU_USER).returncode != 0:
         _must(["useradd", "--system", "--gid", QEMU_GROUP, "--groups", "kvm", "--no-create-home",
                "--home-dir", "/var/lib/libvirt", "--shell", "/usr/sbin/nologin", QEMU_USER],
               f"creating user {QEMU_USER}")
@@ -139,12 +135,13 @@ def grp_gid(name: str) -> int:
     return grp.getgrnam(name).gr_gid
 
 
+def _getent(database: str, key: str) -> subprocess.CompletedProcess[str]:
+    return hostproc.run(["getent", database, key], timeout=HOST_TOOL_SECONDS, check=False)
+
+
 def _must(argv: list[str], what: str) -> None:
-    result = subprocess.run(argv, capture_output=True, text=True, check=False,
-                            stdin=subprocess.DEVNULL)
-    if result.returncode != 0:
-        raise LabctlError(f"{what} failed: {result.stderr.strip()}",
-                          hint="labctl starts libvirtd as root; run it as root")
+    hostproc.run(argv, timeout=HOST_TOOL_SECONDS, what=what,
+                 hint="labctl starts libvirtd as root; run it as root")
 
 
 def _pid_from(path: Path) -> int:
@@ -280,10 +277,9 @@ CALL_SECONDS = 30
 def _iptables(tool: str, table: str, *args: str) -> subprocess.CompletedProcess[str] | None:
     """One bounded iptables call; None when the tool is missing or did not answer in time."""
     try:
-        return subprocess.run([tool, "-w", LOCK_WAIT, "-t", table, *args], capture_output=True,
-                              text=True, check=False, stdin=subprocess.DEVNULL,
-                              timeout=CALL_SECONDS)
-    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return hostproc.run([tool, "-w", LOCK_WAIT, "-t", table, *args], timeout=CALL_SECONDS,
+                            check=False)
+    except hostproc.HostProcessError:
         return None
 
 

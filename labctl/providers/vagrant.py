@@ -36,7 +36,7 @@ import labctl.providers.libvirtd as libvirtd
 import labctl.providers.vagrant_mounts as vagrant_mounts
 import labctl.providers.vagrant_plan as vagrant_plan
 import labctl.providers.vagrant_settings as vagrant_settings
-from labctl import bounded, safefs
+from labctl import bounded, hostproc, safefs
 from labctl.capabilities import VAGRANT
 from labctl.data.recipes import RECIPES
 from labctl.errors import LabctlError
@@ -189,28 +189,20 @@ class VagrantProvider(Provider):
         return env
 
     def _vagrant(
-        self, *args: str, timeout: float | None = STATUS_TIMEOUT, lab_env: bool = True
+        self, *args: str, timeout: float = STATUS_TIMEOUT, lab_env: bool = True
     ) -> subprocess.CompletedProcess[str]:
         """Run vagrant; with `lab_env`, on this lab (Vagrantfile, dotfile dir, lab JSON)."""
-        try:
-            return subprocess.run(
-                ["vagrant", *args],
-                env=self.vagrant_env() if lab_env else None,
-                # outside the lab, from /: no Vagrantfile of the working directory is read
-                cwd=None if lab_env else "/",
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
-        except FileNotFoundError:
-            raise LabctlError("vagrant not found", hint=INSTALL_HINT) from None
-        except subprocess.TimeoutExpired:
-            raise LabctlError(
-                f"`vagrant {' '.join(args)}` did not finish in {timeout:.0f} s",
-                hint="check the hypervisor (virsh list --all / VBoxManage list runningvms)",
-            ) from None
+        return hostproc.run(
+            ["vagrant", *args],
+            env=self.vagrant_env() if lab_env else None,
+            # outside the lab, from /: no Vagrantfile of the working directory is read
+            cwd=None if lab_env else "/",
+            timeout=timeout,
+            check=False,
+            what=f"`vagrant {' '.join(args)}`",
+            missing_hint=INSTALL_HINT,
+            hint="check the hypervisor (virsh list --all / VBoxManage list runningvms)",
+        )
 
     # --- host checks ---------------------------------------------------------------------
     def labctl_boxes(self) -> bool:
@@ -449,7 +441,12 @@ class VagrantProvider(Provider):
             for node in list(pending):
                 argv = self.exec_argv(node.name, self.ready_check(node))
                 # Only the exit code counts; what the node prints is kept bounded.
-                result, _ = bounded.run(argv, timeout=60, limit=64 << 10)
+                try:
+                    result = hostproc.run(argv, timeout=60, limit=64 << 10, check=False)
+                except hostproc.HostProcessError as exc:
+                    if not exc.timed_out:
+                        raise
+                    result = exc.result  # not ready yet: the deadline decides
                 if result.returncode == 0:
                     pending.remove(node)
             if not pending:
@@ -479,9 +476,9 @@ class VagrantProvider(Provider):
             return {}
         command = ["env", f"PYTHONPATH={NODE_CODE}", "python3", "-m", "labctl.nodeside.status"]
         try:  # the node's reply is untrusted: bounded, and every field checked
-            result, truncated = bounded.run(self.exec_argv(node.name, command), timeout=120)
-            devices = status_reply(result.stdout, truncated)["devices"]
-        except (OSError, bounded.BoundedError):
+            result = hostproc.run(self.exec_argv(node.name, command), timeout=120, check=False)
+            devices = status_reply(result.stdout, result.truncated)["devices"]
+        except (hostproc.HostProcessError, bounded.BoundedError):
             return {}
         for record in devices:
             if record["name"] == device:
@@ -493,10 +490,13 @@ class VagrantProvider(Provider):
         if console.is_file():  # labctl's box has no systemd: its boot reports on the console
             source, report = console.name, tail(console)
         else:
-            journal, _ = bounded.run(
-                self.exec_argv(node.name,
-                               ["journalctl", "-u", UNIT, "-b", "-n", "25", "--no-pager"]),
-                timeout=60, limit=64 << 10)
+            try:
+                journal = hostproc.run(
+                    self.exec_argv(node.name,
+                                   ["journalctl", "-u", UNIT, "-b", "-n", "25", "--no-pager"]),
+                    timeout=60, limit=64 << 10, check=False)
+            except hostproc.HostProcessError as exc:  # the message must still be made
+                journal = exc.result
             source, report = f"journalctl -u {UNIT}", journal.stdout + journal.stderr
         device = rdma_device_name(node) or "(no device)"
         return LabctlError(

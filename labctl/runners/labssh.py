@@ -20,12 +20,11 @@ import json
 import re
 import shlex
 import shutil
-import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from labctl import safefs
+from labctl import hostproc, safefs
 from labctl.errors import LabctlError
 from labctl.lab.handle import LabHandle
 
@@ -70,12 +69,13 @@ def lab_key(handle: LabHandle) -> tuple[str, str]:
     safefs.make_dirs(directory, root, 0o700)
     made = Path(tempfile.mkdtemp(prefix=".mpi-ssh.", dir=root))
     try:
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
-                        f"labctl-mpi-{handle.lab.name}", "-f", str(made / "key")],
-                       check=True, capture_output=True, text=True, timeout=60)
+        hostproc.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
+                      f"labctl-mpi-{handle.lab.name}", "-f", str(made / "key")], timeout=60,
+                     what="ssh-keygen (the lab's MPI key)",
+                     missing_hint="install openssh-client on this host")
         pair = ((made / "key").read_bytes(), (made / "key.pub").read_bytes())
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise LabctlError(f"cannot make the lab's ssh key with ssh-keygen: {exc}",
+    except OSError as exc:
+        raise LabctlError(f"cannot read the lab's ssh key ssh-keygen made: {exc}",
                           hint="install openssh-client on this host") from None
     finally:
         shutil.rmtree(made, ignore_errors=True)

@@ -8,9 +8,9 @@ The answer is cached per host boot.
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
+from labctl import hostproc
 from labctl.paths import cache_root
 
 PROBE_SECONDS = 6
@@ -52,12 +52,13 @@ def kvm_works(kernel: Path) -> bool:
         "console=ttyS0 panic=-1 loglevel=8",
     ]
     try:
-        out = subprocess.run(
-            argv, capture_output=True, timeout=PROBE_SECONDS, stdin=subprocess.DEVNULL
-        ).stdout
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout or b""
-    works = b"Linux version" in out
+        out = hostproc.run(argv, timeout=PROBE_SECONDS, check=False, limit=1 << 20,
+                           what="the KVM probe (qemu-system-x86_64 -accel kvm)").stdout
+    except hostproc.HostProcessError as exc:
+        if not exc.timed_out:
+            raise
+        out = exc.result.stdout  # a kernel that booted under KVM said so within the time
+    works = "Linux version" in out
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(f"{_boot_id()} {'yes' if works else 'no'}\n")
     return works

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labctl import bounded, safefs
+from labctl import bounded, hostproc, safefs
 from labctl.errors import LabctlError
 from labctl.images.builder import Image
 from labctl.images.cpio import CpioWriter
@@ -49,6 +49,7 @@ from labctl.vm.ramguard import PunchHoleGuard
 TB_SIZE_MIB = 32  # TCG translation cache: qemu's default (1 GiB) dominates RSS; 16 thrashes
 STOP_TERM_SECONDS = 10.0
 STOP_KILL_SECONDS = 5.0
+QUICK_TOOL_SECONDS = 60.0  # ssh-keygen, qemu-img create, setsid -f: instant on a quiet host
 
 
 @dataclass(frozen=True)
@@ -314,16 +315,20 @@ class QemuMachine:
         safefs.make_dirs(self.dir, self.root)
         for path in (self.host_key, self.host_key.with_suffix(".pub")):
             safefs.unlink(path, self.root)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", self.guest,
-                        "-f", str(self.host_key)], check=True, stdin=subprocess.DEVNULL)
+        hostproc.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", self.guest,
+                      "-f", str(self.host_key)], timeout=QUICK_TOOL_SECONDS,
+                     what=f"ssh-keygen (the host key of {self.guest})",
+                     missing_hint="apt-get install openssh-client")
         public = safefs.read_bytes(self.host_key.with_suffix(".pub"), self.root, 4096)
         return public.decode(errors="replace").strip()
 
     def make_disk(self, rootfs: Path) -> None:
         safefs.make_dirs(self.dir, self.root)
         safefs.unlink(self.disk, self.root)
-        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(rootfs), "-F",
-                        "raw", str(self.disk)], check=True, stdin=subprocess.DEVNULL)
+        hostproc.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(rootfs), "-F",
+                      "raw", str(self.disk)], timeout=QUICK_TOOL_SECONDS,
+                     what=f"qemu-img create (the disk of {self.guest})",
+                     missing_hint="apt-get install qemu-utils")
 
     def make_initrd(self, stage1: Path, payload: bytes) -> None:
         # 0600: the payload holds the node's host key
@@ -563,9 +568,11 @@ def start_detached(argvs: dict[Path, list[str]], root: Path) -> None:
     `up` 2-5 s under TCG (each session slowed by the other nodes' helpers importing), and a
     node without its helper is only slower to inspect."""
     for log, argv in argvs.items():
-        with os.fdopen(safefs.create(log, root, 0o640, append=True), "ab") as err:
-            subprocess.run(["setsid", "-f", *argv], stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=err, check=False)
+        # setsid -f returns once the command is forked; a stuck start is only slower
+        with os.fdopen(safefs.create(log, root, 0o640, append=True), "ab") as err, \
+                contextlib.suppress(hostproc.HostProcessError):
+            hostproc.run(["setsid", "-f", *argv], timeout=QUICK_TOOL_SECONDS,
+                         capture=False, stderr=err, check=False)
 
 
 # node-init.sh's stages after its ssh server listens: the ssh master can connect.

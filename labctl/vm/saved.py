@@ -36,7 +36,6 @@ import re
 import shlex
 import shutil
 import stat
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from labctl import bounded, safefs
+from labctl import bounded, hostproc, safefs
 from labctl.errors import LabctlError
 from labctl.images.builder import CorruptImage, Image
 from labctl.images.qcow2 import NotOurQcow2, check_overlay
@@ -77,6 +76,7 @@ DISK_SLACK_BYTES = 1 << 30
 HASH_SECONDS = 60.0  # hashing a saved machine's files (GiB/s on a quiet host)
 SAVE_BOOT_SECONDS = 300.0  # the template's boot to its wait for identity, under TCG load
 MIGRATE_SECONDS = 120.0
+VERSION_SECONDS = 30.0  # qemu-system-x86_64 --version
 WAITING = "labctl: waiting for identity"  # identity.py's line on the console
 TEMPLATE_NAME = "labctl-saved"  # the saved machine's host name until a node's identity
 TEMPLATE_MGMT_MAC = "02:00:00:00:00:00"
@@ -159,9 +159,9 @@ def template_argv(machine: QemuMachine, image: Image, shape: MachineShape, port:
 @cache
 def qemu_version() -> str:
     try:
-        out = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True,
-                             text=True, check=False, stdin=subprocess.DEVNULL).stdout
-    except OSError:
+        out = hostproc.run(["qemu-system-x86_64", "--version"], timeout=VERSION_SECONDS,
+                           check=False, limit=64 << 10).stdout
+    except hostproc.HostProcessError:
         return "?"
     return out.splitlines()[0][:200] if out else "?"
 

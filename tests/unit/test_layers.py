@@ -27,7 +27,7 @@ LAYERS: dict[str, int] = {
     "labctl": NEUTRAL, "errors": NEUTRAL, "bounded": NEUTRAL, "paths": NEUTRAL,
     "locks": NEUTRAL, "safefs": NEUTRAL, "progress": NEUTRAL, "testpoints": NEUTRAL,
     "data": NEUTRAL, "net": NEUTRAL, "nodeside": NEUTRAL, "engineside": NEUTRAL,
-    "verbs": NEUTRAL, "capabilities": NEUTRAL,
+    "verbs": NEUTRAL, "capabilities": NEUTRAL, "hostproc": NEUTRAL,
     "wire": 1,
     "topology": 2,
     "store": 3,

@@ -652,7 +652,8 @@ def test_box_disk_size_refuses_an_unusable_answer(output: str,
     from labctl.errors import LabctlError
     from labctl.images import box
 
-    monkeypatch.setattr(box, "_run", lambda argv, what: output)
+    monkeypatch.setattr(box.hostproc, "run", lambda argv, **_kwargs: subprocess.CompletedProcess(
+        argv, 0, output, ""))
     with pytest.raises(LabctlError) as caught:
         box._virtual_size(Path("/x/box.img"))
     assert "qemu-img info" in caught.value.message and caught.value.hint

@@ -702,7 +702,7 @@ def test_down_closes_every_master_socket_of_a_vagrant_lab(
         os.unlink(socket_path)
         return subprocess.CompletedProcess(argv, 0, "", "")
 
-    monkeypatch.setattr(ssh.subprocess, "run", exit_master)
+    monkeypatch.setattr(ssh.hostproc, "run", exit_master)
     ssh.close_masters(config, wait=1)
     assert [a[a.index("-o") + 1] for a in asked] == [
         f'ControlPath="{tmp_path}/cm-83dbedcd700e"', f'ControlPath="{tmp_path}/cm-cda2521655e6"']
