@@ -11,13 +11,13 @@ import pytest
 
 from labctl import capabilities
 from labctl.capabilities import DOCKER, QEMU, SWARM, VAGRANT, Capabilities
+from labctl.errors import LabctlError
 from labctl.providers import provider_for
 from labctl.providers.base import HOST, VM, HostLink, Provider, UnsupportedError
 from labctl.providers.docker import DockerProvider
 from labctl.providers.docker_swarm import SwarmProvider
 from labctl.providers.qemu import QemuProvider
 from labctl.providers.vagrant import VagrantProvider
-from labctl.errors import LabctlError
 from labctl.store.labdir import LabDir
 from labctl.store.state import EngineState, LabState
 from labctl.topology.load import load_lab
