@@ -10,8 +10,6 @@ from labctl.lab.handle import LabHandle
 from labctl.net.labnet import has_link, namespace_exists
 from labctl.providers.base import HOST, VM, HostLink
 
-__all__ = ["HOST", "VM", "CaptureTarget", "check_filter", "compiled_filter", "resolve"]
-
 
 @dataclass(frozen=True)
 class CaptureTarget:
