@@ -35,13 +35,16 @@ from tests.unit.jsonshape import parsed
 REPO = Path(__file__).resolve().parents[2]
 CAPTURED = Path(__file__).parent / "outputs" / "links"
 LAB = "ut-truth-links"  # its netns: labctl-ut-truth-links
+# A docker lab on a local engine: a netns of its own, so that no test of another worker
+# sees it as LAB's (tests/unit runs in parallel).
+LOCAL_LAB = "ut-truth-links-dl"
 
 
 def _lab(topology: str = "two-node.yaml", provider: str = "qemu",
-         engine: EngineState | None = None) -> LabDir:
-    lab = dataclasses.replace(load_lab(REPO / "topologies" / topology), name=LAB,
+         engine: EngineState | None = None, name: str = LAB) -> LabDir:
+    lab = dataclasses.replace(load_lab(REPO / "topologies" / topology), name=name,
                               provider=provider)
-    labdir = LabDir(LAB)
+    labdir = LabDir(name)
     labdir.create(lab)
     labdir.save_state(LabState(provider=provider, phase=Phase.UP, engine=engine,
                                nodes={"node1": NodeState(ssh_port=2222)}))
@@ -72,12 +75,12 @@ def replies(monkeypatch: pytest.MonkeyPatch) -> dict[str, Reply]:
 
 
 @contextlib.contextmanager
-def _netns_with(first: str, second: str) -> Iterator[str]:
+def _netns_with(first: str, second: str, lab: str = LAB) -> Iterator[str]:
     """The lab's netns on this host: `first` up with a carrier (its peer up), `second` up
     without one (its peer down), as a lab's ends on its bridge."""
     from pyroute2 import IPRoute, netns
 
-    name = labnet.netns_name(LAB)
+    name = labnet.netns_name(lab)
     if name in netns.listnetns():
         netns.remove(name)
     netns.create(name)
@@ -101,8 +104,8 @@ def host_netns() -> Iterator[str]:
 
 
 def _show(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-          *args: str) -> tuple[int, str, str]:
-    code, out, err = run_main(monkeypatch, capsys, "link", "show", "--lab", LAB, *args)
+          *args: str, lab: str = LAB) -> tuple[int, str, str]:
+    code, out, err = run_main(monkeypatch, capsys, "link", "show", "--lab", lab, *args)
     assert "Traceback" not in out + err, err
     return code, out, " ".join(err.split())
 
@@ -235,9 +238,10 @@ def test_a_docker_lab_on_a_local_engine_shows_its_veths_here(
         state_root: Path, replies: dict[str, Reply], monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """A local engine's containers share this host's kernel: their veths are read here."""
-    _lab("docker-two-node.yaml", "docker", EngineState("local", "unix:///var/run/docker.sock"))
-    with _netns_with("v1-eth1", "v2-eth1"):
-        code, out, _ = _show(monkeypatch, capsys, "--json")
+    _lab("docker-two-node.yaml", "docker", EngineState("local", "unix:///var/run/docker.sock"),
+         name=LOCAL_LAB)
+    with _netns_with("v1-eth1", "v2-eth1", LOCAL_LAB):
+        code, out, _ = _show(monkeypatch, capsys, "--json", lab=LOCAL_LAB)
     assert code == 0
     ends = _ends(out)
     assert (ends["node1:eth1"]["host_interface"], ends["node1:eth1"]["host_state"]) == (
