@@ -1,9 +1,12 @@
-"""What each kind of provider can do, as data: the one place that knows it.
+"""The providers labctl knows and what each can do, as data: the one place that lists them.
 
 The topology checks, the lifecycle, `link`, `capture` and the CLI ask these records, never
 a provider's name. Pure data with no labctl imports, so the topology layer (which must not
-import providers) may read it. The provider classes expose their record as `capabilities`
-(labctl/providers); a new provider adds its record here and nothing else branches on it.
+import providers) may read it. Each provider is registered here once, by name, with its
+record and the provider class that makes its labs, named as text (imported only when a lab
+of it is made: the providers import the Docker SDK, qemu's and Vagrant's plumbing). Every
+list of providers (the topology's `provider:` values, the state a lab keeps, `up
+--provider`, the lifecycle's choice of class) is read from this registry.
 """
 
 from __future__ import annotations
@@ -11,20 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-LinkDevice = Literal["tap", "veth", ""]
-
 
 @dataclass(frozen=True)
 class Capabilities:
     kind: str  # what messages call it
-    # The lab-side end of a node's data interface that labctl makes: a tap in the lab's
-    # netns on this host (qemu), a veth in the lab's netns in the engine's kernel (docker),
-    # "" when the links are someone else's networks (libvirt, a swarm's overlays).
-    link_device: LinkDevice
+    # labctl holds each node's cable: the lab-side end of every data interface is a device
+    # labctl made on the lab's bridge (Provider.host_link says which and where); False when
+    # the links are someone else's networks (the hypervisor's, a swarm's overlays).
+    host_links: bool
     links: str  # what the lab's links are, for refusals of link set, link show, capture
     netns: bool  # `up` makes a network namespace named after the lab (state.json records it)
-    repair: bool  # nodes that stopped start again in place (up again, `labctl start`)
-    node_stop: bool  # one node stops alone (`labctl stop`/`restart`)
     mounts: bool  # host folders in the nodes
     several_rdma_devices: bool  # rdma_interfaces: a device per data interface
     pci_slots: bool  # NICs and mounts share the slots of qemu's `pc` machine
@@ -47,46 +46,88 @@ class Capabilities:
     @property
     def link_set(self) -> bool:
         """`link set`/`link show` work: labctl holds each node's cable."""
-        return bool(self.link_device)
+        return self.host_links
 
     @property
     def capture(self) -> bool:
         """`capture` reads a node's link from the lab's side (its tap or veth)."""
-        return bool(self.link_device)
+        return self.host_links
 
 
 QEMU = Capabilities(
-    kind="qemu", link_device="tap", links="taps on the lab's bridges", netns=True,
-    repair=True, node_stop=True, mounts=True, several_rdma_devices=True, pci_slots=True,
+    kind="qemu", host_links=True, links="taps on the lab's bridges", netns=True,
+    mounts=True, several_rdma_devices=True, pci_slots=True,
     own_memory=True, own_kernel=True, labctl_images=True, routing=True,
     node_setup="labctl's node init", hosts=False, found_by_name=True, node_bpf=True,
     saved_machines=True)
 DOCKER = Capabilities(
-    kind="docker", link_device="veth", links="veths on the lab's bridges", netns=True,
-    repair=True, node_stop=True, mounts=True, several_rdma_devices=False, pci_slots=False,
+    kind="docker", host_links=True, links="veths on the lab's bridges", netns=True,
+    mounts=True, several_rdma_devices=False, pci_slots=False,
     own_memory=False, own_kernel=False, labctl_images=True, routing=True,
     node_setup="labctl's node init", hosts=True, found_by_name=True, node_bpf=False,
     saved_machines=False)
 # A docker lab whose nodes sit on two or more hosts (docs/multi-host.md).
 SWARM = Capabilities(
-    kind="multi-host docker", link_device="",
+    kind="multi-host docker", host_links=False,
     links="the swarm's overlay networks (an overlay network has no per-node cable)",
-    netns=False, repair=False, node_stop=False, mounts=False, several_rdma_devices=False,
+    netns=False, mounts=False, several_rdma_devices=False,
     pci_slots=False, own_memory=False, own_kernel=False, labctl_images=True, routing=True,
     node_setup="labctl's node init", hosts=True, found_by_name=True, node_bpf=False,
     saved_machines=False)
 VAGRANT = Capabilities(
-    kind="vagrant", link_device="",
+    kind="vagrant", host_links=False,
     links="the hypervisor's own networks (VirtualBox or libvirt)", netns=False,
-    repair=True, node_stop=True, mounts=True, several_rdma_devices=False, pci_slots=False,
+    mounts=True, several_rdma_devices=False, pci_slots=False,
     own_memory=True, own_kernel=True, labctl_images=False, routing=False,
     node_setup="the Vagrantfile", hosts=False, found_by_name=False, node_bpf=True,
     saved_machines=False)
 
-# The topology's `provider:` values, each with what a lab of it can do (a docker lab on
-# several hosts is SWARM: only its placement tells, see for_lab).
-BY_PROVIDER: dict[str, Capabilities] = {"qemu": QEMU, "docker": DOCKER, "vagrant": VAGRANT}
-PROVIDERS = tuple(BY_PROVIDER)
+
+@dataclass(frozen=True)
+class Registered:
+    """A provider as the topology names it (`provider: NAME`)."""
+
+    name: str
+    capabilities: Capabilities  # what a lab of it can do, as far as its topology tells
+    # "module:callable" that makes the provider of a lab: called with (Lab, LabDir), it
+    # returns a labctl.providers.base.Provider
+    factory: str
+    nodes: str  # what its nodes are, in the topology's description of `provider:`
+
+
+# The topology's `provider:` values, in the order messages list them. A docker lab on
+# several hosts is SWARM: its factory looks at the placement.
+_REGISTRY: dict[str, Registered] = {}
+
+
+def register(name: str, capabilities: Capabilities, factory: str, nodes: str) -> None:
+    """Add a provider: from here on topologies may name it and the lifecycle makes its labs
+    with `factory`. ValueError when the name is taken."""
+    if name in _REGISTRY:
+        raise ValueError(f"provider {name!r} is already registered")
+    _REGISTRY[name] = Registered(name, capabilities, factory, nodes)
+
+
+def unregister(name: str) -> None:
+    """Remove a provider that register() added (tests that register their own)."""
+    del _REGISTRY[name]
+
+
+register("qemu", QEMU, "labctl.providers.qemu:QemuProvider", "qemu VMs")
+register("docker", DOCKER, "labctl.providers.docker_swarm:docker_provider",
+         "docker containers")
+register("vagrant", VAGRANT, "labctl.providers.vagrant:VagrantProvider", "vagrant")
+
+
+def providers() -> tuple[str, ...]:
+    """The names a topology's `provider:` may have."""
+    return tuple(_REGISTRY)
+
+
+def registered(provider: str) -> Registered:
+    """The registry's entry of `provider` (KeyError if unknown)."""
+    return _REGISTRY[provider]
+
 
 # Choices `up` offers for a provider's nodes, one vocabulary for the CLI, the lifecycle and
 # the checks of a lab's stored state: qemu's accelerator (auto probes KVM), and where a
@@ -99,9 +140,16 @@ ENGINES: tuple[str, ...] = get_args(EngineKind)
 
 def for_provider(provider: str) -> Capabilities:
     """What a lab of `provider` can do, as far as its topology tells (KeyError if unknown)."""
-    return BY_PROVIDER[provider]
+    return _REGISTRY[provider].capabilities
 
 
 def offering(flag: str) -> list[str]:
     """The providers whose record has `flag` set, e.g. offering("hosts") == ["docker"]."""
-    return [name for name, caps in BY_PROVIDER.items() if getattr(caps, flag)]
+    return [name for name, entry in _REGISTRY.items() if getattr(entry.capabilities, flag)]
+
+
+def either(names: list[str] | tuple[str, ...], word: str = "or") -> str:
+    """"qemu, docker or vagrant": names as a message lists them."""
+    if len(names) < 2:
+        return "".join(names)
+    return f"{', '.join(names[:-1])} {word} {names[-1]}"

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labctl.capabilities import LinkDevice, offering
+from labctl.capabilities import offering
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
-from labctl.net.labnet import has_link, namespace_exists, netns_name, tap_name
-
-HOST, VM = "host", "vm"
+from labctl.net.labnet import has_link, namespace_exists
+from labctl.providers.base import HOST, VM, HostLink
 
 
 @dataclass(frozen=True)
@@ -27,25 +26,27 @@ class CaptureTarget:
 
 
 def resolve(handle: LabHandle, node: str, ifname: str) -> CaptureTarget:
-    """The lab-side end of NODE:IF: a qemu node's tap in the lab's namespace, or a container
-    node's veth in the lab's namespace in the engine's kernel. Refuses the labs whose
-    links are not labctl's (vagrant, multi-host docker)."""
-    device = handle.provider.capabilities.link_device
-    if device == "tap":
-        return _on_this_host(handle, node, ifname, netns_name(handle.lab.name),
-                             tap_name(handle.lab.node(node).index, ifname), device)
-    if device == "veth":
-        return _docker(handle, node, ifname)
-    raise handle.provider.refuse_links(
-        "capture",
-        hint=f"capture inside the node (`labctl exec --lab {handle.lab.name} {node} -- "
-             f"tcpdump -i {ifname} -c 100`), or use a "
-             f"{' or '.join(offering('capture'))} lab",
-    )
+    """The lab-side end of NODE:IF as its provider places it (Provider.host_link), checked
+    to be there. Refuses the labs whose links are not labctl's (vagrant, multi-host
+    docker)."""
+    provider = handle.provider
+    if not provider.capabilities.capture:
+        raise provider.refuse_links(
+            "capture",
+            hint=f"capture inside the node (`labctl exec --lab {handle.lab.name} {node} -- "
+                 f"tcpdump -i {ifname} -c 100`), or use a "
+                 f"{' or '.join(offering('capture'))} lab",
+        )
+    link = provider.host_link(handle.labdir.load_state(), node, ifname)
+    if link.engine == VM:
+        _check_in_docker_host_vm(handle, node, ifname, link)
+    else:
+        _check_on_this_host(handle, node, ifname, link)
+    return CaptureTarget(node, ifname, link.netns, link.device, link.engine)
 
 
-def _on_this_host(handle: LabHandle, node: str, ifname: str, ns: str,
-                  device: str, kind: LinkDevice) -> CaptureTarget:
+def _check_on_this_host(handle: LabHandle, node: str, ifname: str, link: HostLink) -> None:
+    ns, device = link.netns, link.device
     # Look before opening: opening a missing namespace would create it.
     if not namespace_exists(ns):
         raise LabctlError(f"lab {handle.lab.name} has no network namespace {ns}",
@@ -56,39 +57,30 @@ def _on_this_host(handle: LabHandle, node: str, ifname: str, ns: str,
         raise LabctlError(f"cannot open the lab's namespace {ns}: {exc}",
                           hint="capture needs root; is the lab up (`labctl status`)?") from exc
     if not present:
-        raise LabctlError(f"{node}:{ifname} has no {kind} {device} in {ns}",
+        raise LabctlError(f"{node}:{ifname} has no {link.kind} {device} in {ns}",
                           hint=f"is {node} running? see `labctl status`")
-    return CaptureTarget(node, ifname, ns, device)
 
 
-def _docker(handle: LabHandle, node: str, ifname: str) -> CaptureTarget:
-    """The node's veth (dockernet.py made it) in the lab's netns: on this host with a local
-    engine, where the qemu path works as it is; else inside the Docker host VM."""
+def _check_in_docker_host_vm(handle: LabHandle, node: str, ifname: str,
+                             link: HostLink) -> None:
+    """The lab's netns and the node's link end in the Docker host VM, asked of the network
+    helper there (labctl/dockerhost/dockernet.py)."""
     from labctl.dockerhost.engine import Engine
     from labctl.dockerhost.vm import DockerHostVM
-    from labctl.providers.docker import veth_name
 
-    state = handle.labdir.load_state()
-    ns = netns_name(handle.lab.name)  # never state.json's netns (data, not authority)
-    device = veth_name(handle.lab.node(node), ifname)
-    if state.engine is None:
-        raise LabctlError(f"lab {handle.lab.name} has no engine recorded",
-                          hint="is the lab up? see `labctl status`")
-    engine = Engine.from_state(state.engine)
-    if engine.kind != VM:
-        return _on_this_host(handle, node, ifname, ns, device, "veth")
-    if not DockerHostVM().running():
+    ns, device = link.netns, link.device
+    vm = DockerHostVM()
+    if not vm.running():
         raise LabctlError("the Docker host VM is not running, so neither is the lab",
                           hint=f"`labctl up` the lab again, or `labctl down --lab "
                                f"{handle.lab.name}`")
-    found = engine.helper("show", ns, timeout=60)
+    found = Engine(VM, vm.base_url).helper("show", ns, timeout=60)
     if ns not in found.get("netns", []):
         raise LabctlError(f"lab {handle.lab.name} has no network namespace {ns} in the "
                           "Docker host VM", hint="is the lab up? see `labctl status`")
     if device not in found.get("links", []):
-        raise LabctlError(f"{node}:{ifname} has no veth {device} in {ns} in the Docker host "
-                          "VM", hint=f"is {node} running? see `labctl status`")
-    return CaptureTarget(node, ifname, ns, device, VM)
+        raise LabctlError(f"{node}:{ifname} has no {link.kind} {device} in {ns} in the "
+                          "Docker host VM", hint=f"is {node} running? see `labctl status`")
 
 
 def check_filter(bpf: str | None) -> None:

@@ -19,7 +19,7 @@ from labctl.node.replies import DeviceStatus, LiveInterface
 from labctl.runners.execute import RunResult
 from labctl.runners.ucx import UcxInfo
 from labctl.store.state import NodeStatus
-from labctl.topology.resolved import Provider, Rdma
+from labctl.topology.resolved import ProviderName, Rdma
 
 
 # --- labctl status --json, labctl up --json ----------------------------------------------
@@ -64,7 +64,7 @@ class LabBusy(TypedDict):
 class LabStatusRecord(TypedDict):
     lab: str
     # "?": a corrupt lab, or one whose lab.json its `up` has not written yet
-    provider: Provider | Literal["?"]
+    provider: ProviderName | Literal["?"]
     phase: str  # "up" once `up` finished; "corrupt"; anything else: an unfinished `up`
     ready_seconds: float | None
     nodes: list[NodeRecord]
@@ -211,7 +211,7 @@ class TopologyRow(TypedDict):
     file: str  # the shipped file
     nodes: int | None  # None (and provider None) when the file does not load: see error
     rdma: list[Rdma]  # the nodes' device kinds, sorted
-    provider: Provider | None
+    provider: ProviderName | None
     error: str  # "" unless the file does not load (a broken installation)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import typer
 from rich.table import Table
@@ -17,7 +17,6 @@ from labctl.lab.handle import LabHandle
 from labctl.node.replies import UnreadableReply
 from labctl.store.labdir import LabDir, LockHolder, running_labs
 from labctl.store.state import CorruptStateError, LabState, NodeStatus, Phase
-from labctl.topology.resolved import Provider
 
 
 def _recorded_devices(state: LabState, node: str) -> dict[str, Any]:
@@ -66,7 +65,7 @@ def collect_status(handle: LabHandle, live: bool = True) -> LabStatusRecord:
         nodes.append(record)
     return {
         "lab": handle.lab.name,
-        "provider": cast(Provider, handle.lab.provider),  # the topology's model checked it
+        "provider": handle.lab.provider,
         "phase": str(state.phase),
         "ready_seconds": state.ready_seconds,
         "nodes": nodes,

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 import typer
 from rich.table import Table
 
 from labctl.cli.common import console
 from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import TopologiesOutput, TopologyRow
-from labctl.topology.resolved import Provider
 
 
 def topology_rows() -> list[TopologyRow]:
@@ -30,7 +27,7 @@ def topology_rows() -> list[TopologyRow]:
             row["error"] = exc.message
         else:
             row["nodes"], row["rdma"] = len(lab.nodes), sorted({n.rdma for n in lab.nodes})
-            row["provider"] = cast(Provider, lab.provider)  # the topology's model checked it
+            row["provider"] = lab.provider
         rows.append(row)
     return rows
 

@@ -6,7 +6,7 @@ import shlex
 
 import typer
 
-from labctl.capabilities import ACCELS, ENGINES, PROVIDERS
+from labctl.capabilities import ACCELS, ENGINES, either, providers
 from labctl.cli.common import (
     AllowHostMountOption,
     MirrorOption,
@@ -36,8 +36,8 @@ def up(
     timeout: float = typer.Option(300, help="Seconds to wait for every node to be ready.",
                                   metavar="SECONDS", callback=seconds("timeout")),
     provider_name: str = typer.Option(
-        None, "--provider", help="qemu, docker or vagrant (overrides the topology's).",
-        metavar=choice_metavar(*PROVIDERS), autocompletion=choices(*PROVIDERS),
+        None, "--provider", help=f"{either(providers())} (overrides the topology's).",
+        metavar=choice_metavar(*providers()), autocompletion=choices(*providers()),
     ),
     engine: str = typer.Option(
         None, "--engine", help="docker provider: vm (labctl's Docker host VM, the default) or "

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labctl.capabilities import ACCELS, BY_PROVIDER, ENGINES, PROVIDERS
+from labctl.capabilities import ACCELS, ENGINES, either, for_provider, offering, providers
 from labctl.errors import LabctlError, UsageError
 from labctl.net import labnet
 from labctl.progress import Progress
@@ -85,9 +85,9 @@ class UpOptions:
             where = "--boot" if self.boot else BOOT_ENV
             raise UsageError(f"{where} must be restore or cold (got {self.boot_mode()!r})",
                              hint="restore (the default) or cold (every node boots)")
-        if self.provider is not None and self.provider not in PROVIDERS:
+        if self.provider is not None and self.provider not in providers():
             raise UsageError(
-                f"--provider must be qemu, docker or vagrant (got {self.provider!r})",
+                f"--provider must be {either(providers())} (got {self.provider!r})",
                 hint="or leave it out: the topology's provider: (default qemu)")
 
 
@@ -132,7 +132,7 @@ def resolve(topology: Path, options: UpOptions) -> Lab:
     if options.provider is not None:
         lab = dataclasses.replace(lab, provider=options.provider)
     # a cold lab's lab.json has no key (nor has a lab of a provider without saved machines)
-    if BY_PROVIDER[lab.provider].saved_machines and options.boot_mode() == "restore":
+    if for_provider(lab.provider).saved_machines and options.boot_mode() == "restore":
         provider_options["boot"] = "restore"
     if options.name is not None:
         lab = dataclasses.replace(lab, name=check_lab_name(options.name))
@@ -313,7 +313,7 @@ def _lab_for_down(labdir: LabDir) -> tuple[Lab, list[str]]:
         provider = labdir.load_state().provider
     except CorruptStateError:
         provider = ""
-    by_name = [name for name, caps in BY_PROVIDER.items() if caps.found_by_name]
+    by_name = offering("found_by_name")
     stub = Lab(labdir.name, provider or by_name[0], "", (), ())
     return stub, [provider] if provider else by_name
 

@@ -4,26 +4,26 @@ A link end has two sides. The node's side is its interface as the node's kernel 
 (`link set down` drops its carrier: qemu's set_link for VM nodes, the bridge-side veth for
 containers) and its root qdisc: `link set --loss/--delay` puts netem there, in the node's
 own kernel (the lab host's kernel may have no sch_netem). Both are read in the node
-(`ip -j link show`, `tc -j qdisc show`), as untrusted replies. The host's side is the tap
-(qemu) or veth (docker) on the lab's bridge, read with pyroute2 in the lab's netns when that
-netns is on this host; a docker lab's veths live in its engine's host (the Docker host VM),
-not read from here.
+(`ip -j link show`, `tc -j qdisc show`), as untrusted replies. The host's side is the
+lab's end of the cable as the provider places it (Provider.host_link: qemu's tap, docker's
+veth on the lab's bridge), read with pyroute2 in the lab's netns when that netns is on this
+host; the veths of a docker lab whose engine is the Docker host VM are not read from here.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, TypeVar, cast
+from typing import Annotated, Any, Literal, TypeVar
 
+from pydantic import WithJsonSchema
 from typing_extensions import TypedDict
 
 from labctl import bounded
-from labctl.capabilities import LinkDevice
+from labctl.capabilities import offering
 from labctl.errors import LabctlError
 from labctl.lab.handle import LabHandle
 from labctl.net import labnet
-from labctl.providers.docker import veth_name
-from labctl.topology.resolved import Lab, Node
+from labctl.providers.base import HOST, HostLink
 
 T = TypeVar("T")
 NODE_SECONDS = 60.0  # past this a node counts as not answering
@@ -31,22 +31,17 @@ _IFF_UP = 0x1
 _IFF_LOWER_UP = 0x10000  # carrier
 # One command per node; `echo` keeps the two documents on lines of their own.
 _NODE_COMMAND = ["sh", "-c", "ip -j link show; echo; tc -j qdisc show"]
+_IN_THE_NODE = "`labctl exec NODE -- ip link show` and `tc qdisc show` in the node"
 
 
 def check_provider(handle: LabHandle) -> None:
     """Refuse (exit 2) the labs whose links `link set` cannot change either."""
     if not handle.provider.capabilities.link_set:
-        raise handle.provider.refuse_links(
-            "link show", hint="`labctl exec NODE -- ip link show` and `tc qdisc show` in "
-            "the node")
+        raise handle.provider.refuse_links("link show", hint=_IN_THE_NODE)
 
 
-def host_interface(device: LinkDevice, node: Node, ifname: str) -> str:
-    """The host-side name of a node's data interface on the lab's bridge: its tap or veth."""
-    if device == "tap":
-        return labnet.tap_name(node.index, ifname)
-    return veth_name(node, ifname)
-
+# A provider whose labs `link show` reads (capabilities.link_set), in the JSON Schema.
+LinkProvider = Annotated[str, WithJsonSchema({"type": "string", "enum": offering("link_set")})]
 
 EndState = Literal["up", "down", "absent"]  # an interface, in its node or on the host
 
@@ -85,7 +80,7 @@ class LinkShowOutput(TypedDict):
     """`labctl link show --json`: the lab's data links."""
 
     lab: str
-    provider: Literal["qemu", "docker"]
+    provider: LinkProvider
     links: list[Link]
 
 
@@ -187,14 +182,13 @@ def _read_nodes(handle: LabHandle, nodes: list[str]) -> dict[str, Any]:
         return dict(zip(nodes, pool.map(one, nodes), strict=True))
 
 
-def _end(lab: Lab, device: LinkDevice, endpoint: str, reply: Any,
+def _end(endpoint: str, host: HostLink, reply: Any,
          hosts: dict[str, EndState] | None) -> LinkEnd:
     node_name, _, ifname = endpoint.partition(":")
-    host_if = host_interface(device, lab.node(node_name), ifname)
     record: LinkEnd = {
         "node": node_name, "interface": ifname, "node_state": "?", "operstate": "",
-        "qdisc": "", "netem": None, "reason": "",
-        "host_interface": host_if, "host_state": None if hosts is None else hosts[host_if],
+        "qdisc": "", "netem": None, "reason": "", "host_interface": host.device,
+        "host_state": None if hosts is None or host.engine != HOST else hosts[host.device],
     }
     if isinstance(reply, LabctlError):
         record["reason"] = reply.message
@@ -209,16 +203,19 @@ def collect_links(handle: LabHandle) -> LinkShowOutput:
     """The lab's links with each end's state and netem."""
     check_provider(handle)
     lab = handle.lab
-    device = handle.provider.capabilities.link_device
+    state = handle.labdir.load_state()
+    ends = {e: handle.provider.host_link(state, e.partition(":")[0], e.partition(":")[2])
+            for s in lab.segments for e in s.endpoints}
     replies = _read_nodes(handle, [n.name for n in lab.nodes])
-    names = [host_interface(device, lab.node(e.partition(":")[0]), e.partition(":")[2])
-             for s in lab.segments for e in s.endpoints]
-    hosts = host_states(labnet.netns_name(lab.name), names)
+    on_this_host = [link for link in ends.values() if link.engine == HOST]
+    hosts = host_states(on_this_host[0].netns, [link.device for link in on_this_host]) \
+        if on_this_host else None
     return {
         "lab": lab.name,
-        "provider": cast(Literal["qemu", "docker"], lab.provider),  # check_provider's
+        "provider": lab.provider,
         "links": [{"segment": s.name, "kind": s.kind, "subnet": s.subnet, "mtu": s.mtu,
-                   "ends": [_end(lab, device, e, replies[e.partition(":")[0]], hosts)
+                   "ends": [_end(e, ends[e], replies[e.partition(":")[0]], hosts)
                             for e in s.endpoints]}
                   for s in lab.segments],
     }
+

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+
+from labctl.capabilities import providers, registered
 from labctl.errors import UsageError
 from labctl.providers.base import Provider
 from labctl.store.labdir import LabDir
@@ -9,25 +12,16 @@ from labctl.topology.resolved import Lab
 
 
 def provider_for(lab: Lab, labdir: LabDir) -> Provider:
-    if lab.provider == "qemu":
-        from labctl.providers.qemu import QemuProvider
-
-        return QemuProvider(lab, labdir)
-    if lab.provider == "docker":
-        from labctl.providers.swarm import is_multi_host
-
-        if is_multi_host(lab):
-            from labctl.providers.docker_swarm import SwarmProvider
-
-            return SwarmProvider(lab, labdir)
-        from labctl.providers.docker import DockerProvider
-
-        return DockerProvider(lab, labdir)
-    if lab.provider == "vagrant":
-        from labctl.providers.vagrant import VagrantProvider
-
-        return VagrantProvider(lab, labdir)
-    raise UsageError(
-        f"provider {lab.provider!r} is not available yet",
-        hint="use `provider: qemu` or `provider: vagrant` in the topology",
-    )
+    """The provider of `lab`, made by the factory its `provider:` is registered with
+    (labctl/capabilities.py); its module is imported only now."""
+    try:
+        factory = registered(lab.provider).factory
+    except KeyError:  # a lab directory's state.json names the provider `down` asks
+        names = providers()
+        raise UsageError(
+            f"provider {lab.provider!r} is not available yet",
+            hint=f"use {' or '.join(f'`provider: {n}`' for n in names)} in the topology",
+        ) from None
+    module, _, name = factory.partition(":")
+    provider: Provider = getattr(importlib.import_module(module), name)(lab, labdir)
+    return provider

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Final, Literal
 
 from labctl.capabilities import Capabilities
 from labctl.errors import UsageError
@@ -18,6 +19,24 @@ from labctl.topology.resolved import Lab
 
 class UnsupportedError(UsageError):
     """An operation this provider cannot do (exit 2: the request, not the lab, is wrong)."""
+
+
+# Where a lab-side link end is: this host, or the Docker host VM.
+Where = Literal["host", "vm"]
+HOST: Final = "host"
+VM: Final = "vm"
+
+
+@dataclass(frozen=True)
+class HostLink:
+    """The lab's own end of a node's data interface: the device labctl made for it on the
+    lab's bridge, where `capture` reads the node's traffic and `link show` its carrier."""
+
+    device: str  # its name, e.g. t1-eth1
+    kind: str  # what it is, as messages say it: tap, veth
+    netns: str  # the lab's namespace, named from the lab (never state.json's: data)
+    # where that namespace lives: this host's kernel, or the Docker host VM's
+    engine: Where = HOST
 
 
 class Provider(ABC):
@@ -56,6 +75,13 @@ class Provider(ABC):
         caps = self.capabilities
         return UnsupportedError(f"{what} is not supported for {caps.kind} labs: their links "
                                 f"are {caps.links}", hint=hint)
+
+    def host_link(self, state: LabState, node: str, ifname: str) -> HostLink:
+        """The lab-side end of `node`'s `ifname`, as this lab's `state` places it. Refused
+        where labctl holds no cable (capabilities.host_links is False): `capture` and `link
+        show` ask the record first, to refuse with hints of their own."""
+        raise self.refuse_links("the lab's side of a link", hint=f"`labctl exec {node} -- ip "
+                                f"link show {ifname}` shows the node's side")
 
     def set_link_state(self, node: str, ifname: str, up: bool) -> None:
         """Carrier of a node's data interface on or off, as a cable pulled or plugged."""

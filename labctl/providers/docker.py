@@ -65,7 +65,7 @@ from labctl.node.ready import (
     runtime_from_boot_log,
 )
 from labctl.progress import Progress
-from labctl.providers.base import Provider, UnsupportedError
+from labctl.providers.base import HOST, VM, HostLink, Provider, UnsupportedError
 from labctl.providers.labels import LABEL, lab_labels, lab_selector, owned_by
 from labctl.store.labdir import LabDir
 from labctl.store.state import CorruptStateError, LabState, NodeState, NodeStatus
@@ -531,6 +531,17 @@ class DockerProvider(ContainerProvider):
 
     def _clients(self, state: LabState) -> list[Any]:
         return [self._engine(state).client()]
+
+    def host_link(self, state: LabState, node: str, ifname: str) -> HostLink:
+        """The bridge end of the node's veth (dockernet.py made it) in the lab's netns, in
+        the kernel of the engine `state` records: this host's for a local engine, else the
+        Docker host VM's."""
+        if state.engine is None:
+            raise LabctlError(f"lab {self.lab.name} has no engine recorded",
+                              hint="is the lab up? see `labctl status`")
+        in_vm = Engine.from_state(state.engine).kind == VM
+        return HostLink(veth_name(self.lab.node(node), ifname), "veth",
+                        labnet.netns_name(self.lab.name), VM if in_vm else HOST)
 
     def set_link_state(self, node: str, ifname: str, up: bool) -> None:
         """The veth's bridge end down: the node's interface loses its carrier (its rxe

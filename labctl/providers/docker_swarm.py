@@ -22,12 +22,15 @@ from labctl.providers.docker import (
     LABEL,
     ContainerPlan,
     ContainerProvider,
+    DockerProvider,
     container_facts,
     container_name,
     plan_lab,
 )
+from labctl.store.labdir import LabDir
 from labctl.store.state import LabState, NodeStatus
 from labctl.store.state_recorder import StateRecorder
+from labctl.topology.resolved import Lab
 
 
 class SwarmProvider(ContainerProvider):
@@ -150,3 +153,11 @@ class SwarmProvider(ContainerProvider):
 
     def _destroy_engine_side(self) -> list[str]:
         return swarm.destroy(self.lab.name, self.labdir)
+
+
+def docker_provider(lab: Lab, labdir: LabDir) -> ContainerProvider:
+    """The provider of a `provider: docker` lab (its factory in labctl/capabilities.py):
+    the swarm's when its `hosts:` place the nodes on two or more hosts, else one engine's."""
+    if swarm.is_multi_host(lab):
+        return SwarmProvider(lab, labdir)
+    return DockerProvider(lab, labdir)

@@ -24,7 +24,7 @@ from labctl.node import ssh
 from labctl.node.env import node_env, rdma_device_name
 from labctl.node.ready import NodeRuntime, runtime_from_boot_log
 from labctl.progress import Progress
-from labctl.providers.base import Provider
+from labctl.providers.base import HostLink, Provider
 from labctl.store.labdir import LabDir
 from labctl.store.state import CorruptStateError, LabState, NodeState, NodeStatus, TapState
 from labctl.store.state_recorder import StateRecorder
@@ -245,6 +245,11 @@ class QemuProvider(Provider):
         info.clear_ready_facts()
         record.node(node, info)
         fault_point("launched", node)
+
+    def host_link(self, state: LabState, node: str, ifname: str) -> HostLink:
+        """The node's tap on the lab's bridge, in the lab's namespace on this host."""
+        return HostLink(labnet.tap_name(self.lab.node(node).index, ifname), "tap",
+                        labnet.netns_name(self.lab.name))
 
     def set_link_state(self, node: str, ifname: str, up: bool) -> None:
         # qemu drops the carrier on the node's NIC (the node sees link down) and stops

@@ -16,7 +16,7 @@ from pydantic_core import PydanticCustomError
 
 from labctl import capabilities
 from labctl.errors import short_repr
-from labctl.topology.resolved import Provider, Rdma
+from labctl.topology.resolved import ProviderName, Rdma
 from labctl.topology.workbench import (
     MAX_MOUNTS,
     MAX_PACKAGES,
@@ -38,7 +38,9 @@ ENGINE_RE = (r"^(local|vm:[a-z][a-z0-9]{0,7}|ssh://[A-Za-z0-9._-]+@?[A-Za-z0-9._
              r"|unix:///[A-Za-z0-9._/-]+|[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$")
 
 RDMA_TYPES = ("rxe", "siw", "none")
-PROVIDERS = capabilities.PROVIDERS  # the names below, as the capability table lists them
+# What the nodes of each registered provider are ("qemu VMs, docker containers or vagrant")
+_NODES_OF_PROVIDERS = capabilities.either(
+    [capabilities.registered(name).nodes for name in capabilities.providers()])
 
 DEFAULT_POOL = "10.77.0.0/16"
 DEFAULT_PREFIX = 24
@@ -314,10 +316,10 @@ class Topology(_Strict):
         "Used in network namespace names and MAC addresses.",
         examples=["two-node"],
     )
-    provider: Provider = Field(
+    provider: ProviderName = Field(
         title="Provider",
         default="qemu",
-        description="How nodes are run: qemu VMs, docker containers or vagrant.",
+        description=f"How nodes are run: {_NODES_OF_PROVIDERS}.",
     )
     defaults: Defaults = Field(
         title="Defaults",

@@ -10,17 +10,43 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import WithJsonSchema
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
-from labctl import bounded
+from labctl import bounded, capabilities
 
 Rdma = Literal["rxe", "siw", "none"]
-Provider = Literal["qemu", "docker", "vagrant"]
+
+
+class _Registered:
+    """A provider's name as pydantic sees it: one of labctl/capabilities.py's registry when
+    validated (else the error a Literal of those names gives, which problems.py words), and
+    those names in the JSON Schemas (labctl/cli/schemas.py, the topology's schema)."""
+
+    def __get_pydantic_core_schema__(self, source: Any,
+                                     handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_plain_validator_function(_registered_provider)
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema,
+                                     handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return {"type": "string", "enum": list(capabilities.providers())}
+
+
+def _registered_provider(value: Any) -> str:
+    names = capabilities.providers()
+    if isinstance(value, str) and value in names:
+        return value
+    expected = capabilities.either([repr(n) for n in names])
+    raise PydanticCustomError("literal_error", "Input should be {expected}",
+                              {"expected": expected})
+
+
 # A str to mypy (`up --provider` and `down` put names in that the topology checks), one of
-# the topology's providers in the JSON Schemas (labctl/cli/schemas.py).
-ProviderName = Annotated[str, WithJsonSchema({"type": "string", "enum": list(get_args(Provider))})]
+# the registered providers to pydantic: the topology's `provider:` and the JSON Schemas.
+ProviderName = Annotated[str, _Registered()]
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from labctl.capabilities import ACCELS
+from labctl.capabilities import ACCELS, either, providers
 from labctl.errors import short_repr
 from labctl.topology.host import FLAG, allowed, refusal
 from labctl.topology.model import (
@@ -30,7 +30,6 @@ from labctl.topology.model import (
     LINK_NAME_RE,
     MAX_NODES,
     NODE_NAME_RE,
-    PROVIDERS,
     RDMA_TYPES,
 )
 from labctl.topology.resolved import Interface, Lab, Mount, Node, Route, Segment
@@ -184,8 +183,8 @@ def check_stored_lab(lab: Lab, allowances: tuple[Path, ...] = ()) -> Lab:
     """`lab` if every value is one a topology could have given (with `allowances`, the
     --allow-host-mount folders its `up` was given); else ValueError."""
     _match("name", lab.name, LAB_NAME_RE, "a lab name")
-    if lab.provider not in PROVIDERS:
-        raise _fail("provider", lab.provider, "qemu, docker or vagrant")
+    if lab.provider not in providers():
+        raise _fail("provider", lab.provider, either(providers()))
     if not isinstance(lab.source, str):
         raise _fail("source", lab.source, "a path")
     if not isinstance(lab.provider_options, dict):

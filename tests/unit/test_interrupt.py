@@ -42,11 +42,11 @@ def hold(*args, **kwargs):
 where = os.environ["HOLD"]
 if where == "provider":
     import labctl.lab.lifecycle as lifecycle
-    from labctl.capabilities import BY_PROVIDER
+    from labctl.capabilities import QEMU
     import dataclasses
 
     class Provider:
-        capabilities = dataclasses.replace(BY_PROVIDER["qemu"], netns=False)
+        capabilities = dataclasses.replace(QEMU, netns=False)
         def __init__(self, lab, labdir): pass
         def check_host(self): pass
         def create(self, recorder, progress): hold()

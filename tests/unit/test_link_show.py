@@ -14,6 +14,7 @@ veths named as the lab's taps, one with a carrier and one without, read by pyrou
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import subprocess
@@ -26,7 +27,7 @@ from labctl.lab.handle import LabHandle
 from labctl.lab.links import netem_of, node_end
 from labctl.net import labnet
 from labctl.store.labdir import LabDir
-from labctl.store.state import LabState, NodeState, Phase
+from labctl.store.state import EngineState, LabState, NodeState, Phase
 from labctl.topology.load import load_lab
 from tests.unit.clirun import run_main
 from tests.unit.jsonshape import parsed
@@ -34,14 +35,18 @@ from tests.unit.jsonshape import parsed
 REPO = Path(__file__).resolve().parents[2]
 CAPTURED = Path(__file__).parent / "outputs" / "links"
 LAB = "ut-truth-links"  # its netns: labctl-ut-truth-links
+# A docker lab on a local engine: a netns of its own, so that no test of another worker
+# sees it as LAB's (tests/unit runs in parallel).
+LOCAL_LAB = "ut-truth-links-dl"
 
 
-def _lab(topology: str = "two-node.yaml", provider: str = "qemu") -> LabDir:
-    lab = dataclasses.replace(load_lab(REPO / "topologies" / topology), name=LAB,
+def _lab(topology: str = "two-node.yaml", provider: str = "qemu",
+         engine: EngineState | None = None, name: str = LAB) -> LabDir:
+    lab = dataclasses.replace(load_lab(REPO / "topologies" / topology), name=name,
                               provider=provider)
-    labdir = LabDir(LAB)
+    labdir = LabDir(name)
     labdir.create(lab)
-    labdir.save_state(LabState(provider=provider, phase=Phase.UP,
+    labdir.save_state(LabState(provider=provider, phase=Phase.UP, engine=engine,
                                nodes={"node1": NodeState(ssh_port=2222)}))
     return labdir
 
@@ -69,21 +74,21 @@ def replies(monkeypatch: pytest.MonkeyPatch) -> dict[str, Reply]:
     return answers
 
 
-@pytest.fixture
-def host_netns() -> Iterator[str]:
-    """The lab's netns on this host: t1-eth1 up with a carrier (its peer up), t2-eth1 up
-    without one (its peer down), as a qemu lab's taps on its bridge."""
+@contextlib.contextmanager
+def _netns_with(first: str, second: str, lab: str = LAB) -> Iterator[str]:
+    """The lab's netns on this host: `first` up with a carrier (its peer up), `second` up
+    without one (its peer down), as a lab's ends on its bridge."""
     from pyroute2 import IPRoute, netns
 
-    name = labnet.netns_name(LAB)
+    name = labnet.netns_name(lab)
     if name in netns.listnetns():
         netns.remove(name)
     netns.create(name)
     try:
         with IPRoute(netns=name) as ipr:
-            for tap, peer, peer_up in (("t1-eth1", "p1", True), ("t2-eth1", "p2", False)):
-                ipr.link("add", ifname=tap, kind="veth", peer=peer)
-                ipr.link("set", index=ipr.link_lookup(ifname=tap)[0], state="up")
+            for end, peer, peer_up in ((first, "p1", True), (second, "p2", False)):
+                ipr.link("add", ifname=end, kind="veth", peer=peer)
+                ipr.link("set", index=ipr.link_lookup(ifname=end)[0], state="up")
                 if peer_up:
                     ipr.link("set", index=ipr.link_lookup(ifname=peer)[0], state="up")
         yield name
@@ -91,9 +96,16 @@ def host_netns() -> Iterator[str]:
         netns.remove(name)
 
 
+@pytest.fixture
+def host_netns() -> Iterator[str]:
+    """t1-eth1 with a carrier and t2-eth1 without, as a qemu lab's taps."""
+    with _netns_with("t1-eth1", "t2-eth1") as name:
+        yield name
+
+
 def _show(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-          *args: str) -> tuple[int, str, str]:
-    code, out, err = run_main(monkeypatch, capsys, "link", "show", "--lab", LAB, *args)
+          *args: str, lab: str = LAB) -> tuple[int, str, str]:
+    code, out, err = run_main(monkeypatch, capsys, "link", "show", "--lab", lab, *args)
     assert "Traceback" not in out + err, err
     return code, out, " ".join(err.split())
 
@@ -211,7 +223,7 @@ def test_a_docker_lab_shows_the_node_side(
         state_root: Path, replies: dict[str, Reply], monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """Its veths are in the engine's host (the Docker host VM): not read from here."""
-    _lab("docker-two-node.yaml", "docker")
+    _lab("docker-two-node.yaml", "docker", EngineState("vm", "unix:///run/labctl/docker.sock"))
     code, out, _ = _show(monkeypatch, capsys, "--json")
     assert code == 0
     ends = _ends(out)
@@ -220,6 +232,22 @@ def test_a_docker_lab_shows_the_node_side(
     assert ends["node1:eth1"]["node_state"] == "down"
     code, out, _ = _show(monkeypatch, capsys)
     assert "v1-eth1 not read (engine host)" in " ".join(out.split())
+
+
+def test_a_docker_lab_on_a_local_engine_shows_its_veths_here(
+        state_root: Path, replies: dict[str, Reply], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A local engine's containers share this host's kernel: their veths are read here."""
+    _lab("docker-two-node.yaml", "docker", EngineState("local", "unix:///var/run/docker.sock"),
+         name=LOCAL_LAB)
+    with _netns_with("v1-eth1", "v2-eth1", LOCAL_LAB):
+        code, out, _ = _show(monkeypatch, capsys, "--json", lab=LOCAL_LAB)
+    assert code == 0
+    ends = _ends(out)
+    assert (ends["node1:eth1"]["host_interface"], ends["node1:eth1"]["host_state"]) == (
+        "v1-eth1", "up")
+    assert (ends["node2:eth1"]["host_interface"], ends["node2:eth1"]["host_state"]) == (
+        "v2-eth1", "down")
 
 
 @pytest.mark.parametrize(("topology", "provider", "message"), [
