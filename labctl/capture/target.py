@@ -64,7 +64,7 @@ def _check_on_this_host(handle: LabHandle, node: str, ifname: str, link: HostLin
 def _check_in_docker_host_vm(handle: LabHandle, node: str, ifname: str,
                              link: HostLink) -> None:
     """The lab's netns and the node's link end in the Docker host VM, asked of the network
-    helper there (labctl/dockerhost/dockernet.py)."""
+    helper there (labctl/engineside/dockernet.py)."""
     from labctl.dockerhost.engine import Engine
     from labctl.dockerhost.vm import DockerHostVM
 

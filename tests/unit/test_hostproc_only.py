@@ -145,10 +145,8 @@ def test_the_node_side_is_found() -> None:
     """What runs on nodes or the VM is recognised (else it would have to use hostproc,
     which it cannot import there), and nothing of the host side is taken for it."""
     every = [str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")]
-    for name in ("gate_node.py", "dockernet.py", "vmcapture.py"):
+    for name in ("faultgate.py", "dockernet.py", "vmcapture.py", "portcheck.py"):
         assert [rel for rel in every if Path(rel).name == name and not node_side(rel)] == []
-    assert "rdmafault/gate_node.py" in SHIPPED or not (PACKAGE / "rdmafault/gate_node.py"
-                                                       ).exists()
     assert not any(node_side(rel) for rel in ("hostproc.py", "lab/handle.py", "node/ssh.py"))
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from labctl.store.record import StateRecorder
 
 import labctl.lab.lifecycle as lifecycle
 from labctl import capabilities
@@ -25,6 +24,7 @@ from labctl.progress import Progress
 from labctl.providers.base import HostLink, Provider
 from labctl.store.labdir import LabDir
 from labctl.store.state import LabState, NodeState, NodeStatus, Phase
+from labctl.store.state_recorder import StateRecorder
 from tests.unit.clirun import run_main
 
 LAB = "ut-toy"
