@@ -30,7 +30,8 @@ class LocatedProblem:
     def text(self, file: str) -> str:
         """`file:line: field: message`, the line of an error."""
         where = file if self.line is None else f"{file}:{self.line}"
-        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+        return f"{where}: {self.field}: {self.message}" if self.field else \
+            f"{where}: {self.message}"
 
 
 class TopologyError(UsageError):
@@ -41,7 +42,7 @@ class TopologyError(UsageError):
     `links[0].endpoints[1]` (list indexes count from 0), or "" for the file as a whole.
 
     An error of several problems (`several`) keeps the first one in `line`, `field` and
-    `reason`, lists those shown in `problems` (file order) and counts the rest in `unshown`.
+    `reason`, lists those shown in `problems` (file order) and counts the rest in `more`.
     """
 
     def __init__(
@@ -59,7 +60,7 @@ class TopologyError(UsageError):
         self.field = field
         self.reason = message
         self.problems: tuple[LocatedProblem, ...] = (first,)
-        self.unshown = 0
+        self.more = 0
 
     @classmethod
     def several(cls, file: str, problems: Sequence[LocatedProblem]) -> TopologyError:
@@ -71,11 +72,11 @@ class TopologyError(UsageError):
         if len(problems) == 1:
             return error
         shown = tuple(problems[:MAX_PROBLEMS_SHOWN])
-        unshown = len(problems) - len(shown)
+        more = len(problems) - len(shown)
         lines = [f"{file}: {len(problems)} problems"]
         lines += [f"  {p.text(file)}" for p in shown]
-        if unshown:
-            lines.append(f"  ... and {unshown} more")
+        if more:
+            lines.append(f"  ... and {more} more")
         hints = list(dict.fromkeys(p.hint for p in shown if p.hint))[:MAX_HINTS_SHOWN]
         error.message = "\n".join(lines)
         error.args = (error.message,)
@@ -83,5 +84,5 @@ class TopologyError(UsageError):
         # own `hint:` line, so that none reads as part of the one before.
         error.hint = "\nhint: ".join(hints) or None
         error.problems = shown
-        error.unshown = unshown
+        error.more = more
         return error
