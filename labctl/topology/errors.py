@@ -11,10 +11,8 @@ from labctl.errors import UsageError
 DEFAULT_HINT = "see docs/topology.md for the file format; `labctl schema` prints its JSON Schema"
 
 # At most this many problems are listed (then "... and N more"): a hostile file of 20,000
-# bad keys must not print megabytes. Distinct hints, in the order of the problems listed,
-# stop at MAX_HINTS_SHOWN; a hint shared by several problems is given once.
+# bad keys must not print megabytes. Their hints follow, a hint shared by several once.
 MAX_PROBLEMS_SHOWN = 20
-MAX_HINTS_SHOWN = 5
 
 
 @dataclass(frozen=True)
@@ -77,7 +75,7 @@ class TopologyError(UsageError):
         lines += [f"  {p.text(file)}" for p in shown]
         if more:
             lines.append(f"  ... and {more} more")
-        hints = list(dict.fromkeys(p.hint for p in shown if p.hint))[:MAX_HINTS_SHOWN]
+        hints = list(dict.fromkeys(p.hint for p in shown if p.hint))
         error.message = "\n".join(lines)
         error.args = (error.message,)
         # Every command prints an error's hint as `hint: HINT`: each further hint gets its
