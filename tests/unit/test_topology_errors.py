@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from labctl.topology.errors import TopologyError
@@ -461,6 +461,134 @@ def test_mutated_documents_give_one_located_error(case: tuple[str, str | None]) 
         assert err.message == f"m.yaml:{err.line}: {err.field}: {err.reason}"
     assert err.hint
     assert err.exit_code == 2
+
+
+# --- several problems at once: each is reported ------------------------------------------
+# Problems on different fields that do not depend on each other, injected together into a
+# good file: every one is reported, and nothing else. Values on their own (the model) are
+# checked before the cross checks, so when any value is wrong only those are reported.
+UNKNOWN_IMAGES = ("trixy", "bookwurm", "nosuch-image")
+OUT_OF_RANGE = {"memory": (64, 70000), "cpus": (0, 65), "mtu": (100, 9001), "prefix": (0, 31)}
+
+
+def _inject_values(draw: st.DrawFn, doc: dict[str, Any]) -> dict[tuple[str | int, ...], Any]:
+    """Values each wrong on its own (model problems), by the path they go to."""
+    nodes, links = list(doc["nodes"]), doc.get("links", [])
+    places: list[tuple[str | int, ...]] = [("name",), ("defaults", "rdma"), ("unknown-top",)]
+    places += [("defaults", f) for f in ("memory", "cpus", "mtu")] + [("addressing", "prefix")]
+    for n in nodes:
+        places += [("nodes", n, f) for f in ("memory", "cpus", "rdma", "unknown")]
+    for i in range(len(links)):
+        places += [("links", i, f) for f in ("mtu", "name", "unknown")]
+    chosen = draw(st.lists(st.sampled_from(places), unique=True, max_size=6))
+    values: dict[tuple[str | int, ...], Any] = {}
+    for place in chosen:
+        last = place[-1]
+        if last in ("unknown", "unknown-top"):
+            model = {"unknown-top": "topology", "nodes": "node", "links": "link"}
+            allowed = MODEL_KEYS[model["unknown-top" if len(place) == 1 else str(place[0])]]
+            key = draw(keyword.filter(lambda k, allowed=allowed: k not in allowed))
+            values[(*place[:-1], key)] = draw(st.integers(0, 9))
+        elif last == "name" and len(place) == 1:
+            values[place] = draw(bad_name_text.filter(lambda t: not re.fullmatch(LAB_NAME_RE, t)))
+        elif last == "name":
+            values[place] = draw(bad_name_text.filter(lambda t: not re.fullmatch(NODE_NAME_RE, t)))
+        elif last == "rdma":
+            values[place] = draw(st.sampled_from(["rocee", "iwarp", "RXE", "soft-roce"]))
+        else:
+            values[place] = draw(st.sampled_from(OUT_OF_RANGE[str(last)]))
+    return values
+
+
+def _inject_relations(draw: st.DrawFn, doc: dict[str, Any]) -> list[tuple[str | int, ...]]:
+    """Problems between values (cross checks), made in `doc`; the fields they are at."""
+    nodes, links = list(doc["nodes"]), doc.get("links", [])
+    provider = doc.get("provider", "qemu")
+    kinds = ["rdma-without-link"] if not links else ["rdma-without-link", "dangling"]
+    if provider in ("qemu", "docker"):
+        kinds += ["defaults-image", "node-image"]
+    if provider != "docker" and not doc.get("hosts"):
+        kinds += ["hosts"]
+    if len(links) >= 2:
+        kinds += ["segment-name", "overlap"]
+    if links:
+        kinds += ["prefix-not-longer"]
+    chosen = draw(st.lists(st.sampled_from(kinds), unique=True, max_size=5))
+    if "dangling" in chosen and "rdma-without-link" in chosen:
+        # a node without a link is not flagged while an endpoint names no node: it is
+        # most likely the one the endpoint meant
+        chosen.remove("rdma-without-link")
+    fields: list[tuple[str | int, ...]] = []
+    for kind in chosen:
+        if kind == "rdma-without-link":
+            new = draw(valid_node_name.filter(lambda s: s not in nodes))
+            doc["nodes"][new] = {"rdma": draw(st.sampled_from(["rxe", "siw"]))}
+            fields.append(("nodes", new, "rdma"))
+        elif kind == "dangling":
+            i = draw(st.integers(0, len(links) - 1))
+            j = draw(st.integers(0, len(links[i]["endpoints"]) - 1))
+            node = draw(valid_node_name.filter(lambda s: s not in doc["nodes"]))
+            links[i]["endpoints"][j] = f"{node}:{links[i]['endpoints'][j].split(':')[1]}"
+            fields.append(("links", i, "endpoints", j))
+        elif kind == "defaults-image":
+            doc.setdefault("defaults", {})["image"] = draw(st.sampled_from(UNKNOWN_IMAGES))
+            fields.append(("defaults", "image"))
+        elif kind == "node-image":
+            n = draw(st.sampled_from(nodes))
+            _node_mapping(doc, n)["image"] = draw(st.sampled_from(UNKNOWN_IMAGES))
+            fields.append(("nodes", n, "image"))
+        elif kind == "hosts":
+            doc["hosts"] = {"h1": "local"}
+            fields.append(("hosts",))
+        elif kind == "segment-name":
+            i, k = sorted(draw(st.lists(st.integers(0, len(links) - 1), min_size=2,
+                                        max_size=2, unique=True)))
+            links[k]["name"] = links[i].get("name") or f"link{i + 1}"
+            fields.append(("links", k, "name"))
+        elif kind == "overlap":
+            i, k = sorted(draw(st.lists(st.integers(0, len(links) - 1), min_size=2,
+                                        max_size=2, unique=True)))
+            links[i]["subnet"] = "172.31.0.0/16"
+            links[k]["subnet"] = f"172.31.{draw(st.integers(0, 255))}.0/24"
+            fields.append(("links", k, "subnet"))
+        else:  # prefix-not-longer
+            plen = draw(st.integers(8, 24))
+            doc["addressing"] = {"pool": f"10.0.0.0/{plen}", "prefix": draw(st.integers(1, plen))}
+            fields.append(("addressing", "prefix"))
+    return fields
+
+
+@st.composite
+def several_problems(draw: st.DrawFn) -> tuple[str, list[str]]:
+    """A good file with several independent problems: (YAML text, the fields reported)."""
+    doc = copy.deepcopy(draw(st.sampled_from(BASES)))
+    relations = _inject_relations(draw, doc)
+    values = _inject_values(draw, doc)
+    for path, value in values.items():
+        if path[0] == "nodes":
+            _node_mapping(doc, str(path[1]))
+        _set(doc, path, value)
+    expected = list(values) if values else relations
+    assume(expected)
+    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), sorted(map(_field, expected))
+
+
+SEVERAL = int(__import__("os").environ.get("TOPO_SEVERAL", "300"))
+
+
+@settings(max_examples=SEVERAL, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(several_problems())
+def test_several_independent_problems_are_each_reported(case: tuple[str, list[str]]) -> None:
+    text, fields = case
+    with pytest.raises(TopologyError) as info:
+        _load(text, "m.yaml")
+    err = info.value
+    assert sorted(p.field for p in err.problems) == fields, err.message
+    assert err.more == 0
+    # file order: by line (problems on one line in the order of their keys)
+    lines = [p.line for p in err.problems]
+    assert None not in lines and lines == sorted(lines), err.message  # type: ignore[type-var]
+    assert [p.text("m.yaml") for p in err.problems] == _problem_lines(err)
 
 
 yaml_scalars = st.one_of(

@@ -319,6 +319,36 @@ def test_memory_and_cpus_against_the_host(tmp_path: Path, body: str, message: st
     assert info.value.exit_code == 2
 
 
+def test_every_node_too_big_is_said_and_a_default_once(tmp_path: Path) -> None:
+    """Nodes too big each get their line; a default too big is one problem however many
+    nodes take it; the total is not said when a node alone is too big."""
+    path = tmp_path / "t.yaml"
+    path.write_text("name: t\ndefaults: {rdma: none, cpus: 4}\n"
+                    "nodes: {a: {memory: 4096}, b: {memory: 3000}, c: {}, d: {}}\n")
+    with pytest.raises(TopologyError) as info:
+        load_lab(path, host=SMALL)
+    assert [p.text("t.yaml") for p in info.value.problems] == [
+        "t.yaml:2: defaults.cpus: node a asks for 4 CPUs; this host has 2",
+        "t.yaml:3: nodes.a.memory: node a asks for 4096 MiB of memory; this host has 2048 MiB",
+        "t.yaml:3: nodes.b.memory: node b asks for 3000 MiB of memory; this host has 2048 MiB",
+    ]
+    assert info.value.hint == "give the node at most 2\nhint: give the node less memory"
+
+
+def test_a_clash_of_the_defaults_mounts_is_said_once(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "data").mkdir()
+    path = tmp_path / "t.yaml"
+    path.write_text("name: t\ndefaults: {rdma: none, mounts: [./src:/work, ./data:/work]}\n"
+                    "nodes: {a: {}, b: {mounts: [./data:/data, ./src:/data]}}\n")
+    with pytest.raises(TopologyError) as info:
+        load_lab(path)
+    assert [p.text("t.yaml") for p in info.value.problems] == [
+        "t.yaml:2: defaults.mounts[1]: node a already mounts a folder at /work",
+        "t.yaml:3: nodes.b.mounts[1]: node b already mounts a folder at /data",
+    ]
+
+
 def test_what_fits_passes_and_docker_is_not_compared(tmp_path: Path) -> None:
     path = tmp_path / "t.yaml"
     head = "name: t\ndefaults: {rdma: none}\n"
