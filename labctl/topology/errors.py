@@ -61,17 +61,19 @@ class TopologyError(UsageError):
         self.more = 0
 
     @classmethod
-    def several(cls, file: str, problems: Sequence[LocatedProblem]) -> TopologyError:
-        """One error for `problems` (at least one, in the order to report them). One
-        problem reads exactly as `TopologyError(...)`; more read as a count, then one
-        `file:line: field: message` line each, and one `hint:` line per distinct hint."""
+    def several(cls, file: str, problems: Sequence[LocatedProblem],
+                more: int = 0) -> TopologyError:
+        """One error for `problems` (at least one, in the order to report them) and `more`
+        not given. One problem reads exactly as `TopologyError(...)`; more read as a count,
+        then one `file:line: field: message` line each (MAX_PROBLEMS_SHOWN at most), and
+        one `hint:` line per distinct hint."""
         first = problems[0]
         error = cls(file, first.line, first.field, first.message, first.hint or None)
-        if len(problems) == 1:
+        if len(problems) == 1 and not more:
             return error
         shown = tuple(problems[:MAX_PROBLEMS_SHOWN])
-        more = len(problems) - len(shown)
-        lines = [f"{file}: {len(problems)} problems"]
+        more += len(problems) - len(shown)
+        lines = [f"{file}: {len(shown) + more} problems"]
         lines += [f"  {p.text(file)}" for p in shown]
         if more:
             lines.append(f"  ... and {more} more")

@@ -4,6 +4,7 @@ with hints, and the error that reports them all, in file order."""
 from __future__ import annotations
 
 import difflib
+import heapq
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,7 +14,12 @@ import yaml
 from pydantic_core import ErrorDetails
 
 from labctl.errors import short_repr
-from labctl.topology.errors import DEFAULT_HINT, LocatedProblem, TopologyError
+from labctl.topology.errors import (
+    DEFAULT_HINT,
+    MAX_PROBLEMS_SHOWN,
+    LocatedProblem,
+    TopologyError,
+)
 from labctl.topology.locate import MAX_SHOWN, LineIndex, Loc, field_path
 from labctl.topology.model import (
     ENDPOINT_RE,
@@ -46,13 +52,15 @@ def report(problems: Sequence[Problem], file: str,
     index = root if isinstance(root, LineIndex) else LineIndex(root)
     meant = {p.meant for p in problems if p.meant is not None}
     kept = [p for p in problems if not (p.missing and p.loc in meant)]
-    never = (float("inf"), float("inf"))
-    placed = sorted(((index.place_of(p.loc) or never, i, p) for i, p in enumerate(kept)),
-                    key=lambda t: (t[0], t[1]))
+    nowhere = (1 << 62, 0)  # after every place in a file
+    # Only the problems listed are put in order and spelled out: a hostile file has
+    # 100,000 of them.
+    first = heapq.nsmallest(MAX_PROBLEMS_SHOWN, (
+        (index.place_of(p.loc) or nowhere, i) for i, p in enumerate(kept)))
     return TopologyError.several(file, [
-        LocatedProblem(None if place == never else int(place[0]), field_path(p.loc),
-                       p.message, p.hint)
-        for place, _, p in placed])
+        LocatedProblem(None if place == nowhere else place[0], field_path(kept[i].loc),
+                       kept[i].message, kept[i].hint)
+        for place, i in first], more=len(kept) - len(first))
 
 
 def show(value: Any) -> str:
@@ -88,7 +96,10 @@ def closest(word: str, choices: Sequence[str]) -> str | None:
 
 
 def did_you_mean(word: str, choices: Sequence[str]) -> str:
-    meant = closest(word, choices)
+    return _did_you_mean(word, closest(word, choices))
+
+
+def _did_you_mean(word: str, meant: str | None) -> str:
     if meant is None:
         return ""
     if meant.lower() == word.lower():  # `Nodes:`: keys are lowercase
@@ -200,7 +211,7 @@ def problem_from_pydantic(err: ErrorDetails) -> Problem:
         context = _context(loc[:-1])
         allowed = MODEL_KEYS.get(context, ())
         suggestion = closest(key, allowed)
-        message = f"unknown key {show(key)}" + did_you_mean(key, allowed)
+        message = f"unknown key {show(key)}" + _did_you_mean(key, suggestion)
         hint = f"keys allowed here: {', '.join(allowed)}" if allowed else DEFAULT_HINT
         if context == "node" and key == "mtu":
             hint = "the MTU is set per link (links[].mtu) or for all links (defaults.mtu)"
