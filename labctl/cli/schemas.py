@@ -51,6 +51,7 @@ from labctl.cli.shapes import (
     UpOutput,
     VersionOutput,
 )
+from labctl.cli.validate import ValidateProblems
 from labctl.lab.counters import CountersRecord
 from labctl.lab.links import LinkShowOutput
 from labctl.providers.vagrant_plan import VagrantDocument
@@ -152,7 +153,8 @@ OUTPUTS: tuple[Output, ...] = (
     Output("up", ("up",), UpOutput),
     Output("down", ("down",), DownOutput),
     Output("topologies", ("topologies",), TopologiesOutput),
-    Output("validate", ("validate",), Lab | VagrantDocument),  # the second with --vagrant
+    # the second with --vagrant, the third for a file with problems (exit 2)
+    Output("validate", ("validate",), Lab | VagrantDocument | ValidateProblems),
     Output("graph", ("graph",), Graph),
     Output("image-list", ("image list",), ImageListOutput),
     Output("image-build", ("image build",), ImageBuildOutput),

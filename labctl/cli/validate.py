@@ -6,15 +6,42 @@ building the CLI stays fast.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import TYPE_CHECKING
 
 import typer
+from typing_extensions import TypedDict
 
 from labctl.cli.common import AllowHostMountOption, TopologyArgument
 
 if TYPE_CHECKING:
+    from labctl.topology.errors import TopologyError
     from labctl.topology.resolved import Lab
+
+
+class TopologyProblem(TypedDict):
+    """One problem of a topology file, as its `file:line: field: message` line says."""
+
+    file: str
+    line: int | None  # 1-based; null when unknown (a file that cannot be read)
+    field: str  # e.g. nodes.node1.rdma, links[0].endpoints[1]; "" for the file as a whole
+    message: str
+    hint: str
+
+
+class ValidateProblems(TypedDict):
+    """`labctl validate --json` of a topology with problems (exit 2): the problems listed
+    (file order, at most 20) and how many more there are."""
+
+    problems: list[TopologyProblem]
+    more: int
+
+
+def problems_document(err: TopologyError) -> ValidateProblems:
+    return {"problems": [{"file": err.file, "line": p.line, "field": p.field,
+                          "message": p.message, "hint": p.hint} for p in err.problems],
+            "more": err.more}
 
 
 def mount_lines(lab: Lab) -> list[str]:
@@ -77,7 +104,8 @@ def register(app: typer.Typer) -> None:
     @app.command("validate")
     def validate(
         topology: str = TopologyArgument,
-        as_json: bool = typer.Option(False, "--json", help="Print the resolved lab as JSON."),
+        as_json: bool = typer.Option(False, "--json", help="Print the resolved lab as JSON; "
+                                     "a file with problems: the problems (exit 2)."),
         vagrant: bool = typer.Option(
             False, "--vagrant", help="With --json: add what the Vagrantfile builds (\"vagrant\": "
             "boxes, networks, node settings), as a plain `vagrant up` reads it."),
@@ -89,6 +117,7 @@ def register(app: typer.Typer) -> None:
         from labctl.errors import LabctlError, UsageError
         from labctl.providers import vagrant_plan
         from labctl.topology.catalog import find_topology
+        from labctl.topology.errors import TopologyError
         from labctl.topology.host import HostFacts, resolve_allowances
         from labctl.topology.hostmemory import available_mib, memory_warning
         from labctl.topology.load import load_lab
@@ -103,6 +132,8 @@ def register(app: typer.Typer) -> None:
             text = (vagrant_plan.document(lab, None, os.environ) if vagrant
                     else lab.to_json() if as_json else summary(lab))
         except LabctlError as exc:
+            if as_json and isinstance(exc, TopologyError):  # the file's problems, as data
+                typer.echo(json.dumps(problems_document(exc)))
             # Report here too (not only in main()) so that the exit code and message are
             # the same when the app is driven directly, e.g. by tests.
             typer.echo(f"error: {exc.message}", err=True)

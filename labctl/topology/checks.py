@@ -1,6 +1,7 @@
 """Cross checks of a validated topology (values related to each other) and its resolution
 to a Lab: defaults applied, subnets, addresses and MACs assigned. Each check is a small
-function adding the problems it finds; the earliest one is raised."""
+function adding the problems it finds; all of them are raised together. A check that needs
+what an earlier one found wrong (addresses when an endpoint names no node) is skipped."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from labctl.topology.model import (
     NodeSpec,
     Topology,
 )
-from labctl.topology.problems import Problem, did_you_mean, first_problem, show
+from labctl.topology.problems import Problem, did_you_mean, report, show
 from labctl.topology.resolved import Interface, Lab, Mount, Node, Route, Segment
 from labctl.topology.routing import computed_routes
 from labctl.topology.workbench import WorkbenchValueError, parse_mount, resolve_source
@@ -108,6 +109,8 @@ class Checked:
     # node -> its data interfaces as (ifname, link index, endpoint index)
     node_ifaces: dict[str, list[tuple[str, int, int]]] = field(default_factory=dict)
     bad_endpoint: bool = False
+    # subnets overlap or a segment has more endpoints than addresses: routes are not checked
+    addresses_unsure: bool = False
     subnets: list[ipaddress.IPv4Network | None] = field(default_factory=list)
     mounts: dict[str, list[Mount]] = field(default_factory=dict)  # node -> its host folders
     # host folders the command line allowed (--allow-host-mount), resolved
@@ -123,7 +126,7 @@ class Checked:
 
 def cross_check(topo: Topology, source: str | None = None, *,
                 allowances: tuple[Path, ...] = (), host: HostFacts | None = None) -> Checked:
-    """Checks that relate values to each other; raise the earliest problem. `allowances`:
+    """Checks that relate values to each other; raise every problem found. `allowances`:
     host folders the command line allows mounts of; `host`: the figures to compare the
     nodes' memory and CPUs with (`labctl validate` and `up` give this host's)."""
     file = topo._source or source or "<topology>"
@@ -154,7 +157,7 @@ def cross_check(topo: Topology, source: str | None = None, *,
     ):
         step(checked)
     if checked.problems:
-        raise first_problem(checked.problems, file, checked.lines)
+        raise report(checked.problems, file, checked.lines)
     return checked
 
 
@@ -199,19 +202,24 @@ def _check_host_resources(c: Checked) -> None:
         return
     d = c.topo.defaults
     total = 0
+    # A default too large for the host is one problem (said for the first node that
+    # takes it), not one per node; the total only counts when no node alone is too big.
+    said: set[Loc] = set()
     for name, spec in c.specs.items():
         memory, cpus = spec.memory or d.memory, spec.cpus or d.cpus
         total += memory
         where = "nodes", name
-        if memory > c.host.memory_mib:
-            c.problem((*where, "memory") if spec.memory else ("defaults", "memory"),
-                      f"node {name} asks for {memory} MiB of memory; this host has "
+        loc: Loc = (*where, "memory") if spec.memory else ("defaults", "memory")
+        if memory > c.host.memory_mib and loc not in said:
+            said.add(loc)
+            c.problem(loc, f"node {name} asks for {memory} MiB of memory; this host has "
                       f"{c.host.memory_mib} MiB", "give the node less memory")
-        if cpus > c.host.cpus:
-            c.problem((*where, "cpus") if spec.cpus else ("defaults", "cpus"),
-                      f"node {name} asks for {cpus} CPUs; this host has {c.host.cpus}",
+        loc = (*where, "cpus") if spec.cpus else ("defaults", "cpus")
+        if cpus > c.host.cpus and loc not in said:
+            said.add(loc)
+            c.problem(loc, f"node {name} asks for {cpus} CPUs; this host has {c.host.cpus}",
                       f"give the node at most {c.host.cpus}")
-    if total > c.host.memory_mib:
+    if total > c.host.memory_mib and not any(place[-1] == "memory" for place in said):
         c.problem(("nodes",), f"the nodes ask for {total} MiB of memory together; this host "
                   f"has {c.host.memory_mib} MiB", "give the nodes less memory, or use fewer "
                   "nodes")
@@ -255,6 +263,7 @@ def _check_mounts(c: Checked) -> None:
         return resolved[loc]
 
     defaults = [(("defaults", "mounts", i), t) for i, t in enumerate(c.topo.defaults.mounts)]
+    clashed: set[Loc] = set()
     for name, spec in c.specs.items():
         own = [(("nodes", name, "mounts", j), t) for j, t in enumerate(spec.mounts or [])]
         mounts: dict[str, Mount] = {}
@@ -263,8 +272,10 @@ def _check_mounts(c: Checked) -> None:
             if mount is None:
                 continue
             if mount.target in mounts:
-                c.problem(loc, f"node {name} already mounts a folder at {mount.target}",
-                          "each node path takes one mount: change DST")
+                if loc not in clashed:  # a clash among the defaults' mounts: said once
+                    clashed.add(loc)
+                    c.problem(loc, f"node {name} already mounts a folder at {mount.target}",
+                              "each node path takes one mount: change DST")
                 continue
             mounts[mount.target] = mount
         c.mounts[name] = list(mounts.values())
@@ -394,6 +405,7 @@ def _check_explicit_subnets(c: Checked) -> None:
             )
         clash = seen.first_overlap(net)
         if clash is not None:
+            c.addresses_unsure = True
             c.problem(
                 ("links", i, "subnet"),
                 f"{net} overlaps {c.subnets[clash]} of {c.seg_names[clash]}",
@@ -435,6 +447,7 @@ def _check_segment_sizes(c: Checked) -> None:
     for i, link in enumerate(c.topo.links):
         seg_net = c.subnets[i] if i < len(c.subnets) else None
         if seg_net is not None and len(link.endpoints) > seg_net.num_addresses - 2:
+            c.addresses_unsure = True
             c.problem(
                 ("links", i, "endpoints"),
                 f"{len(link.endpoints)} endpoints do not fit in {seg_net} "
@@ -455,14 +468,16 @@ def _check_routes(c: Checked) -> None:
         return
     caps = for_provider(c.topo.provider)
     if not caps.routing:
-        name = next(n for n, spec in c.specs.items() if spec.router or spec.routes)
-        key = "router" if c.specs[name].router else "routes"
-        c.problem(("nodes", name, key), "routers and routes are not supported with provider "
-                  f"{c.topo.provider} (its nodes are set up by {caps.node_setup})",
-                  f"use provider {' or '.join(offering('routing'))} for a routed lab")
+        for name, spec in c.specs.items():
+            if spec.router or spec.routes:
+                key = "router" if spec.router else "routes"
+                c.problem(("nodes", name, key), "routers and routes are not supported with "
+                          f"provider {c.topo.provider} (its nodes are set up by "
+                          f"{caps.node_setup})",
+                          f"use provider {' or '.join(offering('routing'))} for a routed lab")
         return
-    if c.bad_endpoint or c.problems or any(net is None for net in c.subnets):
-        return  # addresses are not known: the earlier problem comes first
+    if c.bad_endpoint or c.addresses_unsure or any(net is None for net in c.subnets):
+        return  # addresses are not known: the problem that hides them is reported
     subnets = [net for net in c.subnets if net is not None]
     attachments = {
         node: [(link, subnets[link].network_address + j + 1) for _, link, j in ifaces]

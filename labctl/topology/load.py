@@ -7,8 +7,13 @@ Stages, each usable on its own:
 - `resolve(topo, source)`: defaults applied, subnets, addresses and MACs assigned -> `Lab`.
 - `load_lab(path)`: both.
 
-Every failure is one `TopologyError` naming the file, the line and the field: of all the
-problems found in a stage, the one on the earliest line (missing keys last).
+Every failure is one `TopologyError` naming the file, and for each problem the line and the
+field: every problem of the stage that found them, in file order. The stages run in
+order and the first that finds problems ends the load, as the later ones need what it
+checks: reading (the file, UTF-8, YAML syntax: the parser stops at its first error),
+duplicate keys (all of them; the file's meaning is unclear until they are gone), the
+model (every key's value on its own, all problems pydantic finds), then the cross checks
+(`checks`: endpoints naming nodes, subnets, routes, hosts..., all their problems).
 
 The steps live in their own modules: `reading` (bounded file and YAML reading), `locate`
 (key paths and lines), `problems` (messages and hints), `checks` (cross checks, resolution).
@@ -28,7 +33,7 @@ from labctl.topology.errors import TopologyError
 from labctl.topology.host import HostFacts
 from labctl.topology.locate import LineIndex
 from labctl.topology.model import LAB_NAME_RE, Topology
-from labctl.topology.problems import first_problem, kind_of, problem_from_pydantic, show
+from labctl.topology.problems import kind_of, problem_from_pydantic, report, show
 from labctl.topology.reading import decode_utf8, read_topology_bytes, read_yaml
 from labctl.topology.resolved import Lab
 
@@ -49,7 +54,7 @@ __all__ = [
 
 def load_topology(path: str | Path, *, allowances: tuple[Path, ...] = (),
                   host: HostFacts | None = None) -> Topology:
-    """Read and validate a topology file; raise `TopologyError` on the first problem.
+    """Read and validate a topology file; raise `TopologyError` with its problems.
     `allowances` and `host`: see `checks.cross_check`."""
     return _load(path, allowances, host)[0]
 
@@ -115,10 +120,9 @@ def _parse(text: str | bytes, file: str, allowances: tuple[Path, ...] = (),
         topo = Topology.model_validate(data)
     except ValidationError as exc:
         problems = [problem_from_pydantic(err) for err in exc.errors()]
-        raise first_problem(problems, file, root) from None
+        raise report(problems, file, root) from None
     topo._yaml_root = root
     topo._source = file
-    # raises on the first problem
     return topo, cross_check(topo, allowances=allowances, host=host)
 
 

@@ -51,22 +51,28 @@ class LineIndex:
 
     def line_of(self, loc: Loc) -> int | None:
         """Line (1-based) of the key at `loc`, or of the closest parent found in the file."""
+        place = self.place_of(loc)
+        return None if place is None else place[0]
+
+    def place_of(self, loc: Loc) -> tuple[int, int] | None:
+        """(line, column) of the key at `loc`, or of the closest parent found in the file:
+        the order of problems in the file (several on one line of a flow mapping)."""
         if self.root is None:
             return None
         node = self.root
-        line = node.start_mark.line + 1
+        mark = node.start_mark
         for part in loc:
             if isinstance(node, yaml.MappingNode):
                 match = self._mapping(node).get(str(part))
                 if match is None:
                     break
-                line = match[0].start_mark.line + 1
+                mark = match[0].start_mark
                 node = match[1]
             elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
                 if not 0 <= part < len(node.value):
                     break
                 node = node.value[part]
-                line = node.start_mark.line + 1
+                mark = node.start_mark
             else:
                 break
-        return line
+        return mark.line + 1, mark.column

@@ -1,9 +1,10 @@
 """Problems found in a topology and how they read: pydantic's errors turned into messages
-with hints, and the choice of the one problem reported (the earliest line)."""
+with hints, and the error that reports them all, in file order."""
 
 from __future__ import annotations
 
 import difflib
+import heapq
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,7 +14,12 @@ import yaml
 from pydantic_core import ErrorDetails
 
 from labctl.errors import short_repr
-from labctl.topology.errors import DEFAULT_HINT, TopologyError
+from labctl.topology.errors import (
+    DEFAULT_HINT,
+    MAX_PROBLEMS_SHOWN,
+    LocatedProblem,
+    TopologyError,
+)
 from labctl.topology.locate import MAX_SHOWN, LineIndex, Loc, field_path
 from labctl.topology.model import (
     ENDPOINT_RE,
@@ -33,30 +39,28 @@ class Problem:
     message: str
     hint: str = DEFAULT_HINT
     # A missing key is reported at its parent's line (line 1 for a top-level key), and is
-    # often only the echo of a misspelled one (`Nodes:`): it never wins over another problem.
-    secondary: bool = False
+    # often only the echo of a misspelled one (`Nodes:`): `meant` is the key an unknown
+    # key's "did you mean" names, and a missing key some unknown key meant is not reported.
+    missing: bool = False
+    meant: Loc | None = None
 
 
-def first_problem(
-    problems: Sequence[Problem], file: str, root: yaml.Node | LineIndex | None
-) -> TopologyError:
-    """The problem on the earliest line (ties: the order found) as a TopologyError;
-    missing keys come after every other problem."""
+def report(problems: Sequence[Problem], file: str,
+           root: yaml.Node | LineIndex | None) -> TopologyError:
+    """Every problem of a stage as one TopologyError, in file order (line, then column;
+    problems at one place in the order found; unknown places last)."""
     index = root if isinstance(root, LineIndex) else LineIndex(root)
-    best: tuple[bool, float, int] | None = None
-    chosen: tuple[int | None, Problem] | None = None
-    for i, problem in enumerate(problems):
-        line = index.line_of(problem.loc)
-        rank = (problem.secondary, float("inf") if line is None else line, i)
-        if best is None or rank < best:
-            best, chosen = rank, (line, problem)
-    assert chosen is not None
-    line, problem = chosen
-    return TopologyError(file, line, field_path(problem.loc), problem.message, problem.hint)
-
-
-
-
+    meant = {p.meant for p in problems if p.meant is not None}
+    kept = [p for p in problems if not (p.missing and p.loc in meant)]
+    nowhere = (1 << 62, 0)  # after every place in a file
+    # Only the problems listed are put in order and spelled out: a hostile file has
+    # 100,000 of them.
+    first = heapq.nsmallest(MAX_PROBLEMS_SHOWN, (
+        (index.place_of(p.loc) or nowhere, i) for i, p in enumerate(kept)))
+    return TopologyError.several(file, [
+        LocatedProblem(None if place == nowhere else place[0], field_path(kept[i].loc),
+                       kept[i].message, kept[i].hint)
+        for place, i in first], more=len(kept) - len(first))
 
 
 def show(value: Any) -> str:
@@ -80,14 +84,27 @@ def kind_of(value: Any) -> str:
     return "scalar"
 
 
-def did_you_mean(word: str, choices: Sequence[str]) -> str:
+def closest(word: str, choices: Sequence[str]) -> str | None:
+    """The choice `word` most likely meant: the same but for case, or a close spelling."""
     same_but_case = [c for c in choices if c.lower() == word.lower()]
-    if same_but_case:  # `Nodes:`: keys are lowercase
-        return f"; did you mean {same_but_case[0]!r}? (keys are case-sensitive)"
+    if same_but_case:
+        return same_but_case[0]
     if len(word) > 2 * MAX_SHOWN:  # no key or name is that long; spare difflib the work
-        return ""
+        return None
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    return close[0] if close else None
+
+
+def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    return _did_you_mean(word, closest(word, choices))
+
+
+def _did_you_mean(word: str, meant: str | None) -> str:
+    if meant is None:
+        return ""
+    if meant.lower() == word.lower():  # `Nodes:`: keys are lowercase
+        return f"; did you mean {meant!r}? (keys are case-sensitive)"
+    return f"; did you mean {meant!r}?"
 
 
 # Human ranges of numeric keys, by key name.
@@ -188,18 +205,20 @@ def problem_from_pydantic(err: ErrorDetails) -> Problem:
             loc,
             "required key missing",
             f"add it, e.g. `{example}`" if example else DEFAULT_HINT,
-            secondary=True,
+            missing=True,
         )
     if kind == "extra_forbidden":
         context = _context(loc[:-1])
         allowed = MODEL_KEYS.get(context, ())
-        message = f"unknown key {show(key)}" + did_you_mean(key, allowed)
+        suggestion = closest(key, allowed)
+        message = f"unknown key {show(key)}" + _did_you_mean(key, suggestion)
         hint = f"keys allowed here: {', '.join(allowed)}" if allowed else DEFAULT_HINT
         if context == "node" and key == "mtu":
             hint = "the MTU is set per link (links[].mtu) or for all links (defaults.mtu)"
         elif context == "node" and key in ("links", "interfaces", "endpoints"):
             hint = "connect nodes under the top-level links: `- endpoints: [a:eth1, b:eth1]`"
-        return Problem(loc, message, hint)
+        return Problem(loc, message, hint,
+                       meant=(*loc[:-1], suggestion) if suggestion is not None else None)
     if kind == "literal_error":
         choices = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
         message = f"must be one of {', '.join(choices)} (got {show(value)})"

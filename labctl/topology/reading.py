@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from labctl.bounded import MAX_NUMBER_CHARS, read_at_most
-from labctl.topology.errors import TopologyError
+from labctl.topology.errors import LocatedProblem, TopologyError
 from labctl.topology.locate import Loc, field_path
 
 # --------------------------------------------------------------------------- file reading
@@ -233,9 +233,11 @@ def read_yaml(text: str, file: str) -> tuple[yaml.Node | None, Any]:
                     "(through aliases)",
                     hint="write the topology without nested aliases (*name)",
                 )
-            dup = _first_duplicate_key(root)
-            if dup is not None:
-                raise dup.error(file)
+            # Every duplicate key, and nothing after them: which of two values the file
+            # means is unclear, and checking the one YAML keeps could report the wrong one.
+            duplicates = _duplicate_keys(root)
+            if duplicates:
+                raise TopologyError.several(file, [d.problem() for d in duplicates])
         data = loader.construct_document(root) if root is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -281,19 +283,20 @@ class _Duplicate:
     loc: Loc
     line: int
     first_line: int
+    column: int
 
-    def error(self, file: str) -> TopologyError:
+    def problem(self) -> LocatedProblem:
         key = self.loc[-1]
-        return TopologyError(
-            file,
+        return LocatedProblem(
             self.line,
             field_path(self.loc),
             f"duplicate key {key!r} (first at line {self.first_line})",
-            hint="YAML would keep only the last one: rename one of them or merge them",
+            "YAML would keep only the last one: rename one of them or merge them",
         )
 
 
-def _first_duplicate_key(root: yaml.Node) -> _Duplicate | None:
+def _duplicate_keys(root: yaml.Node) -> list[_Duplicate]:
+    """Every repeated key of every mapping, in file order."""
     found: list[_Duplicate] = []
     seen_nodes: set[int] = set()
 
@@ -307,7 +310,8 @@ def _first_duplicate_key(root: yaml.Node) -> _Duplicate | None:
                 if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
                     line = key.start_mark.line + 1
                     if key.value in first:
-                        found.append(_Duplicate((*loc, key.value), line, first[key.value]))
+                        found.append(_Duplicate((*loc, key.value), line, first[key.value],
+                                                key.start_mark.column))
                     else:
                         first[key.value] = line
                     walk(value, (*loc, key.value))
@@ -318,4 +322,4 @@ def _first_duplicate_key(root: yaml.Node) -> _Duplicate | None:
                 walk(item, (*loc, i))
 
     walk(root, ())
-    return min(found, key=lambda d: d.line) if found else None
+    return sorted(found, key=lambda d: (d.line, d.column))

@@ -362,6 +362,32 @@ def test_validate(topology: str, monkeypatch: pytest.MonkeyPatch,
     assert parsed("validate", out).nodes
 
 
+def test_validate_of_a_file_with_problems(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit 2, the problems on stdout as data, and the error as text on stderr."""
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: Bad_Name\nnodes:\n  n1: {rdma: foo}\n  n2: {memory: -5}\n")
+    code, out, err = _main(monkeypatch, capsys, "validate", "--json", str(path))
+    assert code == 2
+    problems = parsed("validate", out)
+    assert [(p.file, p.line, p.field) for p in problems.problems] == [
+        (str(path), 1, "name"), (str(path), 3, "nodes.n1.rdma"), (str(path), 4, "nodes.n2.memory")]
+    assert problems.problems[1].message == "must be one of rxe, siw, none (got 'foo')"
+    assert problems.problems[2].hint == "memory takes a whole number from 128 to 65536 MiB"
+    assert problems.more == 0
+    assert err.startswith(f"error: {path}: 3 problems")
+    # beyond 20 problems: the first 20, and how many more; a file that cannot be read has
+    # no line
+    keys = "".join(f"k{i}: 1\n" for i in range(25))
+    path.write_text(f"name: t\nnodes: {{a: {{rdma: none}}}}\n{keys}")
+    code, out, _ = _main(monkeypatch, capsys, "validate", "--json", str(path))
+    problems = parsed("validate", out)
+    assert (code, len(problems.problems), problems.more) == (2, 20, 5)
+    code, out, _ = _main(monkeypatch, capsys, "validate", "--json", str(tmp_path / "gone.yaml"))
+    problems = parsed("validate", out)
+    assert (code, [p.line for p in problems.problems], problems.more) == (2, [None], 0)
+
+
 def test_docker_host_status_on_this_host(monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _main(monkeypatch, capsys, "docker-host", "status", "--json")

@@ -322,7 +322,9 @@ def test_resolve_topology_built_in_code() -> None:
         resolve(bad, "<code>")
     assert info.value.line is None
     assert info.value.message == (
-        "<code>: nodes.a: node a has rdma: rxe but no data link; add a link or set rdma: none"
+        "<code>: 2 problems\n"
+        "  <code>: nodes.a: node a has rdma: rxe but no data link; add a link or set rdma: none\n"
+        "  <code>: nodes.b: node b has rdma: rxe but no data link; add a link or set rdma: none"
     )
 
 

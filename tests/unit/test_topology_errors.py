@@ -1,7 +1,10 @@
-"""Bad topology files: one clear TopologyError each, naming file, line and field.
+"""Bad topology files: one clear TopologyError each, naming file, line and field of each
+problem.
 
 - tests/unit/topology/bad/*.yaml: hand-written cases; the sidecar *.expected holds the
-  exact message (first line) and hint (second line, "hint: ...").
+  exact message and hint as `labctl validate` prints them after `error: `: one problem is
+  a line and a `hint:` line; several are a count, a line each and a `hint:` line per
+  distinct hint.
 - Hypothesis mutates valid documents (wrong types, unknown keys, bad names, bad addresses,
   dangling endpoints, duplicate keys...) and checks each gives a TopologyError with the
   line and the field, never another exception; random documents and text are never
@@ -20,7 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from labctl.topology.errors import TopologyError
@@ -45,6 +48,14 @@ def _load(text: str, file: str = "t.yaml") -> Lab:
     return resolve(parse_topology(text, file), file)
 
 
+def _problem_lines(err: TopologyError) -> list[str]:
+    """The `file:line: field: message` lines of an error's message, one per problem."""
+    lines = err.message.splitlines()
+    if len(lines) == 1:
+        return lines
+    return [line.removeprefix("  ") for line in lines[1:] if not line.startswith("  ... and ")]
+
+
 def _error(text: str) -> TopologyError:
     with pytest.raises(TopologyError) as info:
         _load(text)
@@ -62,19 +73,23 @@ def test_bad_corpus_is_large_enough() -> None:
 @pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
 def test_bad_file(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(DATA)
-    message, hint = path.with_suffix(".expected").read_text().splitlines()
+    expected = path.with_suffix(".expected").read_text()
     with pytest.raises(TopologyError) as info:
         load_lab(Path("bad") / path.name)
     err = info.value
-    assert err.message == message
-    assert f"hint: {err.hint}" == hint
+    assert f"{err.message}\nhint: {err.hint}\n" == expected
     assert err.exit_code == 2
     assert err.line is not None
-    assert message.startswith(f"bad/{path.name}:{err.line}: ")
-    # load_topology alone finds the same problem (nothing waits for resolve).
+    first = err.problems[0]
+    assert (first.line, first.field, first.message) == (err.line, err.field, err.reason)
+    if len(err.problems) == 1:
+        assert err.message.startswith(f"bad/{path.name}:{err.line}: ")
+    else:
+        assert err.message.splitlines()[1].startswith(f"  bad/{path.name}:{err.line}: ")
+    # load_topology alone finds the same problems (nothing waits for resolve).
     with pytest.raises(TopologyError) as again:
         load_topology(Path("bad") / path.name)
-    assert again.value.message == message
+    assert again.value.message == err.message
 
 
 def test_unknown_key_suggestion() -> None:
@@ -434,13 +449,146 @@ def test_mutated_documents_give_one_located_error(case: tuple[str, str | None]) 
     with pytest.raises(TopologyError) as info:
         _load(text, "m.yaml")
     err = info.value
-    assert err.line is not None and 1 <= err.line <= text.count("\n") + 1, err.message
-    assert err.field, err.message
+    for problem in err.problems:
+        assert problem.line is not None and 1 <= problem.line <= text.count("\n") + 1, err.message
+        assert problem.field, err.message
+    assert [p.text("m.yaml") for p in err.problems] == _problem_lines(err)
+    # One mutation is most often one problem; a few break two places (a subnet overlapping
+    # two others): the mutated field is always among them.
     if field is not None:
-        assert err.field == field, err.message
-    assert err.message == f"m.yaml:{err.line}: {err.field}: {err.reason}"
+        assert field in [p.field for p in err.problems], err.message
+    if len(err.problems) == 1:
+        assert err.message == f"m.yaml:{err.line}: {err.field}: {err.reason}"
     assert err.hint
     assert err.exit_code == 2
+
+
+# --- several problems at once: each is reported ------------------------------------------
+# Problems on different fields that do not depend on each other, injected together into a
+# good file: every one is reported, and nothing else. Values on their own (the model) are
+# checked before the cross checks, so when any value is wrong only those are reported.
+UNKNOWN_IMAGES = ("trixy", "bookwurm", "nosuch-image")
+OUT_OF_RANGE = {"memory": (64, 70000), "cpus": (0, 65), "mtu": (100, 9001), "prefix": (0, 31)}
+
+
+def _inject_values(draw: st.DrawFn, doc: dict[str, Any]) -> dict[tuple[str | int, ...], Any]:
+    """Values each wrong on its own (model problems), by the path they go to."""
+    nodes, links = list(doc["nodes"]), doc.get("links", [])
+    places: list[tuple[str | int, ...]] = [("name",), ("defaults", "rdma"), ("unknown-top",)]
+    places += [("defaults", f) for f in ("memory", "cpus", "mtu")] + [("addressing", "prefix")]
+    for n in nodes:
+        places += [("nodes", n, f) for f in ("memory", "cpus", "rdma", "unknown")]
+    for i in range(len(links)):
+        places += [("links", i, f) for f in ("mtu", "name", "unknown")]
+    chosen = draw(st.lists(st.sampled_from(places), unique=True, max_size=6))
+    values: dict[tuple[str | int, ...], Any] = {}
+    for place in chosen:
+        last = place[-1]
+        if last in ("unknown", "unknown-top"):
+            model = {"unknown-top": "topology", "nodes": "node", "links": "link"}
+            allowed = MODEL_KEYS[model["unknown-top" if len(place) == 1 else str(place[0])]]
+            key = draw(keyword.filter(lambda k, allowed=allowed: k not in allowed))
+            values[(*place[:-1], key)] = draw(st.integers(0, 9))
+        elif last == "name" and len(place) == 1:
+            values[place] = draw(bad_name_text.filter(lambda t: not re.fullmatch(LAB_NAME_RE, t)))
+        elif last == "name":
+            values[place] = draw(bad_name_text.filter(lambda t: not re.fullmatch(NODE_NAME_RE, t)))
+        elif last == "rdma":
+            values[place] = draw(st.sampled_from(["rocee", "iwarp", "RXE", "soft-roce"]))
+        else:
+            values[place] = draw(st.sampled_from(OUT_OF_RANGE[str(last)]))
+    return values
+
+
+def _inject_relations(draw: st.DrawFn, doc: dict[str, Any]) -> list[tuple[str | int, ...]]:
+    """Problems between values (cross checks), made in `doc`; the fields they are at."""
+    nodes, links = list(doc["nodes"]), doc.get("links", [])
+    provider = doc.get("provider", "qemu")
+    kinds = ["rdma-without-link"] if not links else ["rdma-without-link", "dangling"]
+    if provider in ("qemu", "docker"):
+        kinds += ["defaults-image", "node-image"]
+    if provider != "docker" and not doc.get("hosts"):
+        kinds += ["hosts"]
+    if len(links) >= 2:
+        kinds += ["segment-name", "overlap"]
+    if links:
+        kinds += ["prefix-not-longer"]
+    chosen = draw(st.lists(st.sampled_from(kinds), unique=True, max_size=5))
+    if "dangling" in chosen and "rdma-without-link" in chosen:
+        # a node without a link is not flagged while an endpoint names no node: it is
+        # most likely the one the endpoint meant
+        chosen.remove("rdma-without-link")
+    fields: list[tuple[str | int, ...]] = []
+    for kind in chosen:
+        if kind == "rdma-without-link":
+            new = draw(valid_node_name.filter(lambda s: s not in nodes))
+            doc["nodes"][new] = {"rdma": draw(st.sampled_from(["rxe", "siw"]))}
+            fields.append(("nodes", new, "rdma"))
+        elif kind == "dangling":
+            i = draw(st.integers(0, len(links) - 1))
+            j = draw(st.integers(0, len(links[i]["endpoints"]) - 1))
+            node = draw(valid_node_name.filter(lambda s: s not in doc["nodes"]))
+            links[i]["endpoints"][j] = f"{node}:{links[i]['endpoints'][j].split(':')[1]}"
+            fields.append(("links", i, "endpoints", j))
+        elif kind == "defaults-image":
+            doc.setdefault("defaults", {})["image"] = draw(st.sampled_from(UNKNOWN_IMAGES))
+            fields.append(("defaults", "image"))
+        elif kind == "node-image":
+            n = draw(st.sampled_from(nodes))
+            _node_mapping(doc, n)["image"] = draw(st.sampled_from(UNKNOWN_IMAGES))
+            fields.append(("nodes", n, "image"))
+        elif kind == "hosts":
+            doc["hosts"] = {"h1": "local"}
+            fields.append(("hosts",))
+        elif kind == "segment-name":
+            i, k = sorted(draw(st.lists(st.integers(0, len(links) - 1), min_size=2,
+                                        max_size=2, unique=True)))
+            links[k]["name"] = links[i].get("name") or f"link{i + 1}"
+            fields.append(("links", k, "name"))
+        elif kind == "overlap":
+            i, k = sorted(draw(st.lists(st.integers(0, len(links) - 1), min_size=2,
+                                        max_size=2, unique=True)))
+            links[i]["subnet"] = "172.31.0.0/16"
+            links[k]["subnet"] = f"172.31.{draw(st.integers(0, 255))}.0/24"
+            fields.append(("links", k, "subnet"))
+        else:  # prefix-not-longer
+            plen = draw(st.integers(8, 24))
+            doc["addressing"] = {"pool": f"10.0.0.0/{plen}", "prefix": draw(st.integers(1, plen))}
+            fields.append(("addressing", "prefix"))
+    return fields
+
+
+@st.composite
+def several_problems(draw: st.DrawFn) -> tuple[str, list[str]]:
+    """A good file with several independent problems: (YAML text, the fields reported)."""
+    doc = copy.deepcopy(draw(st.sampled_from(BASES)))
+    relations = _inject_relations(draw, doc)
+    values = _inject_values(draw, doc)
+    for path, value in values.items():
+        if path[0] == "nodes":
+            _node_mapping(doc, str(path[1]))
+        _set(doc, path, value)
+    expected = list(values) if values else relations
+    assume(expected)
+    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), sorted(map(_field, expected))
+
+
+SEVERAL = int(__import__("os").environ.get("TOPO_SEVERAL", "300"))
+
+
+@settings(max_examples=SEVERAL, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(several_problems())
+def test_several_independent_problems_are_each_reported(case: tuple[str, list[str]]) -> None:
+    text, fields = case
+    with pytest.raises(TopologyError) as info:
+        _load(text, "m.yaml")
+    err = info.value
+    assert sorted(p.field for p in err.problems) == fields, err.message
+    assert err.more == 0
+    # file order: by line (problems on one line in the order of their keys)
+    lines = [p.line for p in err.problems]
+    assert None not in lines and lines == sorted(lines), err.message  # type: ignore[type-var]
+    assert [p.text("m.yaml") for p in err.problems] == _problem_lines(err)
 
 
 yaml_scalars = st.one_of(

@@ -262,9 +262,13 @@ def test_a_qemu_node_may_fill_its_pci_slots(nics: int, mounts: int) -> None:
 def test_a_qemu_node_beyond_its_pci_slots_is_refused(nics: int, mounts: int) -> None:
     with pytest.raises(TopologyError) as info:
         parse_topology(_nics(nics, mounts=mounts), "t.yaml")
-    assert info.value.message == (
-        f"t.yaml:5: nodes.a: node a has {nics} links and {mounts} mounts: a qemu node has "
-        f"PCI slots for {QEMU_PC_SLOTS} of them together")
+    # node a has the mounts; b, at the other end of every link, is refused too when the
+    # links alone are too many
+    over = [(5, "a", mounts)] + ([(6, "b", 0)] if nics > QEMU_PC_SLOTS else [])
+    assert [p.text("t.yaml") for p in info.value.problems] == [
+        f"t.yaml:{line}: nodes.{node}: node {node} has {nics} links and {held} mounts: a "
+        f"qemu node has PCI slots for {QEMU_PC_SLOTS} of them together"
+        for line, node, held in over]
 
 
 @pytest.mark.parametrize("provider", ["docker", "vagrant"])
@@ -280,8 +284,9 @@ def test_too_many_links() -> None:
             f"nodes: {{a: {{}}, b: {{}}}}\nlinks:\n{links}\n")
     with pytest.raises(TopologyError) as info:
         parse_topology(text, "t.yaml")
-    assert info.value.message == f"t.yaml:5: links: too many links: {MAX_LINKS + 1} (at most " \
-        f"{MAX_LINKS})"
+    # the first problem; the links that reuse an interface after eth99 are the others
+    assert info.value.problems[0].text("t.yaml") == (
+        f"t.yaml:5: links: too many links: {MAX_LINKS + 1} (at most {MAX_LINKS})")
 
 
 SMALL = HostFacts(memory_mib=2048, cpus=2)
@@ -312,6 +317,36 @@ def test_memory_and_cpus_against_the_host(tmp_path: Path, body: str, message: st
         load_lab(path, host=SMALL)
     assert info.value.message == f"{path}:" + message.removeprefix("t.yaml:")
     assert info.value.exit_code == 2
+
+
+def test_every_node_too_big_is_said_and_a_default_once(tmp_path: Path) -> None:
+    """Nodes too big each get their line; a default too big is one problem however many
+    nodes take it; the total is not said when a node alone is too big."""
+    path = tmp_path / "t.yaml"
+    path.write_text("name: t\ndefaults: {rdma: none, cpus: 4}\n"
+                    "nodes: {a: {memory: 4096}, b: {memory: 3000}, c: {}, d: {}}\n")
+    with pytest.raises(TopologyError) as info:
+        load_lab(path, host=SMALL)
+    assert [p.text("t.yaml") for p in info.value.problems] == [
+        "t.yaml:2: defaults.cpus: node a asks for 4 CPUs; this host has 2",
+        "t.yaml:3: nodes.a.memory: node a asks for 4096 MiB of memory; this host has 2048 MiB",
+        "t.yaml:3: nodes.b.memory: node b asks for 3000 MiB of memory; this host has 2048 MiB",
+    ]
+    assert info.value.hint == "give the node at most 2\nhint: give the node less memory"
+
+
+def test_a_clash_of_the_defaults_mounts_is_said_once(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "data").mkdir()
+    path = tmp_path / "t.yaml"
+    path.write_text("name: t\ndefaults: {rdma: none, mounts: [./src:/work, ./data:/work]}\n"
+                    "nodes: {a: {}, b: {mounts: [./data:/data, ./src:/data]}}\n")
+    with pytest.raises(TopologyError) as info:
+        load_lab(path)
+    assert [p.text("t.yaml") for p in info.value.problems] == [
+        "t.yaml:2: defaults.mounts[1]: node a already mounts a folder at /work",
+        "t.yaml:3: nodes.b.mounts[1]: node b already mounts a folder at /data",
+    ]
 
 
 def test_what_fits_passes_and_docker_is_not_compared(tmp_path: Path) -> None:
