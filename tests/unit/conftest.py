@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,3 +75,15 @@ def lab_running(state_dir: Path) -> Iterator[LabDir]:
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temporary directory with a short path, for tests that launch a (stand-in) qemu:
+    its sockets must fit a socket address (107 bytes), which pytest-xdist's tmp_path under
+    /tmp/pytest-of-USER/pytest-N/popen-gwK/TEST_NAME may not leave room for."""
+    path = Path(tempfile.mkdtemp(prefix="ut-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

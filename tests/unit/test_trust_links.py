@@ -256,8 +256,8 @@ def _table(boundary: str) -> tuple[str, Callable[[Lab_], None]]:
 
 @pytest.mark.parametrize(("boundary", "kind"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_a_planted_link_or_special_file_reaches_no_decoy(
-        boundary: str, kind: str, tmp_path: Path, decoys: Decoys) -> None:
-    lab = _prepared(tmp_path)
+        boundary: str, kind: str, short_tmp: Path, decoys: Decoys) -> None:
+    lab = _prepared(short_tmp)  # short: a launch's sockets must fit (no refusal for that)
     relative, step = _table(boundary)
     if boundary.startswith("run-mpi"):
         step(lab)  # a key made once: the plant replaces one of its files
@@ -277,10 +277,10 @@ def test_a_planted_link_or_special_file_reaches_no_decoy(
         assert not planted.is_symlink(), boundary
 
 
-def test_the_classes_refuse_or_replace_never_follow(tmp_path: Path, decoys: Decoys) -> None:
+def test_the_classes_refuse_or_replace_never_follow(short_tmp: Path, decoys: Decoys) -> None:
     """The corpus is not vacuous: a dangling console.log is replaced by labctl's own file,
     and a linked mpi key is refused with a message."""
-    lab = _prepared(tmp_path)
+    lab = _prepared(short_tmp)
     console = lab.root / "nodes" / NODE / "console.log"
     CLASSES["dangling-link"](console, decoys)
     _launch(lab)
@@ -342,11 +342,11 @@ def test_our_own_socket_is_a_control_path(tmp_path: Path) -> None:
         own.close()
 
 
-def test_qemu_opens_console_log_only_as_labctls_own_file(tmp_path: Path,
+def test_qemu_opens_console_log_only_as_labctls_own_file(short_tmp: Path,
                                                          decoys: Decoys) -> None:
     """The console log qemu writes (it opens it by name) is one labctl made just before:
     a dangling link's target is never created, by labctl or by qemu."""
-    lab = _prepared(tmp_path)
+    lab = _prepared(short_tmp)
     console = lab.root / "nodes" / NODE / "console.log"
     console.unlink()
     console.symlink_to(decoys.missing)
