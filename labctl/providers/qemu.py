@@ -10,6 +10,7 @@ port forward listens on 127.0.0.1 only (user-mode networking with restrict=on).
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,6 +126,9 @@ class QemuProvider(Provider):
         super().__init__(lab, labdir)
         self.accel_request = str(lab.provider_options.get("accel", "auto"))
         self.mirror: str | None = lab.provider_options.get("mirror")
+        # The state version the lab's ssh_config was last checked against (one command's)
+        self._ssh_config_checked: int | None = None
+        self._ssh_config_lock = threading.Lock()  # exec_argv is called from one thread per node
 
     def machine(self, node: str) -> QemuMachine:
         return node_machine(self.lab.name, node, self.labdir.node_dir(node))
@@ -356,11 +360,17 @@ class QemuProvider(Provider):
         return self.labdir.node_dir(node) / "console.log"
 
     def _refresh_ssh_config(self) -> None:
-        """The lab's ssh_config as labctl writes it, from state.json's checked ports."""
-        ports = {name: info.ssh_port for name, info in self.labdir.load_state().nodes.items()
-                 if info.ssh_port}
-        ssh.refresh_config(self.labdir.ssh_config, self.labdir.ssh_key, ports,
-                           self.labdir.known_hosts)
+        """The lab's ssh_config as labctl writes it, from state.json's checked ports: once
+        per state a command reads (LabDir.state_version), else at every use."""
+        with self._ssh_config_lock:
+            version = self.labdir.state_version()  # before the read: a save then renders again
+            if version is not None and version == self._ssh_config_checked:
+                return
+            ports = {name: info.ssh_port
+                     for name, info in self.labdir.load_state().nodes.items() if info.ssh_port}
+            ssh.refresh_config(self.labdir.ssh_config, self.labdir.ssh_key, ports,
+                               self.labdir.known_hosts)
+            self._ssh_config_checked = version
 
     def destroy(self) -> list[str]:
         try:
