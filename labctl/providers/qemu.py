@@ -310,7 +310,7 @@ class QemuProvider(Provider):
                    nodes: list[str] | None = None) -> None:
         machines = {name: self.machine(name) for name in state.nodes
                     if nodes is None or name in nodes}
-        self._refresh_ssh_config()
+        self._refresh_ssh_config(state)
         wait_machines_ready(machines, state, self.labdir.ssh_config, timeout, progress)
         # A restored node's helper runs already (it was saved warm): starting another one
         # only to find it there costs the node half a second of Python right when the
@@ -359,15 +359,17 @@ class QemuProvider(Provider):
         """The serial console qemu writes (labctl/vm/machine.py: its boot and kernel log)."""
         return self.labdir.node_dir(node) / "console.log"
 
-    def _refresh_ssh_config(self) -> None:
-        """The lab's ssh_config as labctl writes it, from state.json's checked ports: once
-        per state a command reads (LabDir.state_version), else at every use."""
+    def _refresh_ssh_config(self, state: LabState | None = None) -> None:
+        """The lab's ssh_config as labctl writes it, from state.json's checked ports (or
+        those of `state`, the lifecycle's own at a step): once per state a command reads
+        (LabDir.state_version), else at every use."""
         with self._ssh_config_lock:
-            version = self.labdir.state_version()  # before the read: a save then renders again
+            # the version before the read: a save in between makes it render again
+            version = None if state else self.labdir.state_version()
             if version is not None and version == self._ssh_config_checked:
                 return
-            ports = {name: info.ssh_port
-                     for name, info in self.labdir.load_state().nodes.items() if info.ssh_port}
+            state = state or self.labdir.load_state()
+            ports = {name: info.ssh_port for name, info in state.nodes.items() if info.ssh_port}
             ssh.refresh_config(self.labdir.ssh_config, self.labdir.ssh_key, ports,
                                self.labdir.known_hosts)
             self._ssh_config_checked = version

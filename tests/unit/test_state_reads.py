@@ -24,10 +24,17 @@ import pytest
 
 from labctl import bounded
 from labctl.lab.counters import _SEPARATOR
+from labctl.lab import handle as handle_module
+from labctl.lab import lifecycle
 from labctl.lab.handle import LabHandle
 from labctl.node import ssh
+from labctl.node.ready import NodeRuntime
+from labctl.progress import Progress
+from labctl.providers import qemu
+from labctl.providers.qemu import QemuProvider
 from labctl.store.labdir import LabDir
-from labctl.store.state import LabState
+from labctl.store.state import LabState, NodeState, NodeStatus
+from labctl.store.state_recorder import StateRecorder
 from tests.unit.clirun import run_main
 from tests.unit.standin import GOOD_STATUS, LAB
 
@@ -151,6 +158,69 @@ def test_fault_add_reads_the_state_once(counted: Reads, monkeypatch: pytest.Monk
     # the gate loaded, then the tc filter installed, in the node
     assert len(counted.node_commands) == 2
     assert (counted.state, counted.ssh_config) == (1, 1)
+
+
+class MadeProvider(QemuProvider):
+    """The qemu provider with what `up` reads and writes of the lab kept (the recorder's
+    records, ssh_config written at create and checked by its own wait_ready) and no VM
+    made: the wait for the machines' ready lines (wait_ready_lines) answers at once."""
+
+    def check_host(self) -> None:
+        pass
+
+    def create(self, record: StateRecorder, progress: Progress) -> None:
+        record.facts(accel="tcg")
+        ports = {n.name: 40000 + n.index for n in self.lab.nodes}
+        ssh.write_config(self.labdir.ssh_config, self.labdir.ssh_key, ports,
+                         self.labdir.known_hosts)
+        for node in self.lab.nodes:
+            record.node(node.name, NodeState(pid=0, ssh_port=ports[node.name],
+                                             rdma_dev="rxe0"))
+
+    def nodes(self) -> list[NodeRuntime]:
+        return [NodeRuntime(n.name, NodeStatus.RUNNING) for n in self.lab.nodes]
+
+
+def wait_ready_lines(machines: dict[str, Any], state: LabState, *args: Any) -> None:
+    """Every machine's ready line came: its RDMA port is ACTIVE."""
+    for name in machines:
+        state.nodes[name].port_state = "ACTIVE"
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_up_reads_the_state_it_wrote_once(state_dir: Path, tmp_path: Path, as_json: bool,
+                                           monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`up` writes state.json at each step (the lifecycle, the recorder) and reads it
+    once, for what it prints (its one handle): the lifecycle hands the provider the state
+    it holds. ssh_config is rendered twice: written at create, checked before the wait."""
+    monkeypatch.setattr(lifecycle, "provider_for", MadeProvider)
+    monkeypatch.setattr(handle_module, "provider_for", MadeProvider)
+    monkeypatch.setattr(qemu, "wait_machines_ready", wait_ready_lines)
+    monkeypatch.setattr(qemu, "start_detached", lambda commands, folder: None)
+    topology = tmp_path / "t.yaml"
+    topology.write_text("name: ahandle-up\nnodes:\n  node1: {}\n  node2: {}\nlinks:\n"
+                        "  - endpoints: [node1:eth1, node2:eth1]\n")
+    reads = Reads()
+    state_file = os.path.realpath(state_dir / "ahandle-up" / "state.json")
+    read_text, config_text = bounded.read_text, ssh.config_text
+
+    def counting_read(path: Any, *args: Any, **kwargs: Any) -> str:
+        if os.path.realpath(path) == state_file:
+            reads.state += 1
+        return read_text(path, *args, **kwargs)
+
+    def counting_config(*args: Any, **kwargs: Any) -> str:
+        reads.ssh_config += 1
+        return config_text(*args, **kwargs)
+
+    monkeypatch.setattr(bounded, "read_text", counting_read)
+    monkeypatch.setattr(ssh, "config_text", counting_config)
+    code, out, err = run_main(monkeypatch, capsys, "up", str(topology),
+                              *(["--json"] if as_json else []))
+    assert code == 0, err
+    assert ('"phase": "up"' in out) if as_json else ("running" in out), out
+    assert (reads.state, reads.ssh_config) == (1, 2)
 
 
 def test_what_the_command_writes_is_read_again(lab_running: LabDir) -> None:
