@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from labctl import bounded
-from labctl.lab.counters import _SEPARATOR
 from labctl.lab import handle as handle_module
 from labctl.lab import lifecycle
+from labctl.lab.counters import _SEPARATOR
 from labctl.lab.handle import LabHandle
 from labctl.node import ssh
 from labctl.node.ready import NodeRuntime
