@@ -365,10 +365,11 @@ class QemuProvider(Provider):
         (LabDir.state_version), else at every use."""
         with self._ssh_config_lock:
             # the version before the read: a save in between makes it render again
-            version = None if state else self.labdir.state_version()
+            version = None if state is not None else self.labdir.state_version()
             if version is not None and version == self._ssh_config_checked:
                 return
-            state = state or self.labdir.load_state()
+            if state is None:
+                state = self.labdir.load_state()
             ports = {name: info.ssh_port for name, info in state.nodes.items() if info.ssh_port}
             ssh.refresh_config(self.labdir.ssh_config, self.labdir.ssh_key, ports,
                                self.labdir.known_hosts)
