@@ -87,11 +87,12 @@ def up(
     with progress_reporter(f"up {path.stem}") as progress:
         result = lifecycle.up(path, options, progress)
     lab = result.lab
-    restored = restored_nodes(result.labdir.load_state())
+    handle = LabHandle(result.labdir)  # what follows reads the state once (print_status too)
+    restored = restored_nodes(handle.labdir.load_state())
     if as_json:  # the status as `up` prints it: the nodes' reports from when they were ready
         output: UpOutput = {"lab": lab.name, "seconds": round(result.seconds, 1),
                             "repaired": result.repaired, "restored": restored,
-                            "status": collect_status(LabHandle(result.labdir), live=False)}
+                            "status": collect_status(handle, live=False)}
         print_json(output)
         return
     if result.already_up:

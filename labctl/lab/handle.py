@@ -21,9 +21,17 @@ STATUS_SECONDS = 60.0  # a node's status reply: past this it counts as not answe
 
 
 class LabHandle:
-    def __init__(self, labdir: LabDir) -> None:
+    """One command's way into a running lab (one handle per command). Its lab.json is read
+    once; so is its state.json (LabDir.remember_state), kept until the command itself
+    writes the state, and with it the qemu nodes' ssh_config. A handle that outlives one
+    command (the pytest plugin's, for a whole session) passes per_command=False: it reads
+    the state again at each use, as other processes may change it meanwhile."""
+
+    def __init__(self, labdir: LabDir, *, per_command: bool = True) -> None:
         self.labdir = labdir
         self.lab: Lab = labdir.load_lab()
+        if per_command:
+            labdir.remember_state()
         self.provider: Provider = provider_for(self.lab, labdir)
 
     def argv(self, node: str, command: list[str], *, tty: bool = False) -> list[str]:

@@ -10,6 +10,7 @@ port forward listens on 127.0.0.1 only (user-mode networking with restrict=on).
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,6 +126,9 @@ class QemuProvider(Provider):
         super().__init__(lab, labdir)
         self.accel_request = str(lab.provider_options.get("accel", "auto"))
         self.mirror: str | None = lab.provider_options.get("mirror")
+        # The state version the lab's ssh_config was last checked against (one command's)
+        self._ssh_config_checked: int | None = None
+        self._ssh_config_lock = threading.Lock()  # exec_argv is called from one thread per node
 
     def machine(self, node: str) -> QemuMachine:
         return node_machine(self.lab.name, node, self.labdir.node_dir(node))
@@ -306,7 +310,7 @@ class QemuProvider(Provider):
                    nodes: list[str] | None = None) -> None:
         machines = {name: self.machine(name) for name in state.nodes
                     if nodes is None or name in nodes}
-        self._refresh_ssh_config()
+        self._refresh_ssh_config(state)
         wait_machines_ready(machines, state, self.labdir.ssh_config, timeout, progress)
         # A restored node's helper runs already (it was saved warm): starting another one
         # only to find it there costs the node half a second of Python right when the
@@ -355,12 +359,21 @@ class QemuProvider(Provider):
         """The serial console qemu writes (labctl/vm/machine.py: its boot and kernel log)."""
         return self.labdir.node_dir(node) / "console.log"
 
-    def _refresh_ssh_config(self) -> None:
-        """The lab's ssh_config as labctl writes it, from state.json's checked ports."""
-        ports = {name: info.ssh_port for name, info in self.labdir.load_state().nodes.items()
-                 if info.ssh_port}
-        ssh.refresh_config(self.labdir.ssh_config, self.labdir.ssh_key, ports,
-                           self.labdir.known_hosts)
+    def _refresh_ssh_config(self, state: LabState | None = None) -> None:
+        """The lab's ssh_config as labctl writes it, from state.json's checked ports (or
+        those of `state`, the lifecycle's own at a step): once per state a command reads
+        (LabDir.state_version), else at every use."""
+        with self._ssh_config_lock:
+            # the version before the read: a save in between makes it render again
+            version = None if state is not None else self.labdir.state_version()
+            if version is not None and version == self._ssh_config_checked:
+                return
+            if state is None:
+                state = self.labdir.load_state()
+            ports = {name: info.ssh_port for name, info in state.nodes.items() if info.ssh_port}
+            ssh.refresh_config(self.labdir.ssh_config, self.labdir.ssh_key, ports,
+                               self.labdir.known_hosts)
+            self._ssh_config_checked = version
 
     def destroy(self) -> list[str]:
         try:

@@ -100,7 +100,7 @@ def start_lab(spec: LabSpec) -> RdmaLab:
                 f"lab {wanted.name} is up from another topology ({up.source})",
                 hint=f"`labctl down --lab {wanted.name}`, or name this session's lab "
                 "with --rdma-lab-name")
-        handle = LabHandle(labdir)
+        handle = LabHandle(labdir, per_command=False)
         if all(n.state == NodeStatus.RUNNING for n in handle.provider.nodes()):
             return RdmaLab(handle, None)
     made = not labdir.exists()
@@ -110,7 +110,7 @@ def start_lab(spec: LabSpec) -> RdmaLab:
         if made and not spec.keep:  # nothing half-made is left by a session that made it
             lifecycle.destroy(wanted.name)
         raise
-    return RdmaLab(LabHandle(result.labdir), result)
+    return RdmaLab(LabHandle(result.labdir, per_command=False), result)
 
 
 def stop_lab(lab: RdmaLab) -> list[str]:

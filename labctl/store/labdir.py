@@ -11,6 +11,7 @@ nodes/NODE/   disk overlay, initrd, console log, qmp socket
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import hashlib
 import json
@@ -18,6 +19,7 @@ import os
 import re
 import shutil
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,6 +57,11 @@ class LabDir:
         check_lab_name(name)
         self.name = name
         self.path = (root or state_root()) / name
+        # One command's state, read once (remember_state): never set across commands.
+        self._remembering = False
+        self._remembered: LabState | None = None
+        self._state_version = 0  # counts the remembered states dropped
+        self._state_lock = threading.Lock()  # a command may read from one thread per node
 
     # --- files ---------------------------------------------------------------------------
     @property
@@ -171,12 +178,42 @@ class LabDir:
         return lab
 
     def load_state(self) -> LabState:
-        """The lab's state (an empty one, provider "", before `up` wrote any)."""
+        """The lab's state (an empty one, provider "", before `up` wrote any): read and
+        checked at each call, or once per command after remember_state (a copy each time:
+        a caller may change what it got)."""
         self.check_real()
+        if not self._remembering:
+            return self._read_state()
+        with self._state_lock:
+            if self._remembered is None:
+                self._remembered = self._read_state()
+            return copy.deepcopy(self._remembered)
+
+    def _read_state(self) -> LabState:
         return read_state(self.state_file, self.name) or LabState(provider="")
 
     def save_state(self, state: LabState) -> None:
         write_state(self.state_file, state)
+        self.forget_state()  # read again, and checked, when next asked for
+
+    def remember_state(self) -> None:
+        """Keep the state read for the rest of this command: one command's LabHandle
+        (labctl/lab/handle.py) asks this of its own LabDir, never anything that outlives
+        a command. What the command itself writes (save_state, the StateRecorder's
+        records) and taking the lab's lock drop it (forget_state)."""
+        self._remembering = True
+
+    def forget_state(self) -> None:
+        """Drop the remembered state: the next load_state reads state.json again."""
+        with self._state_lock:
+            self._remembered = None
+            self._state_version += 1
+
+    def state_version(self) -> int | None:
+        """Which remembered state load_state gives now (it changes when one is dropped),
+        or None when nothing is remembered: what was made from the state (the qemu
+        provider's ssh_config) is then made again at each use."""
+        return self._state_version if self._remembering else None
 
     def lock_holder(self) -> LockHolder | None:
         """Who holds this lab's lock now (an `up` or `down` at work), or None.
@@ -231,6 +268,7 @@ class LabDir:
             # written through.
             atomic_write(lock_path.with_suffix(".owner"), f"{action} by pid {os.getpid()}\n",
                          0o600)
+            self.forget_state()  # what is read under the lock is the file's, as it is now
             yield
         finally:
             os.close(fd)

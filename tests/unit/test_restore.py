@@ -407,7 +407,7 @@ def test_only_nodes_that_booted_get_the_helper_started(
         "node2": NodeState(ssh_port=2202, rdma_dev="rxe0", argv=["qemu-system-x86_64"])})
     started: list[dict[Path, list[str]]] = []
     monkeypatch.setattr(qemu, "wait_machines_ready", lambda *args, **kwargs: 0.0)
-    monkeypatch.setattr(qemu.QemuProvider, "_refresh_ssh_config", lambda self: None)
+    monkeypatch.setattr(qemu.QemuProvider, "_refresh_ssh_config", lambda self, state=None: None)
     monkeypatch.setattr(qemu, "start_detached", lambda argvs, root: started.append(argvs))
     provider.wait_ready(state, 60, lambda message: None)
     [argvs] = started
