@@ -79,6 +79,27 @@ class Reads:
     node_commands: list[list[str]] = field(default_factory=list)
 
 
+def _count_reads(monkeypatch: pytest.MonkeyPatch, state_file: Path) -> Reads:
+    """Count the reads of `state_file` (at bounded.read_text, its one reader) and the
+    ssh_config texts rendered, from now on."""
+    reads = Reads()
+    wanted = os.path.realpath(state_file)
+    read_text, config_text = bounded.read_text, ssh.config_text
+
+    def counting_read(path: Any, *args: Any, **kwargs: Any) -> str:
+        if os.path.realpath(path) == wanted:
+            reads.state += 1
+        return read_text(path, *args, **kwargs)
+
+    def counting_config(*args: Any, **kwargs: Any) -> str:
+        reads.ssh_config += 1
+        return config_text(*args, **kwargs)
+
+    monkeypatch.setattr(bounded, "read_text", counting_read)
+    monkeypatch.setattr(ssh, "config_text", counting_config)
+    return reads
+
+
 @pytest.fixture
 def counted(lab_running: LabDir, tmp_path: Path,
             monkeypatch: pytest.MonkeyPatch) -> Iterator[Reads]:
@@ -90,18 +111,7 @@ def counted(lab_running: LabDir, tmp_path: Path,
     (folder / "client.txt").write_text((OUTPUTS / "pingpong-rc-c.client.txt").read_text())
     (folder / "status.json").write_text(GOOD_STATUS)
     (folder / "separator").write_text(_SEPARATOR)
-    reads = Reads()
-    state_file = os.path.realpath(lab_running.state_file)
-    read_text, config_text = bounded.read_text, ssh.config_text
-
-    def counting_read(path: Any, *args: Any, **kwargs: Any) -> str:
-        if os.path.realpath(path) == state_file:
-            reads.state += 1
-        return read_text(path, *args, **kwargs)
-
-    def counting_config(*args: Any, **kwargs: Any) -> str:
-        reads.ssh_config += 1
-        return config_text(*args, **kwargs)
+    reads = _count_reads(monkeypatch, lab_running.state_file)
 
     def node_argv(config: Path, node: str, command: list[str], *, tty: bool = False,
                   options: dict[str, str] | None = None) -> list[str]:
@@ -109,8 +119,6 @@ def counted(lab_running: LabDir, tmp_path: Path,
         reads.node_commands.append(command)
         return [sys.executable, "-c", NODE_SCRIPT, str(folder), node, *command]
 
-    monkeypatch.setattr(bounded, "read_text", counting_read)
-    monkeypatch.setattr(ssh, "config_text", counting_config)
     monkeypatch.setattr(ssh, "ssh_argv", node_argv)
     yield reads
 
@@ -201,21 +209,7 @@ def test_up_reads_the_state_it_wrote_once(state_dir: Path, tmp_path: Path, as_js
     topology = tmp_path / "t.yaml"
     topology.write_text("name: ahandle-up\nnodes:\n  node1: {}\n  node2: {}\nlinks:\n"
                         "  - endpoints: [node1:eth1, node2:eth1]\n")
-    reads = Reads()
-    state_file = os.path.realpath(state_dir / "ahandle-up" / "state.json")
-    read_text, config_text = bounded.read_text, ssh.config_text
-
-    def counting_read(path: Any, *args: Any, **kwargs: Any) -> str:
-        if os.path.realpath(path) == state_file:
-            reads.state += 1
-        return read_text(path, *args, **kwargs)
-
-    def counting_config(*args: Any, **kwargs: Any) -> str:
-        reads.ssh_config += 1
-        return config_text(*args, **kwargs)
-
-    monkeypatch.setattr(bounded, "read_text", counting_read)
-    monkeypatch.setattr(ssh, "config_text", counting_config)
+    reads = _count_reads(monkeypatch, state_dir / "ahandle-up" / "state.json")
     code, out, err = run_main(monkeypatch, capsys, "up", str(topology),
                               *(["--json"] if as_json else []))
     assert code == 0, err
