@@ -5,7 +5,6 @@ them, a lab that is up keeps its image, a link is removed as a link and never fo
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import os
 import time
@@ -17,6 +16,7 @@ from labctl.cli import version as version_cmd
 from labctl.data.recipes import RECIPES
 from labctl.images import cache
 from labctl.images.builder import built_artifacts_dir, image_dir
+from labctl.locks import blocking_lock
 from labctl.store.labdir import LabDir
 from labctl.store.state import LabState, NodeState
 from labctl.topology.load import load_lab
@@ -273,9 +273,7 @@ def test_prune_leaves_an_image_a_build_holds_the_lock_of(
         capsys: pytest.CaptureFixture[str]) -> None:
     cache_dir, _ = dirs
     old = _image(cache_dir, OLD)
-    fd = os.open(cache_dir / "images" / f".lock-{OLD}", os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with blocking_lock(cache_dir / "images" / f".lock-{OLD}"):  # as a build holds it
         done = _json(monkeypatch, capsys, "image-prune", "image", "prune")
         assert old.is_dir()
         assert {e.path for e in done.busy} == {  # type: ignore[attr-defined]
@@ -283,8 +281,6 @@ def test_prune_leaves_an_image_a_build_holds_the_lock_of(
         code, out, _ = run_main(monkeypatch, capsys, "image", "prune")
         assert code == 0
         assert f"kept {old}: a build of its image is in progress" in " ".join(out.split())
-    finally:
-        os.close(fd)
     _json(monkeypatch, capsys, "image-prune", "image", "prune")
     assert not old.exists()
 
@@ -399,12 +395,8 @@ def test_a_saved_machine_being_made_stays(
         capsys: pytest.CaptureFixture[str]) -> None:
     cache_dir, _ = dirs
     saved, box, disk = _made_from(cache_dir, OLD)
-    fd = os.open(saved.with_name(f".{saved.name}.lock"), os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with blocking_lock(saved.with_name(f".{saved.name}.lock")):  # as `up` holds it
         done = _json(monkeypatch, capsys, "image-prune", "image", "prune")
-    finally:
-        os.close(fd)
     assert [e.path for e in done.busy] == [str(saved)]  # type: ignore[attr-defined]
     assert {e.path for e in done.removed} == {str(box), str(disk)}  # type: ignore[attr-defined]
     assert saved.is_dir()
@@ -415,12 +407,8 @@ def test_rm_of_an_image_being_built_fails_and_keeps_it(
         capsys: pytest.CaptureFixture[str]) -> None:
     cache_dir, _ = dirs
     old = _image(cache_dir, OLD)
-    fd = os.open(cache_dir / "images" / f".lock-{OLD}", os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with blocking_lock(cache_dir / "images" / f".lock-{OLD}"):  # as a build holds it
         code, _, err = run_main(monkeypatch, capsys, "image", "rm", OLD)
-    finally:
-        os.close(fd)
     assert code == 1
     assert f"error: a build of image {OLD} is in progress" in " ".join(err.split())
     assert "hint:" in err
