@@ -77,11 +77,12 @@ def _vm_paths() -> list[Path]:
 
 def attach(vm_path: Path) -> int:
     """Make sure the netns and its bridge exist; give the VM at `vm_path` an index."""
+    owner = _owner()
     with blocking_lock(lock_path()):
         if not labnet.namespace_exists(NETNS):
-            labnet.create_netns(NETNS, _owner())
+            labnet.create_netns(NETNS, owner)
             labnet.add_bridge(NETNS, BRIDGE, MTU)
-        elif labnet.netns_owner(NETNS) not in (None, _owner()):
+        elif labnet.netns_owner(NETNS) not in (None, owner):
             raise LabctlError(
                 f"the Docker hosts' network ({NETNS}) serves the named VMs of another "
                 f"state directory (LABCTL_STATE_DIR); their indexes would collide",

@@ -239,9 +239,8 @@ def _prepare_shared_dir(path: Path) -> None:
     way from the cache root is a link or a file (a planted link would have root write
     where it points), or is not root's."""
     cache_root().mkdir(parents=True, exist_ok=True)  # the user's choice: may be a link
-    safefs.make_dirs(path, cache_root())  # a link below it: NotLabctls names it
-    st = path.lstat()
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+    safefs.make_dirs(path, cache_root())  # a link or file below it: NotLabctls names it
+    if path.lstat().st_uid != os.geteuid():
         raise LabctlError(f"{path} is not a directory labctl made",
                           hint=f"remove it (rm -rf {shlex.quote(str(path))}) and build again")
 
