@@ -37,6 +37,7 @@ COMMAND_MODULES = [
     "capture",
     "fault",
     "version",
+    "lesson",
 ]
 
 app = typer.Typer(

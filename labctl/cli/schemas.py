@@ -52,6 +52,7 @@ from labctl.cli.shapes import (
     VersionOutput,
 )
 from labctl.cli.validate import ValidateProblems
+from labctl.course.shapes import LessonListOutput, LessonVerdict
 from labctl.lab.counters import CountersRecord
 from labctl.lab.links import LinkShowOutput
 from labctl.providers.vagrant_plan import VagrantDocument
@@ -187,6 +188,8 @@ OUTPUTS: tuple[Output, ...] = (
     Output("fault-list", ("fault list",), FaultList),
     Output("fault-clear", ("fault clear",), FaultClearOutput),
     Output("counters", ("counters",), CountersRecord),
+    Output("lesson-list", ("lesson list",), LessonListOutput),
+    Output("lesson-check", ("lesson check",), LessonVerdict),
 )
 
 # Commands with --json and no schema yet: asyncwatch streams its one node's events as the

@@ -25,8 +25,9 @@ DATA_DIR = Path(__file__).resolve().parent
 # Top-level files (globs, relative to the checkout) copied here under the same paths.
 # (topologies/ is not copied: it is a link to labctl/data/topologies.)
 SOURCES = ("docker/node-image.conf",)
-# Files that live here only (the top-level Vagrantfile loads this one).
-OWN = ("Vagrantfile",)
+# Files that live here only (the top-level Vagrantfile loads this one; the lessons of
+# `labctl lesson` have no copy at the top level).
+OWN = ("Vagrantfile", "lessons")
 
 
 def data_path(*parts: str) -> Path:

@@ -26,7 +26,8 @@ from labctl.cli.app import app
 from tests.unit.test_doctor import SETUP_LISTS, setup_lists
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "labctl" / "data" / "lessons").glob("*/lesson.md"))]
 
 # Words before `labctl` that still make the line a labctl command line.
 _PREFIX_WORDS = {"sudo", "python", "python3", "-m", "exec", "time"}

@@ -40,8 +40,9 @@ LAYERS: dict[str, int] = {
     "rdmafault": 10,
     "runners": 11,
     "capture": 12,
-    "cli": 13, "pytest_plugin": 13,
-    "__main__": 14,
+    "course": 13,
+    "cli": 14, "pytest_plugin": 14,
+    "__main__": 15,
 }
 # Code that runs outside labctl's process, and what it may import besides the standard library
 # and its own part of labctl: what the node image has (pyverbs, mpi4py), and in the Docker

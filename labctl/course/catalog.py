@@ -1,0 +1,140 @@
+"""The shipped lessons: one folder each under labctl/data/lessons (text, starter, solution,
+what the check expects), read and validated here. Lessons are labctl's own data, so a
+broken one is labctl's bug, found by the unit tests that load them all."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+from importlib.resources.abc import Traversable
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from labctl.errors import LabctlError, UsageError
+
+LESSONS = "labctl.data.lessons"
+COMMON = "common"  # the files every lesson's program builds with
+_FOLDER = re.compile(r"^(\d{2})-[a-z0-9-]+$")
+LANGS = ("c", "python")
+SOURCE = {"c": "lesson.c", "python": "lesson.py"}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ExitCheck(_Strict):
+    """Every program of the lesson exits 0 (always checked, first)."""
+
+    kind: Literal["exit"]
+
+
+class DevinfoCheck(_Strict):
+    """The program prints `field: value` lines equal to ibv_devinfo -v's."""
+
+    kind: Literal["devinfo"]
+    fields: tuple[str, ...] = Field(min_length=1)
+
+
+class DigestCheck(_Strict):
+    """The server's buffer holds the pattern the client sent ("buffer N bytes fnv1a64 H")."""
+
+    kind: Literal["digest"]
+    says: str
+
+
+class OpcodesCheck(_Strict):
+    """Packets the client put on the wire: one of `any_of` seen, or none of `none_of`.
+    `says` is the finding when it fails; {found} is what was seen instead."""
+
+    kind: Literal["opcodes"]
+    any_of: tuple[str, ...] = ()
+    none_of: tuple[str, ...] = ()
+    says: str
+
+
+class CounterCheck(_Strict):
+    """A device counter's change over the run on one side (rxe's hw_counters)."""
+
+    kind: Literal["counter"]
+    side: Literal["server", "client"]
+    name: str
+    change: int | None = None  # exactly this change
+    at_least: int | None = None  # or at least this one
+    says: str
+
+
+Check = Annotated[ExitCheck | DevinfoCheck | DigestCheck | OpcodesCheck | CounterCheck,
+                  Field(discriminator="kind")]
+
+
+class Lesson(_Strict):
+    number: int
+    slug: str
+    title: str
+    summary: str
+    roles: Literal["single", "pair"]  # one program in one node, or a server and a client
+    topology: str  # a file in labctl/data/lessons
+    rdma: Literal["rxe", "siw"] = "rxe"
+    hints: tuple[str, ...] = Field(min_length=1)
+    checks: tuple[Check, ...] = Field(min_length=1)
+
+    @property
+    def folder(self) -> str:
+        return f"{self.number:02d}-{self.slug}"
+
+
+def _root() -> Traversable:
+    return resources.files(LESSONS)
+
+
+def _parse(folder: Traversable) -> Lesson:
+    match = _FOLDER.match(folder.name)
+    assert match is not None
+    raw = yaml.safe_load(folder.joinpath("lesson.yaml").read_text())
+    number, slug = int(match.group(1)), folder.name[3:]
+    try:
+        return Lesson.model_validate({**raw, "number": number, "slug": slug})
+    except ValidationError as exc:  # labctl's own data: a bug, said plainly
+        raise LabctlError(f"lesson {folder.name} is broken: {exc.errors()[0]['msg']} at "
+                          f"{exc.errors()[0]['loc']}",
+                          hint="reinstall labctl; if it stays, report it") from None
+
+
+@cache
+def lessons() -> tuple[Lesson, ...]:
+    folders = sorted((f for f in _root().iterdir() if f.is_dir() and _FOLDER.match(f.name)),
+                     key=lambda f: f.name)
+    return tuple(_parse(folder) for folder in folders)
+
+
+def lesson(number: int) -> Lesson:
+    """Lesson `number`, or UsageError (exit 2) naming the ones there are."""
+    for found in lessons():
+        if found.number == number:
+            return found
+    numbers = ", ".join(str(x.number) for x in lessons())
+    raise UsageError(f"there is no lesson {number}",
+                     hint=f"the lessons are {numbers}: `labctl lesson list`")
+
+
+def text(item: Lesson) -> str:
+    return _root().joinpath(item.folder).joinpath("lesson.md").read_text()
+
+
+def topology_file(item: Lesson) -> Traversable:
+    return _root().joinpath(item.topology)
+
+
+def files(item: Lesson, part: Literal["starter", "solution"]) -> dict[str, bytes]:
+    """The files a learner's folder gets (`starter`) or the reference answer's, with the
+    common ones: name -> content."""
+    found: dict[str, bytes] = {}
+    for folder in (_root().joinpath(COMMON), _root().joinpath(item.folder).joinpath(part)):
+        for entry in folder.iterdir():
+            if entry.is_file() and not entry.name.startswith((".", "__")):
+                found[entry.name] = entry.read_bytes()
+    return dict(sorted(found.items()))

@@ -1,0 +1,201 @@
+"""`labctl lesson check`: build the learner's program in the lesson's lab, run it (one node,
+or a server and a client with the link captured and the counters read around the run), and
+gather what was seen into a judge.Observation. Everything a node sends back is bounded by
+LabHandle.run and the capture's own limits; the learner's code runs only inside the nodes."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from labctl.capture.runhook import captured_runner
+from labctl.course.catalog import SOURCE, Lesson
+from labctl.course.judge import Observation, ProgramRun, devinfo_fields
+from labctl.errors import LabctlError, UsageError
+from labctl.lab.handle import LabHandle
+from labctl.runners.custom import DEFAULT_PORT, custom_spec
+from labctl.runners.execute import RunResult
+from labctl.wire.decode import Frame
+from labctl.wire.summary import iter_frames
+
+NODE_DIR = "/mnt/lesson"  # where `lesson start` mounts the learner's folder
+# Built once, in the first node, into the learner's folder as `make` would (every node
+# mounts it and runs the same image): a second gcc under TCG costs 40 s on a busy host.
+BUILD_DIR = f"{NODE_DIR}/build"
+BUILD_SECONDS = 180.0  # gcc under TCG on a busy 2-core host
+RUN_SECONDS = 120  # a Python side imports pyverbs: 16-26 s under TCG, more when busy
+READY_SECONDS = 120.0  # for the server to listen: after its pyverbs import, in Python
+BUILD_ERROR_LINES = 15
+_EXIT_MARK = "--lesson-exit"
+
+
+@dataclass(frozen=True)
+class Checked:
+    observation: Observation
+    pcap: Path | None  # the run's capture (pair lessons)
+    frames: list[Frame]  # its decoded packets, for the ladder (bounded: MAX_FRAMES)
+    server: str
+    client: str
+    server_address: str = ""
+    client_address: str = ""
+
+
+MAX_FRAMES = 2000
+
+
+def mounted_folder(handle: LabHandle) -> str:
+    """The host folder the lab mounts at NODE_DIR, or UsageError: no lesson lab."""
+    for node in handle.lab.nodes:
+        for mount in node.mounts:
+            if mount.target == NODE_DIR:
+                return mount.source
+    raise UsageError(f"lab {handle.lab.name} has no lesson folder at {NODE_DIR}",
+                     hint="start the lesson first: `labctl lesson start N DIR`")
+
+
+def _rdma_nodes(handle: LabHandle, lesson: Lesson) -> list[str]:
+    nodes = [n.name for n in handle.lab.nodes if n.rdma == lesson.rdma]
+    if len(nodes) < (2 if lesson.roles == "pair" else 1):
+        raise UsageError(f"lab {handle.lab.name} has too few {lesson.rdma} nodes for lesson "
+                         f"{lesson.number}",
+                         hint=f"`labctl lesson start {lesson.number} DIR` brings up its lab")
+    return nodes
+
+
+def _program(lang: str) -> str:
+    if lang == "c":
+        return f"{BUILD_DIR}/lesson"
+    # no __pycache__ in the learner's folder
+    return f"PYTHONDONTWRITEBYTECODE=1 python3 {NODE_DIR}/{SOURCE['python']}"
+
+
+def _build(handle: LabHandle, nodes: list[str], lang: str) -> str:
+    """The compiler's first lines when the code does not build in a node, else ""."""
+    if lang == "c":
+        command = f"make -s -C {NODE_DIR} O={BUILD_DIR}"
+    else:  # a syntax error found before two nodes wait for each other
+        command = ("python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), "
+                   f"sys.argv[1])' {NODE_DIR}/{SOURCE['python']}")
+    for node in nodes[:1]:
+        result = handle.run(node, ["sh", "-c", command], timeout=BUILD_SECONDS)
+        if result.returncode == 124:
+            raise LabctlError(f"building the lesson in {node} took over {BUILD_SECONDS:.0f} s",
+                              hint="the host may be busy; run the check again")
+        if result.returncode != 0:
+            lines = (result.stderr + result.stdout).strip().splitlines()
+            return "\n".join(lines[:BUILD_ERROR_LINES]) or f"exit {result.returncode}"
+    return ""
+
+
+def _marked(command: str) -> str:
+    """`command`, then its exit status on stderr (the run keeps both outputs as one)."""
+    return f"{command}; rc=$?; echo \"{_EXIT_MARK} $rc\" >&2; exit $rc"
+
+
+def _split_exit(output: str) -> tuple[int | None, str]:
+    """The exit status the mark gave (None: the program never ended) and the output
+    without the mark's line."""
+    code: int | None = None
+    kept = []
+    for line in output.splitlines():
+        head, _, value = line.partition(" ")
+        if head == _EXIT_MARK and value.strip().isdigit():
+            code = int(value)
+        else:
+            kept.append(line)
+    return code, "\n".join(kept)
+
+
+def _single(handle: LabHandle, lesson: Lesson, lang: str, node: str) -> Checked:
+    device = handle.node_state(node)
+    dev = device.rdma_dev if device else ""
+    if not dev:
+        raise LabctlError(f"{node} has no RDMA device in its state",
+                          hint="`labctl status` shows the lab's devices")
+    ran = handle.run(node, ["sh", "-c", f"{_program(lang)} -d {shlex.quote(dev)}"],
+                     timeout=RUN_SECONDS)
+    truth = handle.run(node, ["ibv_devinfo", "-v", "-d", dev], timeout=60)
+    run = ProgramRun("program", node, None if ran.returncode == 124 else ran.returncode,
+                     ran.stdout, ran.stderr,
+                     f"no exit within {RUN_SECONDS} s" if ran.returncode == 124 else "")
+    devinfo = devinfo_fields(truth.stdout) if truth.returncode == 0 else None
+    return Checked(Observation([run], devinfo=devinfo), None, [], node, "")
+
+
+def _wire(result: RunResult, obs: Observation, server_ip: str,
+          client_ip: str) -> tuple[Path | None, list[Frame]]:
+    """What each side sent, the NAKs and retransmissions, from the run's capture."""
+    record: dict[str, object] = dict(result.capture or {})
+    pcap = Path(str(record["pcap"])) if record.get("pcap") else None
+    frames: list[Frame] = []
+    if pcap is None or not pcap.is_file():
+        return None, frames
+    sides = {client_ip: "client", server_ip: "server"}
+    for frame in iter_frames(pcap):
+        side = sides.get(frame.src)
+        if side is None or frame.proto != "RoCEv2":
+            continue
+        if len(frames) < MAX_FRAMES:
+            frames.append(frame)
+        counts = obs.sent.setdefault(side, {})
+        for op in frame.ops:
+            counts[op] = counts.get(op, 0) + 1
+        aeth = frame.detail.get("AETH") or {}
+        if aeth.get("syndrome") == "NAK":
+            obs.naks.append(f"NAK: {aeth.get('nak')}")
+        elif aeth.get("syndrome") == "RNR NAK":
+            obs.naks.append("RNR NAK")
+        if frame.recovery == "retransmitted":
+            obs.retransmitted += 1
+    return pcap, frames
+
+
+def _address(handle: LabHandle, node: str) -> str:
+    iface = handle.lab.node(node).rdma_interface
+    return iface.address if iface else ""
+
+
+def _pair(handle: LabHandle, lesson: Lesson, lang: str, server: str, client: str,
+          capture_dir: Path | None) -> Checked:
+    program = _program(lang)
+    common = "-d {device} -g {gid_index} -p {port}"
+    spec = custom_spec(_marked(f"{program} server {common}"),
+                       _marked(f"{program} client {{server_ip}} {common}"),
+                       ready_port=DEFAULT_PORT)
+    spec = dataclasses.replace(spec, ready_seconds=READY_SECONDS)
+    run = captured_runner(True, capture_dir or handle.labdir.path / "captures")
+    result = run(handle, spec, server, client, {"timeout": RUN_SECONDS, "port": DEFAULT_PORT})
+    runs = []
+    for role, node, output in (("server", server, result.server_output),
+                               ("client", client, result.client_output)):
+        code, text = _split_exit(output)
+        runs.append(ProgramRun(role, node, code, text, "",
+                               "" if code is not None else result.reason or "it never ran"))
+    obs = Observation(runs)
+    for role, node in (("server", server), ("client", client)):
+        node_counters = (result.counters or {}).get(node)
+        if node_counters is not None:
+            merged: dict[str, int] = {}
+            for group, values in node_counters.items():
+                if group != "tcp":
+                    merged.update(values)
+            obs.counters[role] = merged
+    server_ip, client_ip = _address(handle, server), _address(handle, client)
+    pcap, frames = _wire(result, obs, server_ip, client_ip)
+    return Checked(obs, pcap, frames, server, client, server_ip, client_ip)
+
+
+def check(handle: LabHandle, lesson: Lesson, lang: str,
+          capture_dir: Path | None = None) -> Checked:
+    """Build and run the learner's program for `lesson` in the lab; what was seen."""
+    nodes = _rdma_nodes(handle, lesson)
+    used = nodes[:2] if lesson.roles == "pair" else nodes[:1]
+    build_error = _build(handle, used, lang)
+    if build_error:
+        return Checked(Observation([], build_error=build_error), None, [], used[0],
+                       used[1] if len(used) > 1 else "")
+    if lesson.roles == "single":
+        return _single(handle, lesson, lang, used[0])
+    return _pair(handle, lesson, lang, used[0], used[1], capture_dir)

@@ -1,0 +1,216 @@
+"""A lesson's verdict from what was seen outside the learner's programs: their exits and
+output, the packets each side put on the wire, the devices' counter changes and the real
+ibv_devinfo's values. Pure: the lab side (course/check.py) gathers an Observation, this
+module only compares it with the lesson's declared checks."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from labctl.course.catalog import (
+    CounterCheck,
+    DevinfoCheck,
+    DigestCheck,
+    ExitCheck,
+    Lesson,
+    OpcodesCheck,
+)
+from labctl.course.shapes import FindingRecord
+
+MESSAGE_BYTES = 4096  # what every pair lesson's client moves (rdma_common's default)
+_DIGEST = re.compile(r"^buffer (\d+) bytes fnv1a64 ([0-9a-f]{16})$", re.MULTILINE)
+_FIELD = re.compile(r"^\s*([a-z_]+):\s*(.*?)\s*$")
+_NAK_ADVICE = {
+    "remote access error": "a wrong rkey or address, or memory registered without the "
+                           "remote access flag the operation needs",
+    "RNR NAK": "the server had no receive posted when the message came: post the receive "
+               "before the client sends",
+    "PSN sequence error": "packets arrived out of order or were lost",
+    "remote operational error": "the server could not place the message: a receive too "
+                                "short for it, or a queue pair in error",
+}
+
+
+@dataclass
+class ProgramRun:
+    """One program's run in a node: exit None when it did not end in time (or never ran)."""
+
+    role: str  # "program" (a one-node lesson), "server" or "client"
+    node: str
+    exit: int | None
+    stdout: str = ""
+    stderr: str = ""
+    reason: str = ""  # why it has no exit (a timeout, a node that could not be asked)
+
+
+@dataclass
+class Observation:
+    runs: list[ProgramRun]
+    build_error: str = ""  # the compiler's first lines when the code did not build
+    sent: dict[str, dict[str, int]] = field(default_factory=dict)  # side -> opcode -> n
+    naks: list[str] = field(default_factory=list)  # 'NAK: remote access error', 'RNR NAK'
+    retransmitted: int = 0
+    counters: dict[str, dict[str, int] | None] = field(default_factory=dict)  # side -> change
+    devinfo: dict[str, str] | None = None  # ibv_devinfo -v in the program's node
+
+
+@dataclass
+class Finding:
+    check: str
+    passed: bool
+    text: str
+
+    def to_dict(self) -> FindingRecord:
+        return {"check": self.check, "passed": self.passed, "text": self.text}
+
+
+def fnv1a64(data: bytes) -> str:
+    value = 0xCBF29CE484222325
+    for byte in data:
+        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{value:016x}"
+
+
+def expected_digest(size: int = MESSAGE_BYTES) -> str:
+    """The digest of the pattern the client sends (byte i is i % 251)."""
+    return fnv1a64(bytes(i % 251 for i in range(size)))
+
+
+def devinfo_fields(text: str) -> dict[str, str]:
+    """`name: value` lines (ibv_devinfo's, with its tabs, or a learner's): the first value
+    of each name."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        match = _FIELD.match(line)
+        if match and match.group(1) not in found:
+            found[match.group(1)] = match.group(2)
+    return found
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def _exits(obs: Observation) -> list[Finding]:
+    findings = []
+    for run in obs.runs:
+        who = "your program" if run.role == "program" else f"your {run.role}"
+        if run.exit == 0:
+            findings.append(Finding("exit", True, f"{who} exited 0 ({run.node})"))
+        elif run.exit is None:
+            findings.append(Finding("exit", False, f"{who} did not finish ({run.node}): "
+                                    f"{run.reason or 'no exit status'}"))
+        else:
+            why = _last_line(run.stderr) or _last_line(run.stdout) or "no output"
+            findings.append(Finding("exit", False, f"{who} exited {run.exit}: {why}"))
+    return findings
+
+
+def _devinfo(check: DevinfoCheck, obs: Observation) -> list[Finding]:
+    program = next((r for r in obs.runs if r.role == "program"), None)
+    if obs.devinfo is None or program is None:
+        return [Finding("devinfo", False, "ibv_devinfo could not be read in the node")]
+    if program.exit != 0:
+        return []  # the exit finding says why; a field list would only repeat it
+    yours = devinfo_fields(program.stdout)
+    findings = []
+    for name in check.fields:
+        truth = obs.devinfo.get(name)
+        if name not in yours:
+            findings.append(Finding("devinfo", False, f"your program printed no `{name}:` "
+                                    f"line (ibv_devinfo says {truth})"))
+        elif yours[name] != truth:
+            findings.append(Finding("devinfo", False, f"{name}: yours is {yours[name]!r}, "
+                                    f"ibv_devinfo's is {truth!r}"))
+        else:
+            findings.append(Finding("devinfo", True, f"{name}: {truth}, as ibv_devinfo says"))
+    return findings
+
+
+def _sent_text(sent: dict[str, int]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in sorted(sent.items())) or "nothing"
+
+
+def _opcodes(check: OpcodesCheck, obs: Observation) -> list[Finding]:
+    sent = obs.sent.get("client", {})
+    findings = []
+    if check.any_of:
+        if any(op in check.any_of for op in sent):
+            findings.append(Finding("wire", True, f"your client sent {_sent_text(sent)}"))
+        else:
+            findings.append(Finding("wire", False, check.says.format(found=_sent_text(sent))))
+    if check.none_of:
+        wrong = [op for op in sent if op in check.none_of]
+        if wrong:
+            findings.append(Finding("wire", False, check.says.format(found=", ".join(wrong))))
+        else:
+            findings.append(Finding("wire", True, "your client sent none of "
+                                    + ", ".join(check.none_of)))
+    return findings
+
+
+def _digest(check: DigestCheck, obs: Observation) -> list[Finding]:
+    server = next((r for r in obs.runs if r.role == "server"), None)
+    found = _DIGEST.findall(server.stdout) if server else []
+    want = expected_digest()
+    if not found:
+        return [Finding("memory", False, "the server printed no digest of its buffer "
+                        f"(`buffer N bytes fnv1a64 HEX`): {check.says}")]
+    size, digest = found[-1]
+    if int(size) == MESSAGE_BYTES and digest == want:
+        return [Finding("memory", True, f"the server's buffer holds the client's "
+                        f"{MESSAGE_BYTES} bytes")]
+    return [Finding("memory", False, check.says)]
+
+
+def _counter(check: CounterCheck, obs: Observation) -> list[Finding]:
+    values = obs.counters.get(check.side)
+    if values is None or check.name not in values:
+        return [Finding("counters", False, f"the {check.side}'s device counters could not be "
+                        f"read ({check.name})")]
+    change = values[check.name]
+    ok = (check.change is None or change == check.change) and \
+         (check.at_least is None or change >= check.at_least)
+    if ok:
+        return [Finding("counters", True, f"the {check.side}'s {check.name} changed by "
+                        f"{change}")]
+    return [Finding("counters", False, f"{check.says} ({check.name} changed by {change})")]
+
+
+def _naks(obs: Observation) -> list[Finding]:
+    findings = []
+    for nak in dict.fromkeys(obs.naks):
+        times = obs.naks.count(nak)
+        kind = nak.removeprefix("NAK: ")
+        advice = _NAK_ADVICE.get(kind, "")
+        findings.append(Finding("wire", False, f"the server answered {nak} ({times} "
+                                f"time{'s' if times > 1 else ''})"
+                                + (f": {advice}" if advice else "")))
+    return findings
+
+
+def judge(lesson: Lesson, obs: Observation) -> list[Finding]:
+    """Every finding, in the lesson's order of checks; passed iff all pass."""
+    if obs.build_error:
+        return [Finding("build", False, "your code does not compile:\n" + obs.build_error)]
+    findings: list[Finding] = []
+    for check in lesson.checks:
+        if isinstance(check, ExitCheck):
+            findings += _exits(obs)
+        elif isinstance(check, DevinfoCheck):
+            findings += _devinfo(check, obs)
+        elif isinstance(check, OpcodesCheck):
+            findings += _opcodes(check, obs)
+        elif isinstance(check, DigestCheck):
+            findings += _digest(check, obs)
+        elif isinstance(check, CounterCheck):
+            findings += _counter(check, obs)
+    if lesson.roles == "pair":
+        findings += _naks(obs)
+    return findings
+
+
+def passed(findings: list[Finding]) -> bool:
+    return bool(findings) and all(f.passed for f in findings)

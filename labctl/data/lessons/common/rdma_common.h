@@ -1,0 +1,64 @@
+/*
+ * rdma_common: what every two-node lesson program shares, so that a lesson's own file
+ * holds only the step the lesson teaches. Read it: nothing here is hidden magic.
+ *
+ *   - open a device and check its port is ACTIVE
+ *   - a protection domain, a completion queue, a registered buffer and an RC QP
+ *   - swap "QPN:PSN:GID:ADDR:RKEY" lines with the peer over TCP (the out-of-band channel
+ *     every verbs program without RDMA CM needs), then move the QP to RTR and RTS
+ *   - wait for one completion, bounded
+ *   - the pattern the client sends and the digest the server prints of its buffer
+ */
+#ifndef RDMA_COMMON_H
+#define RDMA_COMMON_H
+
+#include <infiniband/verbs.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define IB_PORT 1
+
+struct peer {
+	uint32_t qpn;
+	uint32_t psn;
+	union ibv_gid gid;
+	uint64_t addr;  /* the peer's buffer: where a one-sided operation goes */
+	uint32_t rkey;  /* and the key that lets it */
+};
+
+struct lab {
+	int is_server;
+	int gid_index;
+	size_t bytes;
+	struct ibv_context *ctx;
+	struct ibv_port_attr port;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	unsigned char *buf;
+	struct ibv_mr *mr;
+	struct peer me, peer;
+	int fd;  /* the TCP connection to the peer */
+};
+
+/* Print "lesson: WHAT" to stderr and exit 1. */
+void fail(const char *what);
+/* A verbs call's result: 0, or exit with its error. */
+void check(int rc, const char *what);
+/* A starter's unwritten step: print "TODO: WHAT" to stderr and exit 1. */
+void todo(const char *what);
+
+struct ibv_context *open_device(const char *name);
+/* argv: server|client SERVER_IP [-d DEVICE] [-g GID_INDEX] [-p PORT] [-n BYTES] */
+void lab_setup(struct lab *lab, int argc, char **argv, unsigned int access);
+/* Swap QP lines with the peer, connect the QP (RTR, RTS); the server then says "ready". */
+void lab_connect(struct lab *lab);
+struct ibv_wc wait_completion(struct ibv_cq *cq);
+/* The out-of-band channel: one line each way. */
+void say(struct lab *lab, const char *line);
+void expect_line(struct lab *lab, const char *line);
+unsigned char pattern(size_t i);
+/* "buffer N bytes fnv1a64 HEX": what the server's buffer holds at the end. */
+void print_digest(const unsigned char *buf, size_t bytes);
+
+#endif

@@ -1,0 +1,206 @@
+"""`labctl lesson`: the shipped lessons load and hold what their text promises; the judge's
+findings from real ibv_devinfo output and a real capture; the CLI's refusals (exit 2)
+before any lab is touched. The live checks are tests/integration/test_lessons.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from labctl.course import catalog, judge
+from labctl.course.check import _marked, _split_exit, _wire
+from labctl.errors import UsageError
+from labctl.runners.execute import RunResult
+from labctl.topology.load import load_lab
+from tests.unit.clirun import run_main
+from tests.unit.jsonshape import parsed
+
+DATA = Path(__file__).parent / "data" / "course"
+CAPTURES = Path(__file__).parent / "captures"
+DEVINFO = (DATA / "ibv_devinfo-v-rxe0.txt").read_text()
+COMMON = {"Makefile", "rdma_common.c", "rdma_common.h", "rdma_common.py"}
+
+
+def test_the_shipped_lessons_load_in_order_with_their_parts() -> None:
+    lessons = catalog.lessons()
+    assert [x.number for x in lessons] == [1, 2, 3]
+    for item in lessons:
+        assert catalog.text(item).startswith(f"# Lesson {item.number}: ")
+        for part in ("starter", "solution"):
+            assert set(catalog.files(item, part)) == COMMON | {"lesson.c", "lesson.py"}
+        starter = catalog.files(item, "starter")
+        assert b"TODO" in starter["lesson.c"] and b"TODO" in starter["lesson.py"]
+        assert b"TODO" not in catalog.files(item, "solution")["lesson.c"]
+        with catalog.resources.as_file(catalog.topology_file(item)) as path:
+            lab = load_lab(path)
+        assert all(n.rdma == item.rdma for n in lab.nodes)
+
+
+def test_a_lesson_that_does_not_exist_names_the_ones_there_are() -> None:
+    with pytest.raises(UsageError) as caught:
+        catalog.lesson(9)
+    assert caught.value.message == "there is no lesson 9"
+    assert caught.value.hint == "the lessons are 1, 2, 3: `labctl lesson list`"
+
+
+def test_the_pattern_digest_is_the_one_the_programs_print() -> None:
+    # rdma_common.c's and rdma_common.py's FNV-1a over the pattern, as a live server prints
+    assert judge.expected_digest() == "b067bcd54bc3aac5"
+
+
+def _devinfo_run(stdout: str, code: int = 0, stderr: str = "") -> judge.Observation:
+    return judge.Observation([judge.ProgramRun("program", "node1", code, stdout, stderr)],
+                             devinfo=judge.devinfo_fields(DEVINFO))
+
+
+SOLUTION_1 = ("hca_id: rxe0\nnode_guid: 00b7:8eff:fe58:0101\nmax_qp: 1048560\n"
+              "max_cqe: 32767\nstate: PORT_ACTIVE (4)\nactive_mtu: 1024 (3)\n")
+
+
+def test_lesson_1_compares_each_field_with_the_real_ibv_devinfo() -> None:
+    lesson = catalog.lesson(1)
+    findings = judge.judge(lesson, _devinfo_run(SOLUTION_1))
+    assert judge.passed(findings) and len(findings) == 7
+    swapped = SOLUTION_1.replace("00b7:8eff:fe58:0101", "0101:58fe:ff8e:b700")
+    findings = judge.judge(lesson, _devinfo_run(swapped.replace("max_cqe: 32767\n", "")))
+    assert [f.text for f in findings if not f.passed] == [
+        "node_guid: yours is '0101:58fe:ff8e:b700', ibv_devinfo's is '00b7:8eff:fe58:0101'",
+        "your program printed no `max_cqe:` line (ibv_devinfo says 32767)"]
+
+
+def test_a_starter_stopped_at_its_todo_is_one_finding_not_a_list_of_fields() -> None:
+    findings = judge.judge(catalog.lesson(1), _devinfo_run(
+        "", 1, "TODO: query the device's attributes (ibv_query_device)\n"))
+    assert [(f.passed, f.text) for f in findings] == [
+        (False, "your program exited 1: TODO: query the device's attributes "
+                "(ibv_query_device)")]
+
+
+def _pair(server_out: str, client_out: str, sent: dict[str, int], recvs: int,
+          naks: list[str] | None = None, codes: tuple[int | None, int | None] = (0, 0),
+          ) -> judge.Observation:
+    return judge.Observation(
+        [judge.ProgramRun("server", "node1", codes[0], server_out, "", ""),
+         judge.ProgramRun("client", "node2", codes[1], client_out, "",
+                          "" if codes[1] is not None else "server did not start listening")],
+        sent={"client": sent}, naks=naks or [],
+        counters={"server": {"rdma_recvs": recvs}, "client": {"rdma_sends": 0}})
+
+
+def test_lesson_3_passes_a_write_and_names_a_send_as_the_mistake() -> None:
+    lesson = catalog.lesson(3)
+    good = f"buffer 4096 bytes fnv1a64 {judge.expected_digest()}\n"
+    writes = {"RC_RDMA_WRITE_FIRST": 1, "RC_RDMA_WRITE_MIDDLE": 2, "RC_RDMA_WRITE_LAST": 1}
+    assert judge.passed(judge.judge(lesson, _pair(good, "wrote 4096 bytes\n", writes, 0)))
+
+    sends = {"RC_SEND_FIRST": 7, "RC_SEND_MIDDLE": 12, "RC_SEND_LAST": 6}
+    obs = _pair("lesson: the peer closed the TCP connection\n",
+                "lesson: a work request completed with RNR retry counter exceeded\n", sends,
+                0, ["RNR NAK"] * 7, (1, 1))
+    assert [f.text for f in judge.judge(lesson, obs) if not f.passed] == [
+        "your server exited 1: lesson: the peer closed the TCP connection",
+        "your client exited 1: lesson: a work request completed with RNR retry counter "
+        "exceeded",
+        "your client sent RC_SEND_FIRST, RC_SEND_MIDDLE, RC_SEND_LAST packets; this lesson "
+        "wants RDMA WRITE: post IBV_WR_RDMA_WRITE with the peer's rkey and address",
+        "your client put no RDMA WRITE on the wire (it sent RC_SEND_FIRST 7, RC_SEND_LAST 6, "
+        "RC_SEND_MIDDLE 12): post an ibv_send_wr with opcode IBV_WR_RDMA_WRITE",
+        "the server printed no digest of its buffer (`buffer N bytes fnv1a64 HEX`): the "
+        "server's buffer does not hold the client's 4096 bytes: write the whole buffer to "
+        "the peer's address with its rkey",
+        "the server answered RNR NAK (7 times): the server had no receive posted when the "
+        "message came: post the receive before the client sends"]
+
+
+def test_a_wrong_buffer_and_counter_changes_are_findings_of_their_own() -> None:
+    wrong = "buffer 4096 bytes fnv1a64 0000000000000000\n"
+    writes = {"RC_RDMA_WRITE_ONLY": 1}
+    texts = [f.text for f in judge.judge(catalog.lesson(3), _pair(wrong, "", writes, 1))
+             if not f.passed]
+    assert texts == [
+        "the server's buffer does not hold the client's 4096 bytes: write the whole buffer "
+        "to the peer's address with its rkey",
+        "the server's device counted a received SEND (rdma_recvs went up): a WRITE needs no "
+        "receive (rdma_recvs changed by 1)"]
+
+
+def test_a_build_error_is_the_only_finding() -> None:
+    obs = judge.Observation([], build_error="lesson.c:12: error: expected ';'")
+    assert [f.to_dict() for f in judge.judge(catalog.lesson(2), obs)] == [
+        {"check": "build", "passed": False,
+         "text": "your code does not compile:\nlesson.c:12: error: expected ';'"}]
+
+
+def test_the_exit_mark_is_read_back_and_taken_out_of_the_output() -> None:
+    assert _marked("prog server") == 'prog server; rc=$?; echo "--lesson-exit $rc" >&2; exit $rc'
+    assert _split_exit("buffer 1\n--lesson-exit 3\nafter") == (3, "buffer 1\nafter")
+    assert _split_exit("killed before the mark") == (None, "killed before the mark")
+    assert _split_exit("--lesson-exit x") == (None, "--lesson-exit x")
+
+
+def test_the_wire_is_counted_per_side_from_a_real_capture() -> None:
+    # ibv_rc_pingpong with the server's receives posted late: RNR NAKs, then the pingpong
+    result = RunResult("custom", "", "node1", "node2", "failed")
+    result.capture = {"pcap": str(CAPTURES / "rxe-rc-pingpong-rnr.pcap")}  # type: ignore[typeddict-item]
+    obs = judge.Observation([])
+    pcap, frames = _wire(result, obs, "10.77.1.1", "10.77.1.2")
+    assert pcap == CAPTURES / "rxe-rc-pingpong-rnr.pcap" and frames
+    assert set(obs.sent) == {"client", "server"}
+    assert obs.sent["client"]["RC_SEND_ONLY"] > 1
+    assert set(obs.naks) == {"RNR NAK"} and obs.naks.count("RNR NAK") > 10
+    assert obs.retransmitted > 10
+
+
+def test_cli_list_show_and_refusals(monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = run_main(monkeypatch, capsys, "lesson", "list", "--json")
+    assert code == 0 and [x.number for x in parsed("lesson-list", out).lessons] == [1, 2, 3]
+    code, out, _ = run_main(monkeypatch, capsys, "lesson", "show", "3")
+    assert code == 0 and out.startswith("# Lesson 3: one-sided RDMA WRITE")
+    for args, message in [
+            (("show", "7"), "error: there is no lesson 7"),
+            (("hint", "2", "--number", "9"), "error: lesson 2 has hints 1 to 4 (got 9)"),
+            (("check", "1", "--lang", "rust"), "error: --lang must be c or python (got 'rust')"),
+            (("check", "1", "--ladder", "x.txt"),
+             "error: --ladder x.txt: the file must end in .png or .svg")]:
+        code, _, err = run_main(monkeypatch, capsys, "lesson", *args)
+        assert (code, err.splitlines()[0]) == (2, message)
+        assert "Traceback" not in err
+
+
+def test_hints_come_one_at_a_time_counted_in_the_lesson_folder(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    (tmp_path / ".lesson").write_text('{"lesson": 2, "hints": 0}\n')
+    seen = []
+    for _ in range(5):
+        code, out, _ = run_main(monkeypatch, capsys, "lesson", "hint", "2", "--dir",
+                                str(tmp_path))
+        assert code == 0
+        seen.append(out.split(":")[0])
+    assert seen == ["hint 1 of 4", "hint 2 of 4", "hint 3 of 4", "hint 4 of 4", "hint 4 of 4"]
+    assert json.loads((tmp_path / ".lesson").read_text()) == {"lesson": 2, "hints": 4}
+    (tmp_path / ".lesson").write_text("not json")  # the learner's file: only a reset
+    code, out, _ = run_main(monkeypatch, capsys, "lesson", "hint", "2", "--dir", str(tmp_path))
+    assert code == 0 and out.startswith("hint 1 of 4: ")
+
+
+def test_start_keeps_the_learners_files_and_refuses_another_lessons_folder(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    from labctl.cli.lesson import _copy_starter
+
+    (tmp_path / "lesson.c").write_text("my work\n")
+    copied, kept = _copy_starter(catalog.lesson(3), tmp_path)
+    assert kept == ["lesson.c"] and "lesson.py" in copied and "rdma_common.c" in copied
+    assert (tmp_path / "lesson.c").read_text() == "my work\n"
+    assert json.loads((tmp_path / ".lesson").read_text()) == {"lesson": 3, "hints": 0}
+    with pytest.raises(UsageError) as caught:
+        _copy_starter(catalog.lesson(2), tmp_path)
+    assert caught.value.message == f"{tmp_path} holds lesson 3's files"
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    code, _, err = run_main(monkeypatch, capsys, "lesson", "start", "1", str(a_file))
+    assert (code, err.splitlines()[0]) == (2, f"error: {a_file} is not a folder")
