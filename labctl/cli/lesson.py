@@ -144,7 +144,7 @@ def start(number: int = NumberArgument,
     from labctl.store.labdir import LabDir
 
     item = lesson(number)
-    folder = folder.absolute()
+    folder = Path(os.path.realpath(folder))  # as the lab records its mounts: links resolved
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{folder} is not a folder", hint="give a folder for the lesson")
     try:
@@ -228,8 +228,8 @@ def check_command(number: int = NumberArgument,
                          hint="e.g. --ladder lesson.svg")
     handle = open_lab(lab)
     mounted = mounted_folder(handle)
-    if folder is not None and str(folder.absolute()) != mounted:
-        raise UsageError(f"lab {lab} mounts {mounted}, not {folder.absolute()}",
+    if folder is not None and os.path.realpath(folder) != mounted:
+        raise UsageError(f"lab {lab} mounts {mounted}, not {os.path.realpath(folder)}",
                          hint=f"`labctl lesson start {number} {folder}` brings the lab up "
                          "with that folder")
     if not os.path.isfile(os.path.join(mounted, "lesson.c" if lang == "c" else "lesson.py")):

@@ -25,7 +25,17 @@ from tests.unit.jsonshape import parsed
 pytestmark = pytest.mark.integration
 LAB = (os.environ.get("LABCTL_TEST_LAB", "itest") + "-les")[:20]
 LESSONS = REPO / "labctl" / "data" / "lessons"
-ANSWERS = Path(__file__).parent / "lesson_answers"
+# Typical wrong answers: the reference solution with one mistake, (lesson folder, the
+# solution's text, the mistake's).
+WRONG = {
+    "guid-byte-order": ("01-device", "uint64_t guid = be64toh(dev.node_guid);",
+                        "uint64_t guid = dev.node_guid;"),
+    "short-receive": ("02-send-recv", "\tcheck(ibv_post_recv(",
+                      "\tsge.length = 1024;\n\tcheck(ibv_post_recv("),
+    "send-instead": ("03-rdma-write", ".opcode = IBV_WR_RDMA_WRITE,", ".opcode = IBV_WR_SEND,"),
+    "wrong-rkey": ("03-rdma-write", "wr.wr.rdma.rkey = lab->peer.rkey;",
+                   "wr.wr.rdma.rkey = lab->peer.rkey + 1;"),
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -57,6 +67,14 @@ def use(folder: Path, source: Path) -> None:
     shutil.copyfile(source, folder / source.name)
 
 
+def use_wrong(folder: Path, name: str) -> None:
+    """The solution's lesson.c with the mistake `name` made in it (exactly once)."""
+    lesson, right, wrong = WRONG[name]
+    text = solution(lesson).read_text()
+    assert text.count(right) == 1, f"{name}: the solution changed"
+    (folder / "lesson.c").write_text(text.replace(right, wrong))
+
+
 def failed(findings: list[dict[str, Any]]) -> list[str]:
     return [f["text"] for f in findings if not f["passed"]]
 
@@ -79,7 +97,7 @@ def test_lesson_1_device_query(tmp_path: Path) -> None:
     assert failed(findings) == [
         "your program exited 1: TODO: query the device's attributes (ctx.query_device())"]
 
-    use(folder, ANSWERS / "01-guid-byte-order" / "lesson.c")
+    use_wrong(folder, "guid-byte-order")
     code, findings, _ = check(1)
     assert code == 1
     (wrong,) = failed(findings)
@@ -103,7 +121,7 @@ def test_lesson_2_send_recv(tmp_path: Path) -> None:
                         "(ibv_post_recv)")
     assert any(t.startswith("your client put no SEND on the wire") for t in texts)
 
-    use(folder, ANSWERS / "02-short-receive" / "lesson.c")
+    use_wrong(folder, "short-receive")
     code, findings, verdict = check(2)
     assert code == 1
     texts = failed(findings)
@@ -125,7 +143,7 @@ def test_lesson_3_rdma_write(tmp_path: Path) -> None:
     assert ("your client exited 1: TODO: RDMA WRITE the whole buffer into the server's "
             "(IBV_WR_RDMA_WRITE)") in failed(findings)
 
-    use(folder, ANSWERS / "03-send-instead" / "lesson.c")
+    use_wrong(folder, "send-instead")
     code, findings, _ = check(3)
     assert code == 1
     texts = failed(findings)
@@ -133,7 +151,7 @@ def test_lesson_3_rdma_write(tmp_path: Path) -> None:
                in t for t in texts), texts
     assert any(t.startswith("the server answered RNR NAK") for t in texts), texts
 
-    use(folder, ANSWERS / "03-wrong-rkey" / "lesson.c")
+    use_wrong(folder, "wrong-rkey")
     code, findings, _ = check(3)
     assert code == 1
     assert any(t.startswith("the server answered NAK: remote access error")
