@@ -18,8 +18,8 @@ print_timings() {
     local rc=$?
     echo
     if [ -n "$images_pid" ] && kill -0 "$images_pid" 2>/dev/null; then  # stopped early
-        pkill -TERM -P "$images_pid" 2>/dev/null || true
-        kill "$images_pid" 2>/dev/null || true
+        kill -INT -- "-$images_pid" 2>/dev/null || true  # the builds' Ctrl-C: they clean up
+        wait "$images_pid" 2>/dev/null || true
     fi
     echo "stage timings (seconds):"
     for line in "${stages[@]}"; do
@@ -98,6 +98,9 @@ build_images() {  # the images (and Vagrant boxes) of the integration tests' lab
 # log, shown when a build fails; each image's seconds are printed at the end.
 start_images() {
     images_started=$(date +%s)
+    # a process group of its own (set -m): one signal reaches every build process, and a
+    # background job without it would ignore SIGINT
+    set -m
     (
         rc=0
         build_images >"$report/images.times" 2>"$report/images.log" || rc=$?
@@ -105,6 +108,7 @@ start_images() {
         date +%s >"$report/images.end"
     ) &
     images_pid=$!
+    set +m
 }
 
 finish_images() {  # wait for the images; the stage line says how long the run waited

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,26 @@ def test_a_failed_image_build_fails_the_run_and_says_which_stage(tmp_path: Path)
     assert "    image trixie-dev: 0 s" in result.stdout
     assert "the images stage failed; the end of its log:" in result.stderr
     assert "error: trixie-workloads failed" in result.stderr.split("end of its log:")[1]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the images stage runs as root only")
+def test_a_run_that_stops_early_stops_the_image_builds_too(tmp_path: Path) -> None:
+    """Lint fails while the first image is still building: the script exits at once, and
+    the build (a process group of its own) gets its Ctrl-C, not left running."""
+    script, log = _tree(tmp_path)
+    pid_file = tmp_path / "build.pid"
+    (tmp_path / ".venv" / "bin" / "labctl").write_text(
+        f'#!/bin/sh\necho "labctl $*" >> {log}\necho $$ > {pid_file}\nexec sleep 60\n')
+    (tmp_path / ".venv" / "bin" / "ruff").write_text(
+        f"#!/bin/sh\nwhile [ ! -s {pid_file} ]; do sleep 0.1; done\nexit 1\n")
+    started = time.monotonic()
+    result = _run(script)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert time.monotonic() - started < 30  # not the build's 60 s
+    build = int(pid_file.read_text())
+    for _ in range(50):  # the interrupted build ends
+        if not Path(f"/proc/{build}").exists():
+            break
+        time.sleep(0.1)
+    assert not Path(f"/proc/{build}").exists(), "the image build outlived the script"
+    assert "lint" in result.stdout.split("stage timings (seconds):")[1]
