@@ -10,14 +10,24 @@ stages=()
 started=$SECONDS
 # The unit tests run in TEST_WORKERS processes (pytest-xdist; 0: in pytest's own process),
 # the integration tests after them, one at a time: they boot VMs, share lab names and need
-# the CPU.
+# the CPU. The images the integration tests boot are built beside lint, types and unit.
 workers=${TEST_WORKERS:-2}
+images_pid=""
 
 print_timings() {
     local rc=$?
     echo
+    if [ -n "$images_pid" ] && kill -0 "$images_pid" 2>/dev/null; then  # stopped early
+        kill -INT -- "-$images_pid" 2>/dev/null || true  # the builds' Ctrl-C: they clean up
+        wait "$images_pid" 2>/dev/null || true
+    fi
     echo "stage timings (seconds):"
-    for line in "${stages[@]}"; do echo "  $line"; done
+    for line in "${stages[@]}"; do
+        echo "  $line"
+        if [[ $line == "images "* && -s $report/images.times ]]; then  # each image's own
+            sed 's/^/    /' "$report/images.times"
+        fi
+    done
     echo "  total $((SECONDS - started))"
     local files=("$report"/*.xml)
     if [ -s "${files[0]}" ]; then  # the counts last, for whoever reads the last line
@@ -71,15 +81,52 @@ stage() {  # stage NAME COMMAND...: run it, remember how long it took
 build_images() {  # the images (and Vagrant boxes) of the integration tests' labs
     local name t0
     for name in trixie trixie-dev trixie-workloads docker-host; do
-        t0=$SECONDS
+        t0=$(date +%s)
         .venv/bin/labctl image build "$name" >/dev/null || return
-        echo "image $name: $((SECONDS - t0)) s"
+        echo "image $name: $(($(date +%s) - t0)) s"
     done
     for name in trixie trixie-dev; do
-        t0=$SECONDS
+        t0=$(date +%s)
         .venv/bin/labctl image box "$name" >/dev/null || return
-        echo "box $name: $((SECONDS - t0)) s"
+        echo "box $name: $(($(date +%s) - t0)) s"
     done
+}
+
+# On a fresh machine the images take minutes of downloads and dpkg, mostly waiting on the
+# network and the disk: they are built in the background while lint, types and the unit
+# tests (CPU-bound) run, and the integration stage waits for them. Their progress goes to a
+# log, shown when a build fails; each image's seconds are printed at the end.
+start_images() {
+    images_started=$(date +%s)
+    # a process group of its own (set -m): one signal reaches every build process, and a
+    # background job without it would ignore SIGINT
+    set -m
+    (
+        rc=0
+        build_images >"$report/images.times" 2>"$report/images.log" || rc=$?
+        echo "$rc" >"$report/images.rc"
+        date +%s >"$report/images.end"
+    ) &
+    images_pid=$!
+    set +m
+}
+
+finish_images() {  # wait for the images; the stage line says how long the run waited
+    local waited=$SECONDS rc took
+    wait "$images_pid" || true
+    images_pid=""
+    waited=$((SECONDS - waited))
+    rc=$(cat "$report/images.rc" 2>/dev/null || echo 1)
+    took=$(($(cat "$report/images.end" 2>/dev/null || date +%s) - images_started))
+    cat "$report/images.times"
+    if [ "$rc" -eq 0 ]; then
+        stages+=("images $took (the integration stage waited $waited for them)")
+    else
+        stages+=("images $took (failed)")
+        echo "the images stage failed; the end of its log:" >&2
+        tail -n 40 "$report/images.log" >&2
+    fi
+    return "$rc"
 }
 
 # The arguments go to pytest. A path under tests/unit or tests/integration (a file, a
@@ -105,6 +152,13 @@ if [ "${#unit[@]}" -eq 0 ] && [ "${#integration[@]}" -eq 0 ]; then
 fi
 
 stage setup ./scripts/setup.sh  # everything the tests need (demo.sh: --minimal)
+# Every image the integration tests boot (each a no-op when cached): on a fresh machine
+# this stage is the cold cache's cost, printed per image.
+build_them=""
+if [ "${#integration[@]}" -gt 0 ] && [ "$(id -u)" -eq 0 ]; then
+    build_them=1
+    start_images
+fi
 stage lint .venv/bin/ruff check labctl tests
 stage typecheck .venv/bin/mypy labctl
 # -rs: every skipped test says why (in CI, as root, a skipped integration test fails:
@@ -119,11 +173,9 @@ if [ "${#unit[@]}" -gt 0 ]; then
         "${common[@]}" "${unit[@]}" || rc=$?
     codes+=("$rc")
 fi
-if [ "${#integration[@]}" -gt 0 ] && [ "$(id -u)" -eq 0 ]; then
-    # Every image the integration tests boot, built before them (each a no-op when cached):
-    # on a fresh machine this stage is the cold cache's cost, printed per image.
+if [ -n "$build_them" ]; then
     rc=0
-    stage images build_images || rc=$?
+    finish_images || rc=$?
     codes+=("$rc")
 fi
 if [ "${#integration[@]}" -gt 0 ]; then

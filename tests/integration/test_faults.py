@@ -1,13 +1,13 @@
 """Live faults (labctl fault, docs/faults.md): a lost SEND, a corrupted, duplicated,
 reordered or delayed SEND, every second SEND lost, every ACK lost with a small retry count,
-a receiver with no receive posted (RNR), and lost TCP segments under siw, each judged by
-the counters, the completion status and the capture, not by exit codes alone; and the
-refusals."""
+a receiver with no receive posted (RNR), each judged by the counters, the completion status
+and the capture, not by exit codes alone; and the refusals. They run on the session's
+shared two-node rxe lab (conftest), each test leaving it with no fault and no pingpong of
+its own running; lost TCP segments under siw are test_siw.py's, on its siw pair."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,41 +15,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from labctl.lab.handle import LabHandle
 from labctl.pytest_plugin.faults import injected_fault
-from labctl.runners.execute import RunResult, failure_details
-from labctl.store.labdir import LabDir
-from tests.integration.conftest import REPO, labctl, only_record
-from tests.integration.siwstall import RPING_ATTEMPTS, siw_stall
+from tests.integration.conftest import LAB_NAME, labctl, only_record
 
 pytestmark = pytest.mark.integration
-FAULT_LAB = os.environ.get("LABCTL_TEST_FAULT_LAB", "itest-fault")
-FAULT_SIW_LAB = os.environ.get("LABCTL_TEST_FAULT_SIW_LAB", "itest-fault-siw")
-
-
-def _module_lab(name: str, topology: str, tmp: Path) -> Iterator[LabHandle]:
-    data = yaml.safe_load((REPO / f"labctl/data/topologies/{topology}.yaml").read_text())
-    data["name"] = name
-    path = tmp / f"{topology}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    labctl("down", "--lab", name)
-    labctl("up", str(path), check=True)
-    yield LabHandle(LabDir(name))
-    labctl("down", "--lab", name)
-
-
-@pytest.fixture(scope="module")
-def rxe_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHandle]:
-    yield from _module_lab(FAULT_LAB, "two-node", tmp_path_factory.mktemp("fault"))
+FAULT_LAB = LAB_NAME  # the session's lab
+# The pingpong servers the tests below start themselves (not `labctl run`'s): one that
+# waits for a client that gave up busy-polls node1's vCPU until its own timeout.
+OWN_PINGPONG = "labctl.nodeside.pingpong -d rxe0 -g 1 -n 5"
 
 
 @pytest.fixture
-def lab(rxe_lab: LabHandle) -> Iterator[LabHandle]:
-    """The rxe lab with no fault before and after the test."""
-    yield rxe_lab
+def lab(lab_handle: LabHandle) -> Iterator[LabHandle]:
+    """The shared lab with no fault before and after the test, and none of this module's
+    own pingpong servers left running in it."""
+    yield lab_handle
     labctl("fault", "clear", "--lab", FAULT_LAB, check=True)
+    for node in ("node1", "node2"):
+        lab_handle.run(node, ["pkill", "-KILL", "-f", OWN_PINGPONG], timeout=60)
 
 
 def fault(lab_name: str, *args: str) -> dict[str, Any]:
@@ -258,27 +243,3 @@ def test_the_plugin_context_manager_takes_its_fault_off(lab: LabHandle) -> None:
         assert changes is not None and changes["rxe0/1"]["out_of_seq_request"] >= 1
     assert listed(FAULT_LAB) == []
     assert "prio" not in root_qdisc(lab, "node2")  # the link as before
-
-
-@pytest.fixture(scope="module")
-def siw_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHandle]:
-    yield from _module_lab(FAULT_SIW_LAB, "siw-pair", tmp_path_factory.mktemp("fault-siw"))
-
-
-def test_siw_lost_segments_are_tcp_retransmits(siw_lab: LabHandle) -> None:
-    stalls = []
-    try:
-        for _ in range(RPING_ATTEMPTS):  # siw's own stall (siwstall.py): a fresh fault, again
-            labctl("fault", "clear", "--lab", FAULT_SIW_LAB, check=True)
-            fault(FAULT_SIW_LAB, "node2:eth1", "drop", "--tcp", "--skip", "5", "--count", "3")
-            record = run(FAULT_SIW_LAB, "rping")
-            if record["status"] == "passed" or not siw_stall(record):
-                break
-            stalls.append(siw_stall(record))
-        assert record["status"] == "passed", failure_details(RunResult(**record)) + f"{stalls}"
-        assert listed(FAULT_SIW_LAB)[0]["hit"] == 3
-        tcp = record["counters"]["node2"]["tcp"]
-        assert tcp["RetransSegs"] >= 1  # TCP recovers; the verbs user sees nothing
-        assert "rxe0/1" not in record["counters"]["node2"]  # siw has no device counters
-    finally:
-        labctl("fault", "clear", "--lab", FAULT_SIW_LAB, check=True)

@@ -1,8 +1,11 @@
 """Every `labctl run ...` line of docs/learning-path.md, run against the shared rxe lab.
 
 Lines that name their own lab (`--lab siw-pair`: the iWARP step) are left to
-test_siw.py, which runs the same programs on a siw pair. Each other line runs as written
-plus `--lab` (and `--json`, to read the record) and must pass.
+test_siw.py, which runs the same programs on a siw pair. A bare `labctl run EXAMPLE`
+line (no option: `run udaddy`) is the run that test_examples.py's `run all` makes of that
+example on the same lab, at the same defaults, with more checks of its record (every
+variant passed, its figures): it is not run a second time here. Each other line runs as
+written plus `--lab` (and `--json`, to read the record) and must pass.
 """
 
 from __future__ import annotations
@@ -13,11 +16,16 @@ import pytest
 
 from labctl.lab.handle import LabHandle
 from tests.integration.conftest import LAB_NAME, labctl, only_record
+from tests.integration.test_examples import ON_RXE
 from tests.unit.test_learning_path import run_commands
 
 pytestmark = pytest.mark.integration
 
-LINES = [words for words in run_commands() if "--lab" not in words]
+# what test_examples' `run all` runs, at the examples' defaults (all of it but the
+# pingpongs' and perftests' -n)
+RUN_ALL_DEFAULTS = {name for name, _variant in ON_RXE} - {"pingpong", "perftest"}
+LINES = [words for words in run_commands() if "--lab" not in words
+         and not (len(words) == 2 and words[1] in RUN_ALL_DEFAULTS)]
 
 
 @pytest.mark.parametrize("words", LINES, ids=[" ".join(w) for w in LINES])

@@ -1,5 +1,6 @@
-"""A live soft-iWARP pair: up, status, RDMA CM programs, refusals, inspector; the lab is
-the module's own (modulelab: down at the module's end, nothing left)."""
+"""A live soft-iWARP pair: up, status, RDMA CM programs, refusals, inspector, lost TCP
+segments (labctl fault); the lab is the module's own (modulelab: down at the module's end,
+nothing left)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from labctl.lab.handle import LabHandle
+from labctl.runners.execute import RunResult, failure_details
 from tests.integration.conftest import labctl, make_topology, only_record
 from tests.integration.hotplug import check_hot_plug
 from tests.integration.modulelab import ModuleLab, module_lab
@@ -172,3 +174,30 @@ def test_rping_capture_decodes_iwarp(siw_lab: LabHandle, tmp_path: Path) -> None
 def test_devices_made_and_removed_under_a_running_helper(siw_lab: LabHandle) -> None:
     check_hot_plug(siw_lab, siw_lab.lab.nodes[0].name, "siw")
 
+
+def test_siw_lost_segments_are_tcp_retransmits(siw_lab: LabHandle) -> None:
+    """labctl fault under siw (docs/faults.md): three lost TCP segments are TCP's to
+    recover; rping passes, the retransmits show in node2's TCP counters."""
+    def fault_listed() -> list[dict[str, Any]]:
+        out = labctl("fault", "list", "--lab", SIW_LAB, "--json", check=True).stdout
+        faults: list[dict[str, Any]] = json.loads(out)["faults"]
+        return faults
+
+    stalls = []
+    try:
+        for _ in range(RPING_ATTEMPTS):  # siw's own stall (siwstall.py): a fresh fault, again
+            labctl("fault", "clear", "--lab", SIW_LAB, check=True)
+            labctl("fault", "add", "node2:eth1", "drop", "--tcp", "--skip", "5", "--count", "3",
+                   "--lab", SIW_LAB, "--json", check=True)
+            out = labctl("run", "rping", "--lab", SIW_LAB, "--json", timeout=600).stdout
+            record = only_record(out)
+            if record["status"] == "passed" or not siw_stall(record):
+                break
+            stalls.append(siw_stall(record))
+        assert record["status"] == "passed", failure_details(RunResult(**record)) + f"{stalls}"
+        assert fault_listed()[0]["hit"] == 3
+        tcp = record["counters"]["node2"]["tcp"]
+        assert tcp["RetransSegs"] >= 1  # TCP recovers; the verbs user sees nothing
+        assert "rxe0/1" not in record["counters"]["node2"]  # siw has no device counters
+    finally:
+        labctl("fault", "clear", "--lab", SIW_LAB, check=True)

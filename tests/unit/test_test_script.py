@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,8 @@ def _tree(tmp_path: Path, failing_image: str = "") -> tuple[Path, Path]:
         bin_dir / "labctl": "labctl",
     }
     for path, name in fakes.items():
-        fail = (f'case "$*" in *"build {failing_image}"*) exit 1;; esac\n'
+        fail = (f'case "$*" in *"build {failing_image}"*) '
+                f'echo "error: {failing_image} failed" >&2; exit 1;; esac\n'
                 if name == "labctl" and failing_image else "")
         path.write_text(f'#!/bin/sh\necho "{name} $*" >> {log}\n{fail}exit 0\n')
         path.chmod(0o755)
@@ -41,22 +43,29 @@ def _run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the images stage runs as root only")
-def test_the_images_are_built_after_the_unit_tests_and_before_the_integration_tests(
+def test_the_images_are_built_beside_the_unit_tests_and_before_the_integration_tests(
         tmp_path: Path) -> None:
     script, log = _tree(tmp_path)
     result = _run(script)
     assert result.returncode == 0, result.stdout + result.stderr
     calls = log.read_text().splitlines()
-    unit = next(i for i, c in enumerate(calls) if "tests/unit" in c)
+    setup = calls.index("setup ")
     integration = next(i for i, c in enumerate(calls) if "tests/integration" in c)
-    built = [c for c in calls[unit:integration] if c.startswith("labctl ")]
+    built = [c for c in calls if c.startswith("labctl ")]
     assert built == [f"labctl image build {n}" for n in
                      ("trixie", "trixie-dev", "trixie-workloads", "docker-host")] + \
         [f"labctl image box {n}" for n in ("trixie", "trixie-dev")]
-    timings = result.stdout.split("stage timings (seconds):")[1]
-    assert [line.split()[0] for line in timings.strip().splitlines()] == [
+    assert all(setup < calls.index(c) < integration for c in built)
+    timings = result.stdout.split("stage timings (seconds):")[1].split("\ntests: ")[0]
+    stages = [line for line in timings.strip().splitlines() if not line.startswith("    ")]
+    assert [line.split()[0] for line in stages] == [
         "setup", "lint", "typecheck", "unit", "images", "integration", "total"]
-    assert "image trixie-workloads: 0 s" in result.stdout
+    assert "the integration stage waited" in timings.split("  images ")[1].splitlines()[0]
+    # each image's seconds, under the images stage's line in the summary at the end
+    each = [line.strip() for line in timings.splitlines() if line.startswith("    ")]
+    assert each == [f"image {n}: 0 s" for n in
+                    ("trixie", "trixie-dev", "trixie-workloads", "docker-host")] + \
+        [f"box {n}: 0 s" for n in ("trixie", "trixie-dev")]
 
 
 def test_unit_paths_alone_build_no_image(tmp_path: Path) -> None:
@@ -76,3 +85,30 @@ def test_a_failed_image_build_fails_the_run_and_says_which_stage(tmp_path: Path)
     calls = log.read_text().splitlines()
     assert "labctl image build docker-host" not in calls  # stopped at the first failure
     assert any("tests/integration" in c for c in calls)  # the tests still ran
+    # the images built before the failure keep their lines; the log's end is shown
+    assert "    image trixie-dev: 0 s" in result.stdout
+    assert "the images stage failed; the end of its log:" in result.stderr
+    assert "error: trixie-workloads failed" in result.stderr.split("end of its log:")[1]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the images stage runs as root only")
+def test_a_run_that_stops_early_stops_the_image_builds_too(tmp_path: Path) -> None:
+    """Lint fails while the first image is still building: the script exits at once, and
+    the build (a process group of its own) gets its Ctrl-C, not left running."""
+    script, log = _tree(tmp_path)
+    pid_file = tmp_path / "build.pid"
+    (tmp_path / ".venv" / "bin" / "labctl").write_text(
+        f'#!/bin/sh\necho "labctl $*" >> {log}\necho $$ > {pid_file}\nexec sleep 60\n')
+    (tmp_path / ".venv" / "bin" / "ruff").write_text(
+        f"#!/bin/sh\nwhile [ ! -s {pid_file} ]; do sleep 0.1; done\nexit 1\n")
+    started = time.monotonic()
+    result = _run(script)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert time.monotonic() - started < 30  # not the build's 60 s
+    build = int(pid_file.read_text())
+    for _ in range(50):  # the interrupted build ends
+        if not Path(f"/proc/{build}").exists():
+            break
+        time.sleep(0.1)
+    assert not Path(f"/proc/{build}").exists(), "the image build outlived the script"
+    assert "lint" in result.stdout.split("stage timings (seconds):")[1]
