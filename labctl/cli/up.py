@@ -23,6 +23,7 @@ from labctl.cli.shapes import UpOutput
 from labctl.cli.validate import mount_lines
 from labctl.errors import UsageError
 from labctl.lab import lifecycle
+from labctl.lab.labs import lab_made
 
 BOOTS = lifecycle.BOOTS
 
@@ -77,7 +78,7 @@ def up(
     options.check()
     path = find_topology(topology)
     resolved = lifecycle.resolve(path, options)
-    existed = lifecycle.lab_exists(resolved.name) and not recreate  # recreate: made anew
+    existed = lab_made(resolved.name) and not recreate  # recreate: made anew
     on_interrupt(lambda: up_interrupted(resolved.name, shlex.quote(topology), existed))
     for line in mount_lines(resolved):  # refused here: exit 2
         (err_console if as_json else console).print(line, markup=False, soft_wrap=True)
@@ -119,7 +120,7 @@ def up(
 def up_interrupted(name: str, topology: str, existed: bool) -> str:
     """What an interrupted `up` left of lab `name`, and the command that cleans only that."""
     down = f"`labctl down --lab {name}`"
-    if not lifecycle.lab_exists(name):
+    if not lab_made(name):
         return f"nothing of lab {name} was made" if not existed else f"lab {name} is gone"
     if existed:
         return (f"lab {name} was up before; a node being restarted may be down: "

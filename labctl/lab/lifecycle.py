@@ -160,11 +160,6 @@ def resolve(topology: Path, options: UpOptions) -> Lab:
     return dataclasses.replace(lab, provider_options=provider_options)
 
 
-def lab_exists(name: str) -> bool:
-    """Lab `name` was made, at least in part (its lab.json or state.json is there)."""
-    return LabDir(name).exists()
-
-
 def _allowances(options: UpOptions) -> tuple[Path, ...]:
     from labctl.topology.host import resolve_allowances
     return resolve_allowances(options.allow_host_mounts)
