@@ -197,6 +197,13 @@ def load_object(text: str | bytes, *, limit: int = STATE_FILE_BYTES,
     return value
 
 
+def json_kind(value: object) -> str:
+    """What a parsed JSON value is, for a message: "a list", "null"..."""
+    kinds = ((bool, "a boolean"), (str, "a string"), (int, "a number"), (float, "a number"),
+             (list, "a list"), (dict, "an object"), (type(None), "null"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "a value")
+
+
 def _json_kind(value: Any) -> str:
     kinds = ((list, "list"), (str, "string"), (bool, "boolean"), (int, "number"),
              (float, "number"), (type(None), "null"))

@@ -43,7 +43,7 @@ def _check_lab(value: str | None) -> str | None:
     any text that is not a lab name (a path, "x\\n")."""
     if value is None:
         return None
-    from labctl.store.labdir import check_lab_name  # pydantic-free, but keep startup lean
+    from labctl.lab.labs import check_lab_name  # keep startup lean
 
     return check_lab_name(value)
 

@@ -29,14 +29,14 @@ def _never_raises(func: Completer) -> Completer:
 
 @_never_raises
 def lab_names(incomplete: str) -> list[str]:
-    from labctl.store.labdir import running_labs
+    from labctl.lab.labs import running_labs
 
     return [name for name in running_labs() if name.startswith(incomplete)]
 
 
 def _chosen_lab(ctx: typer.Context | None) -> Any:
     """The lab the command line chose with --lab, else the only lab that is up."""
-    from labctl.store.labdir import LabDir, running_labs
+    from labctl.lab.labs import lab_of, running_labs
 
     name = ctx.params.get("lab") if ctx is not None else None
     if not name:
@@ -44,7 +44,7 @@ def _chosen_lab(ctx: typer.Context | None) -> Any:
         if len(labs) != 1:
             return None
         name = labs[0]
-    return LabDir(str(name)).load_lab()
+    return lab_of(str(name))
 
 
 @_never_raises

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import os
-import re
 from pathlib import Path
 
 import typer
@@ -15,17 +13,9 @@ from labctl.cli.report import on_interrupt
 from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import DownOutput
 from labctl.errors import UsageError, short_repr
+from labctl.lab.labs import DEFAULT_LAB_ENV, default_lab, every_lab, lab_made, running_labs
 from labctl.lab.lifecycle import destroy
-from labctl.net import labnet
-from labctl.store.labdir import (
-    DEFAULT_LAB_ENV,
-    LabDir,
-    default_lab,
-    lab_dir_names,
-    running_labs,
-)
 from labctl.topology.catalog import find_topology
-from labctl.topology.model import LAB_NAME_RE
 
 
 def _name_from_topology(path: Path) -> str:
@@ -36,19 +26,9 @@ def _name_from_topology(path: Path) -> str:
     return read_lab_name(path)
 
 
-def _all_labs() -> list[str]:
-    """The labs of the state dir (a lab directory, even a corrupt or half-made one). With
-    the default state dir also the labs whose directory is gone but whose netns remains;
-    a separate LABCTL_STATE_DIR is a separate set of labs: another's netns is not its own."""
-    names = set(lab_dir_names())
-    if "LABCTL_STATE_DIR" not in os.environ:
-        names |= {ns.removeprefix(labnet.NETNS_PREFIX) for ns in labnet.lab_namespaces()}
-    return sorted(n for n in names if re.fullmatch(LAB_NAME_RE, n))  # never a path like ".."
-
-
 def _down_interrupted(names: list[str]) -> str:
     """Ctrl-C in down: the labs not yet fully removed, and the command that finishes."""
-    left = [n for n in names if LabDir(n).exists()]
+    left = [n for n in names if lab_made(n)]
     if not left:
         return ""
     return "; ".join(f"lab {n} may be partly removed: `labctl down --lab {n}` removes the "
@@ -58,7 +38,7 @@ def _down_interrupted(names: list[str]) -> str:
 def _existing(name: str, source: str = "") -> str:
     """`name` if labctl has any of that lab (a directory, even half-made; a netns left);
     else exit 2 naming the labs there are, the nearest first ("did you mean")."""
-    labs = _all_labs()
+    labs = every_lab()
     if name in labs:
         return name
     near = difflib.get_close_matches(name, labs, n=3, cutoff=0.6)
@@ -78,7 +58,7 @@ def down(
 ) -> None:
     """Stop the lab's nodes and remove everything it made."""
     if all_labs:
-        names = _all_labs()
+        names = every_lab()
     elif lab:
         names = [_existing(lab)]
     elif topology:

@@ -80,19 +80,9 @@ def graph_of_topology(topology: str) -> Graph:
 
 def graph_of_lab(name: str | None) -> Graph:
     """A lab that is up, from its files: the recorded device and port state of each node."""
-    from labctl.store.labdir import find_labdir
-    from labctl.store.state import CorruptStateError
-    from labctl.topology.graph import Recorded, build_graph
+    from labctl.lab.labs import lab_graph
 
-    labdir = find_labdir(name)
-    lab = labdir.load_lab()
-    try:
-        state = labdir.load_state()
-    except CorruptStateError:  # the picture needs lab.json only; `status` reports the rest
-        return build_graph(lab, phase="?")
-    recorded = {n: Recorded(device=s.rdma_dev, port_state=s.port_state)
-                for n, s in state.nodes.items()}
-    return build_graph(lab, recorded, phase=str(state.phase))
+    return lab_graph(name)
 
 
 def render(graph: Graph, fmt: str) -> bytes:

@@ -150,14 +150,12 @@ def _merge_json(results: dict[str, subprocess.CompletedProcess[str]],
 
 
 def _json_reply(text: str, kinds: tuple[type, ...]) -> object:
-    from labctl.node.replies import json_kind
-
     if not text.strip():
         raise bounded.BoundedError("an empty reply")
     value = bounded.loads(text, limit=bounded.NODE_REPLY_BYTES)
     if not isinstance(value, kinds):
         names = " or ".join("an object" if k is dict else "a list" for k in kinds)
-        raise bounded.BoundedError(f"{json_kind(value)}, not {names}")
+        raise bounded.BoundedError(f"{bounded.json_kind(value)}, not {names}")
     return value
 
 

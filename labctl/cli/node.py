@@ -17,7 +17,7 @@ from labctl.cli.report import on_interrupt
 from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import NodeActionOutput
 from labctl.lab import lifecycle
-from labctl.store.labdir import find_labdir
+from labctl.lab.labs import find_labdir
 
 TimeoutOption = typer.Option(300, help="Seconds to wait for the node to be ready.",
                              metavar="SECONDS", callback=seconds("timeout"))

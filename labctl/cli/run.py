@@ -27,7 +27,7 @@ from labctl.cli.report import on_interrupt, print_error
 from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import ExampleRow, RunListOutput
 from labctl.errors import UsageError
-from labctl.lab.handle import LabHandle, open_lab
+from labctl.lab.handle import LabHandle
 from labctl.runners.custom import custom_spec
 from labctl.runners.example_spec import ExampleSpec, check_options
 from labctl.runners.examples import EXAMPLES, TEACHES
@@ -46,7 +46,7 @@ from labctl.runners.options import (
     RunCommand,
     RunOption,
 )
-from labctl.runners.pairs import check_selection, select_pairs
+from labctl.runners.request import PairChoice, RunRequest
 from labctl.runners.schedule import pair_group, run_pairs
 from labctl.runners.storage import TEACHES as STORAGE_TEACHES
 from labctl.runners.storage import WORKLOADS, run_storage, transports
@@ -309,59 +309,60 @@ def _run_example(command: RunCommand, values: dict[str, Any]) -> None:
     """An example's command: its catalogue entry, between the chosen pair(s)."""
     assert command.variant is not None  # every entry of RUN_COMMANDS has one
     spec = EXAMPLES[(command.name, command.variant(values))]
-    options = check_options(command.run_options(values))  # bad values: exit 2 before the lab
-    _run_spec(spec, options, values)
+    _run_spec(spec, run_request(command, values))  # bad values: exit 2 before the lab
 
 
 def _run_custom(command: RunCommand, values: dict[str, Any]) -> None:
     """Your own server and client commands, run as an example is."""
-    options = check_options(command.run_options(values))
+    request = run_request(command, values)
     spec = custom_spec(values["server_cmd"], values["client_cmd"], ready=values["ready"],
                        ready_port=values["ready_port"])
-    _run_spec(spec, options, values)
+    _run_spec(spec, request)
 
 
-def _lab_and_pairs(values: dict[str, Any]) -> tuple[LabHandle, list[tuple[str, str]]]:
-    """The lab and the pairs the user chose; what is wrong without the lab, before it opens."""
-    selection = values["pairs"], values["server"], values["client"]
-    check_selection(*selection, values["jobs"])
-    handle = open_lab(values["lab"])
-    return handle, select_pairs(handle.lab, *selection)
+def run_request(command: RunCommand, values: dict[str, Any]) -> RunRequest:
+    """What a run command's values ask for, typed and checked once: bad values are refused
+    (exit 2) before the lab is opened. Its own choices (an example's variant, a workload's
+    transports) stay with the command."""
+    return RunRequest(
+        options=check_options(command.run_options(values)),
+        choice=PairChoice(values["pairs"], values["server"], values["client"], values["jobs"]),
+        lab=values["lab"], as_json=values["as_json"],
+        show_output=values.get("show_output", False), capture=values.get("capture", False),
+        capture_dir=values.get("capture_dir"))
 
 
-def _run_spec(spec: ExampleSpec, options: dict[str, Any], values: dict[str, Any]) -> None:
+def _run_spec(spec: ExampleSpec, request: RunRequest) -> None:
     """Run `spec` between the chosen pair, or each of several pairs (--pairs)."""
-    handle, chosen = _lab_and_pairs(values)
-    pairs, jobs, as_json = values["pairs"], values["jobs"], values["as_json"]
-    capture, capture_dir = values["capture"], values["capture_dir"]
-    if pairs != "first":
-        _run_pairs(handle, spec, chosen, options, as_json, capture, capture_dir, jobs,
-                   values["show_output"])
+    handle, chosen = request.open()
+    if request.choice.pairs != "first":
+        _run_pairs(handle, spec, chosen, request)
         return
     server, client = chosen[0]
-    result = captured_runner(capture, capture_dir)(handle, spec, server, client, options)
-    print_results([result], as_json, show_output=values["show_output"])
+    result = captured_runner(request.capture, request.capture_dir)(handle, spec, server,
+                                                                   client, request.options)
+    print_results([result], request.as_json, show_output=request.show_output)
     if result.status == "skipped":
         # Asked for by name, an unsupported run is refused: say why, exit as for bad input.
         refuse(f"{result.label} between {server} and {client}: {result.reason}")
 
 
 def _run_pairs(handle: LabHandle, spec: ExampleSpec, chosen: list[tuple[str, str]],
-               options: dict[str, Any], as_json: bool, capture: bool,
-               capture_dir: Path | None, jobs: int, show_output: bool = False) -> None:
+               request: RunRequest) -> None:
     """One example between several pairs (--pairs): a record per pair, the server x client
     table, exit 1 if a run failed and 2 if none could run at all."""
+    options, as_json, jobs = request.options, request.as_json, request.choice.jobs
     if options.get("group") is not None and jobs > 1 and len(chosen) > 1:
         raise UsageError("--group with --jobs above 1: runs in parallel need a multicast "
                          "group each", hint="leave --group out (pair N then uses 239.1.N.1) "
                          "or use --jobs 1")
 
-    run = captured_runner(capture, capture_dir, pair_in_name=True)
+    run = captured_runner(request.capture, request.capture_dir, pair_in_name=True)
 
     def one(index: int, server: str, client: str) -> RunResult:
-        opts = dict(options)
+        opts = options
         if spec.name == "mckey" and opts.get("group") is None:
-            opts["group"] = pair_group(index)
+            opts = options.but(group=pair_group(index))
         result = run(handle, spec, server, client, opts)
         if not as_json:
             _progress(result)
@@ -374,7 +375,7 @@ def _run_pairs(handle: LabHandle, spec: ExampleSpec, chosen: list[tuple[str, str
         print_results(results, as_json)
         refuse(f"{spec.label}: no pair can run it: "
                + "; ".join(dict.fromkeys(r.reason for r in results)))
-    print_results(results, as_json, show_output=show_output)  # exits 1 on a failure
+    print_results(results, as_json, show_output=request.show_output)  # exits 1 on a failure
 
 
 for _command in RUN_COMMANDS:
@@ -386,9 +387,9 @@ def _run_storage(command: RunCommand, values: dict[str, Any]) -> None:
     """`run nvmeof`, `run nfs`: each transport (rdma, then tcp) between each pair, one table;
     exit 1 on a failure, 2 when nothing could run (the reasons said)."""
     chosen_transports = transports(values["transport"])
-    options = check_options(command.run_options(values))
-    handle, chosen = _lab_and_pairs(values)
-    as_json, capture, capture_dir = values["as_json"], values["capture"], values["capture_dir"]
+    request = run_request(command, values)
+    handle, chosen = request.open()
+    as_json, capture, capture_dir = request.as_json, request.capture, request.capture_dir
     multi = len(chosen) > 1
 
     def pair(index: int, server: str, client: str) -> list[RunResult]:
@@ -397,14 +398,14 @@ def _run_storage(command: RunCommand, values: dict[str, Any]) -> None:
             workload = WORKLOADS[(command.name, transport)]
             label = f"{command.name} {transport}" + (f" {server}-{client}" if multi else "")
             with capturing_run(handle, server, label, capture, capture_dir, client) as cap:
-                result = run_storage(handle, workload, server, client, options)
+                result = run_storage(handle, workload, server, client, request.options)
             result.capture = cap.record() if cap else None
             if not as_json:
                 _progress(result)
             results.append(result)
         return results
 
-    results = [r for rs in run_pairs(chosen, values["jobs"], pair) for r in rs]
+    results = [r for rs in run_pairs(chosen, request.choice.jobs, pair) for r in rs]
     if as_json:
         print_records(results)
     else:
@@ -412,7 +413,7 @@ def _run_storage(command: RunCommand, values: dict[str, Any]) -> None:
         for r in results:
             if r.capture:
                 console.print(capture_line(r), markup=False, soft_wrap=True)
-        if values["show_output"]:
+        if request.show_output:
             print_outputs(results)
     _fail_on_failures(results, lambda r: f"{r.label} {r.server} -> {r.client}")
     if all(r.status == "skipped" for r in results):
@@ -524,14 +525,14 @@ def run_list(as_json: bool = JsonOption) -> None:
 
 def _run_all(command: RunCommand, values: dict[str, Any]) -> None:
     """Every example the two nodes' devices support, one summary; exit 1 on a failure."""
-    options = check_options(command.run_options(values))
-    handle, chosen = _lab_and_pairs(values)
-    jobs, as_json = values["jobs"], values["as_json"]
-    runner = captured_runner(values["capture"], values["capture_dir"])
+    request = run_request(command, values)
+    handle, chosen = request.open()
+    jobs, as_json = request.choice.jobs, request.as_json
+    runner = captured_runner(request.capture, request.capture_dir)
 
     def pair(index: int, pair_server: str, pair_client: str) -> list[RunResult]:
         return run_matrix(handle, pair_server, pair_client,
-                          {**options, "group": pair_group(index)},
+                          request.options.but(group=pair_group(index)),
                           progress=None if as_json else _progress,
                           run=runner)
 
@@ -539,7 +540,7 @@ def _run_all(command: RunCommand, values: dict[str, Any]) -> None:
     if len(chosen) > 1 and not as_json:
         _print_pair_matrix(results, chosen)
     print_results(results, as_json, summary=True,
-                  show_output=values["show_output"])  # exits 1 on a failure
+                  show_output=request.show_output)  # exits 1 on a failure
 
 
 add_command(run_app, ALL_COMMAND, _run_all)

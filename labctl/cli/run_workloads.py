@@ -13,18 +13,17 @@ from rich.table import Table
 from labctl.capture.runhook import capture_line, captured_runner, capturing_run
 from labctl.cli.common import console, err_console
 from labctl.cli.run import (
-    _lab_and_pairs,
     _progress,
     add_command,
     print_outputs,
     print_records,
     refuse,
     run_app,
+    run_request,
 )
 from labctl.cli.safeprint import print_json
 from labctl.errors import UsageError
 from labctl.lab.handle import open_lab
-from labctl.runners.example_spec import check_options
 from labctl.runners.execute import RunResult, failure_details
 from labctl.runners.mpi import (
     MpiReport,
@@ -83,16 +82,16 @@ def _run_ucx(command: RunCommand, values: dict[str, Any]) -> None:
     """ucx_perftest's tests over each transport between the pair(s), one table."""
     tests = _both(values["test"], TESTS, "--test")
     transports = _both(values["transport"], TRANSPORTS, "--transport")
-    options = check_options(command.run_options(values))
-    handle, chosen = _lab_and_pairs(values)
-    as_json = values["as_json"]
-    run = captured_runner(values["capture"], values["capture_dir"],
+    request = run_request(command, values)
+    handle, chosen = request.open()
+    as_json = request.as_json
+    run = captured_runner(request.capture, request.capture_dir,
                           pair_in_name=len(chosen) > 1)
 
     def pair(index: int, server: str, client: str) -> list[RunResult]:
         results: list[RunResult] = []
         for spec in ucx_specs(tests, transports):
-            result = run(handle, spec, server, client, dict(options))
+            result = run(handle, spec, server, client, request.options)
             results.append(result)
             if not as_json:
                 _progress(result)
@@ -100,7 +99,7 @@ def _run_ucx(command: RunCommand, values: dict[str, Any]) -> None:
                 break
         return results
 
-    results = [r for rs in run_pairs(chosen, values["jobs"], pair) for r in rs]
+    results = [r for rs in run_pairs(chosen, request.choice.jobs, pair) for r in rs]
     if as_json:
         print_records(results)
     else:
@@ -108,7 +107,7 @@ def _run_ucx(command: RunCommand, values: dict[str, Any]) -> None:
         for r in results:
             if r.capture:
                 console.print(capture_line(r), markup=False, soft_wrap=True)
-        if values["show_output"]:
+        if request.show_output:
             print_outputs(results)
     for r in results:
         if r.status == "failed":

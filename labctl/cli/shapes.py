@@ -15,64 +15,13 @@ from typing import Literal, NotRequired
 from typing_extensions import TypedDict
 
 from labctl.capabilities import EngineKind
-from labctl.node.replies import DeviceStatus, LiveInterface
+from labctl.lab.status import LabStatusRecord
 from labctl.runners.execute import RunResult
 from labctl.runners.ucx import UcxInfo
-from labctl.store.state import NodeStatus
 from labctl.topology.resolved import ProviderName, Rdma
 
 
 # --- labctl status --json, labctl up --json ----------------------------------------------
-class TopologyInterface(TypedDict):
-    name: str  # eth1
-    ipv4: str  # 10.77.1.1/24, from the topology
-    mac: str
-
-
-class RecordedDevice(TypedDict):
-    """An RDMA device as the node's ready line reported it at boot (`up --json`: no live
-    query; labctl.store.state.NodeState keeps it)."""
-
-    name: str
-    port_state: str  # "?" when the ready line did not say
-    active_mtu: str
-    gid_index: int | None
-
-
-class NodeRecord(TypedDict):
-    """One node in `status --json`: the provider's view plus what the node reports."""
-
-    name: str
-    state: NodeStatus
-    reason: str  # why not running, or why the node could not be asked; "" when fine
-    rdma: Rdma
-    management: str | None  # 127.0.0.1:PORT of the node's ssh; None for container nodes
-    interfaces: list[TopologyInterface]
-    # [] unless the node is running and answered; `up --json`: as the node reported at boot
-    devices: list[DeviceStatus] | list[RecordedDevice]
-    live_interfaces: list[LiveInterface]  # [] unless the node is running and answered
-    details: dict[str, str]  # provider facts: pid, accel (qemu), container, engine (docker)
-
-
-class LabBusy(TypedDict):
-    """An `up` or `down` holds the lab's lock now (its flock, tried by `status`)."""
-
-    action: Literal["creating", "repairing", "removing"]
-    pid: int | None  # the labctl holding it, as its lock.owner says; None if it does not
-
-
-class LabStatusRecord(TypedDict):
-    lab: str
-    # "?": a corrupt lab, or one whose lab.json its `up` has not written yet
-    provider: ProviderName | Literal["?"]
-    phase: str  # "up" once `up` finished; "corrupt"; anything else: an unfinished `up`
-    ready_seconds: float | None
-    nodes: list[NodeRecord]
-    error: NotRequired[str]  # only for phase "corrupt": what cannot be read, what to do
-    # `status` always writes it (null: no `up` or `down` at work); `up --json` does not
-    busy: NotRequired[LabBusy | None]
-
-
 class StatusOutput(TypedDict):
     """`labctl status --json`: every lab that is up (or the one --lab names)."""
 

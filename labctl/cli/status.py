@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -11,75 +11,8 @@ from rich.text import Text
 
 from labctl.cli.common import console, err_console, lab_option
 from labctl.cli.safeprint import print_json
-from labctl.cli.shapes import LabBusy, LabStatusRecord, NodeRecord, StatusOutput
-from labctl.errors import LabctlError, UsageError
-from labctl.lab.handle import LabHandle
-from labctl.node.replies import UnreadableReply
-from labctl.store.labdir import LabDir, LockHolder, running_labs
-from labctl.store.state import CorruptStateError, LabState, NodeStatus, Phase
-
-
-def _recorded_devices(state: LabState, node: str) -> dict[str, Any]:
-    """The node's device as its ready line reported it at boot (see node-init.sh)."""
-    info = state.nodes.get(node)
-    if info is None or not info.rdma_dev:
-        return {}
-    return {"devices": [{"name": info.rdma_dev, "port_state": info.port_state or "?",
-                         "active_mtu": info.active_mtu, "gid_index": info.gid_index}]}
-
-
-def collect_status(handle: LabHandle, live: bool = True) -> LabStatusRecord:
-    """Provider view plus, for running nodes, what the node itself reports.
-
-    With live=False the node's own report is the one it gave when it became ready.
-    The record has the same shape whatever the provider.
-    """
-    state = handle.labdir.load_state()  # a corrupt state.json: CorruptStateError (exit 1)
-    runtimes = handle.provider.nodes()
-    running = [r.name for r in runtimes if r.state == NodeStatus.RUNNING]
-    live_info: dict[str, Any] = (handle.all_node_status(running) if live else
-                                 {n: _recorded_devices(state, n) for n in running})
-    nodes = []
-    for runtime in runtimes:
-        node = handle.lab.node(runtime.name)
-        details = {k: str(v) for k, v in runtime.details.items()}
-        record: NodeRecord = {
-            "name": node.name,
-            "state": runtime.state,
-            "reason": runtime.reason,
-            "rdma": node.rdma,
-            "management": details.pop("ssh", None),
-            "interfaces": [{"name": i.name, "ipv4": i.ipv4, "mac": i.mac} for i in node.interfaces],
-            "devices": [],
-            "live_interfaces": [],
-            "details": details,
-        }
-        info = live_info.get(node.name)
-        if isinstance(info, UnreadableReply):  # it runs, but what it says cannot be used
-            record["state"], record["reason"] = NodeStatus.UNREADABLE, info.message
-        elif isinstance(info, LabctlError):  # could not be asked (ssh, timeout): say why
-            record["reason"] = info.message
-        elif info:
-            record["devices"] = info["devices"]
-            record["live_interfaces"] = info.get("interfaces", [])
-        nodes.append(record)
-    return {
-        "lab": handle.lab.name,
-        "provider": handle.lab.provider,
-        "phase": str(state.phase),
-        "ready_seconds": state.ready_seconds,
-        "nodes": nodes,
-    }
-
-
-def _busy(holder: LockHolder | None, phase: str) -> LabBusy | None:
-    """The `busy` record of a lab whose lock is held."""
-    if holder is None:
-        return None
-    action: Literal["creating", "repairing", "removing"] = (
-        "removing" if holder.action == "down" else
-        "creating" if phase in (Phase.CREATING, "?") else "repairing")
-    return {"action": action, "pid": holder.pid}
+from labctl.cli.shapes import StatusOutput
+from labctl.lab.status import LabBusy, LabStatusRecord, is_finished, is_healthy, labs_status
 
 
 def _busy_words(busy: LabBusy) -> str:
@@ -87,36 +20,6 @@ def _busy_words(busy: LabBusy) -> str:
     verb = {"creating": "created", "removing": "removed", "repairing": "repaired"}
     by = f"pid {busy['pid']}" if busy["pid"] is not None else "another labctl"
     return f"being {verb[busy['action']]} by {by}"
-
-
-def _lab_status(labdir: LabDir) -> LabStatusRecord:
-    """collect_status(), or a "corrupt" record for a lab whose files cannot be read: one
-    such lab must not hide the others. `busy` says
-    whether an `up` or `down` holds the lab's lock now: then files not written yet (or
-    half removed) are that command at work, not a lab to remove."""
-    holder = labdir.lock_holder()
-    try:
-        record = collect_status(LabHandle(labdir))
-    except LabctlError as exc:
-        if holder is None and not isinstance(exc, CorruptStateError):
-            raise
-        record = {"lab": labdir.name, "provider": "?", "phase": _phase_on_disk(labdir, holder),
-                  "ready_seconds": None, "nodes": []}
-        if holder is None:
-            record["error"] = f"{exc.message} ({exc.hint})" if exc.hint else exc.message
-    record["busy"] = _busy(holder, record["phase"])
-    return record
-
-
-def _phase_on_disk(labdir: LabDir, holder: LockHolder | None) -> str:
-    """state.json's phase while an `up` or `down` is at work on the lab ("?" when it cannot
-    be read yet); "corrupt" for a lab nobody works on whose files cannot be read."""
-    if holder is None:
-        return "corrupt"
-    try:
-        return str(labdir.load_state().phase)
-    except LabctlError:
-        return "?"
 
 
 def _table(status: LabStatusRecord) -> Table:
@@ -157,19 +60,8 @@ def _table(status: LabStatusRecord) -> Table:
     return table
 
 
-def print_status(labdir: LabDir, live: bool = True) -> None:
-    console.print(_table(collect_status(LabHandle(labdir), live=live)))
-
-
-def _labdirs(lab: str | None) -> list[LabDir]:
-    """The lab --lab names (bad input if it is not up), else every lab that is up."""
-    if lab is None:
-        return [LabDir(name) for name in running_labs()]
-    labdir = LabDir(lab)  # a bad name is a UsageError already
-    if not labdir.path.exists():
-        raise UsageError(f"no lab named {lab!r} is up",
-                         hint=f"labs up: {', '.join(running_labs()) or 'none'}")
-    return [labdir]
+def print_status(status: LabStatusRecord) -> None:
+    console.print(_table(status))
 
 
 def status(
@@ -180,7 +72,7 @@ def status(
 ) -> None:
     """Show the nodes of every lab that is up (or of --lab) with their state, addresses and
     RDMA devices; exit 1 when a node is not running or an `up` did not finish."""
-    results = [_lab_status(labdir) for labdir in _labdirs(lab)]
+    results = labs_status(lab)
     if as_json:
         output: StatusOutput = {"labs": results}
         print_json(output)
@@ -196,12 +88,11 @@ def status(
         if holder:  # an `up` or `down` at work: not a lab to remove
             err_console.print(f"lab {result['lab']}: {_busy_words(holder)}; "
                               "`labctl status` again when it is done")
-        elif result["phase"] != Phase.UP:  # an interrupted up or repair: some step never ran
+        elif not is_finished(result):  # an interrupted up or repair: some step never ran
             err_console.print(f"lab {result['lab']}: `up` did not finish (phase"
                               f" {result['phase']}); `labctl down --lab {result['lab']}` removes"
                               " it")
-    if any(r["phase"] != Phase.UP or any(n["state"] != NodeStatus.RUNNING for n in r["nodes"])
-           for r in results):
+    if not all(is_healthy(r) for r in results):
         raise typer.Exit(1)
 
 

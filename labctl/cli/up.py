@@ -23,7 +23,7 @@ from labctl.cli.shapes import UpOutput
 from labctl.cli.validate import mount_lines
 from labctl.errors import UsageError
 from labctl.lab import lifecycle
-from labctl.store.labdir import LabDir
+from labctl.lab.labs import lab_made
 
 BOOTS = lifecycle.BOOTS
 
@@ -66,10 +66,8 @@ def up(
         False, "--cold", help="qemu: every node boots its kernel (the same as --boot cold)."),
 ) -> None:
     """Start the lab described by TOPOLOGY and wait until every RDMA device is ACTIVE."""
-    from labctl.cli.status import collect_status, print_status
-    from labctl.lab.handle import LabHandle
+    from labctl.cli.status import print_status
     from labctl.topology.catalog import find_topology
-    from labctl.vm.restore import restored_nodes
 
     options = lifecycle.UpOptions(accel=accel, mirror=mirror, timeout=timeout,
                                   provider=provider_name, engine=engine,
@@ -80,38 +78,37 @@ def up(
     options.check()
     path = find_topology(topology)
     resolved = lifecycle.resolve(path, options)
-    existed = LabDir(resolved.name).exists() and not recreate  # recreate: made anew
+    existed = lab_made(resolved.name) and not recreate  # recreate: made anew
     on_interrupt(lambda: up_interrupted(resolved.name, shlex.quote(topology), existed))
     for line in mount_lines(resolved):  # refused here: exit 2
         (err_console if as_json else console).print(line, markup=False, soft_wrap=True)
     with progress_reporter(f"up {path.stem}") as progress:
-        result = lifecycle.up(path, options, progress)
+        result = lifecycle.up(path, options, progress, resolved=resolved)
     lab = result.lab
-    handle = LabHandle(result.labdir)  # what follows reads the state once (print_status too)
-    restored = restored_nodes(handle.labdir.load_state())
     if as_json:  # the status as `up` prints it: the nodes' reports from when they were ready
         output: UpOutput = {"lab": lab.name, "seconds": round(result.seconds, 1),
-                            "repaired": result.repaired, "restored": restored,
-                            "status": collect_status(handle, live=False)}
+                            "repaired": result.repaired, "restored": result.restored,
+                            "status": result.status}
         print_json(output)
         return
     if result.already_up:
         console.print(f"[bold green]lab {lab.name} is already up[/] from this topology; "
                       "left as it is (`--recreate` makes it again)")
-        print_status(result.labdir, live=False)
+        print_status(result.status)
         return
     if result.removed:
         console.print(f"lab {lab.name}: took the running lab down first", highlight=False)
     if result.repaired:
         console.print(f"[bold green]lab {lab.name}: restarted {', '.join(result.repaired)}[/]"
                       f" in {result.seconds:.1f} s")
-        print_status(result.labdir, live=False)
+        print_status(result.status)
         return
+    restored = result.restored
     how = (f" ({len(restored)} of {len(lab.nodes)} nodes restored from a saved machine)"
            if restored else "")
     console.print(f"[bold green]lab {lab.name} is up[/] in {result.seconds:.1f} s{how}",
                   highlight=False)
-    print_status(result.labdir, live=False)
+    print_status(result.status)
     # --lab in every hint: without it the commands fail as soon as a second lab is up.
     console.print(
         f"next: `labctl run pingpong --lab {lab.name}`, `labctl exec {lab.nodes[0].name}"
@@ -123,7 +120,7 @@ def up(
 def up_interrupted(name: str, topology: str, existed: bool) -> str:
     """What an interrupted `up` left of lab `name`, and the command that cleans only that."""
     down = f"`labctl down --lab {name}`"
-    if not LabDir(name).exists():
+    if not lab_made(name):
         return f"nothing of lab {name} was made" if not existed else f"lab {name} is gone"
     if existed:
         return (f"lab {name} was up before; a node being restarted may be down: "

@@ -33,6 +33,8 @@ from pathlib import Path
 
 from labctl.capabilities import ACCELS, ENGINES, either, for_provider, offering, providers
 from labctl.errors import LabctlError, UsageError
+from labctl.lab.handle import LabHandle
+from labctl.lab.status import LabStatusRecord, collect_status
 from labctl.net import labnet
 from labctl.progress import Progress
 from labctl.providers import provider_for
@@ -93,12 +95,31 @@ class UpOptions:
 
 @dataclass
 class UpResult:
+    """What `up` did, all that `labctl up` prints (up_result makes it)."""
+
     lab: Lab
     labdir: LabDir
     seconds: float
+    # each node's state and device as its ready line said (the nodes are not asked again)
+    status: LabStatusRecord
+    restored: list[str]  # qemu: the nodes restored from a saved machine; the others booted
     repaired: list[str] = field(default_factory=list)  # a repair: the nodes started again
     already_up: bool = False  # up from the same topology, every node running: left as it was
     removed: list[str] = field(default_factory=list)  # --recreate: what `down` removed first
+
+
+def up_result(labdir: LabDir, seconds: float, *, repaired: list[str] | None = None,
+              already_up: bool = False, removed: list[str] | None = None) -> UpResult:
+    """The result of an `up` of `labdir`'s lab that has just finished: its status read
+    through one handle of its own (a LabDir of its own too: the caller's may outlive
+    this command, as the pytest plugin's does, and must not keep a remembered state)."""
+    from labctl.vm.restore import restored_nodes
+
+    handle = LabHandle(LabDir(labdir.name, labdir.path.parent))
+    return UpResult(handle.lab, labdir, seconds,
+                    status=collect_status(handle, live=False),
+                    restored=restored_nodes(handle.labdir.load_state()),
+                    repaired=repaired or [], already_up=already_up, removed=removed or [])
 
 
 class LabChangedError(UsageError):
@@ -144,11 +165,13 @@ def _allowances(options: UpOptions) -> tuple[Path, ...]:
     return resolve_allowances(options.allow_host_mounts)
 
 
-def up(topology: Path, options: UpOptions | None = None,
-       progress: Progress = _quiet) -> UpResult:
-    """Start the lab of `topology`, or repair it if it is up; see the module's doc."""
+def up(topology: Path, options: UpOptions | None = None, progress: Progress = _quiet, *,
+       resolved: Lab | None = None) -> UpResult:
+    """Start the lab of `topology`, or repair it if it is up; see the module's doc.
+    `resolved`: what resolve(topology, options) returned, when the caller has it (the
+    topology is then not read again)."""
     options = options or UpOptions()
-    lab = resolve(topology, options)
+    lab = resolved or resolve(topology, options)
     labdir = LabDir(lab.name)
     started = time.monotonic()
     provider = provider_for(lab, labdir)
@@ -180,7 +203,7 @@ def up(topology: Path, options: UpOptions | None = None,
             raise LabctlError(
                 f"up failed: {exc!r}",
                 hint=f"`labctl down --lab {lab.name}` removes what was made") from exc
-    return UpResult(lab, labdir, time.monotonic() - started, removed=removed)
+    return up_result(labdir, time.monotonic() - started, removed=removed)
 
 
 def _check_supported(lab: Lab, provider: Provider) -> None:
@@ -207,8 +230,8 @@ def _up_again(topology: Path, lab: Lab, labdir: LabDir, options: UpOptions,
                               hint=f"`{again}` takes the lab down and makes it again from "
                               f"the topology (fresh disks); or `labctl down --lab {lab.name}`")
     repaired = repair(labdir, options.timeout, progress)
-    return UpResult(stored, labdir, time.monotonic() - started, repaired,
-                    already_up=not repaired)
+    return up_result(labdir, time.monotonic() - started, repaired=repaired,
+                     already_up=not repaired)
 
 
 def _fully_created(labdir: LabDir) -> Lab:

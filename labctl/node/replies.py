@@ -68,13 +68,6 @@ _INTERFACE_FIELDS = _field_types(LiveInterface)
 _TYPE_NAMES = {str: "a string", int: "a number", list: "a list", type(None): "null"}
 
 
-def json_kind(value: object) -> str:
-    """What a parsed JSON value is, for a message: "a list", "null"..."""
-    kinds = ((bool, "a boolean"), (str, "a string"), (int, "a number"), (float, "a number"),
-             (list, "a list"), (dict, "an object"), (type(None), "null"))
-    return next((name for kind, name in kinds if isinstance(value, kind)), "a value")
-
-
 def _typed(value: object, types: tuple[type, ...]) -> bool:
     if isinstance(value, bool):  # a bool is an int to Python, not to JSON
         return False
@@ -84,14 +77,14 @@ def _typed(value: object, types: tuple[type, ...]) -> bool:
 def _record(raw: object, fields: dict[str, tuple[type, ...]], where: str) -> dict[str, Any]:
     """`raw` as an object with exactly `fields` (extra keys dropped), else BoundedError."""
     if not isinstance(raw, dict):
-        raise bounded.BoundedError(f"{where} is {json_kind(raw)}, not an object")
+        raise bounded.BoundedError(f"{where} is {bounded.json_kind(raw)}, not an object")
     record = {}
     for name, types in fields.items():
         if name not in raw:
             raise bounded.BoundedError(f"{where} has no {name!r}")
         if not _typed(raw[name], types):
             expected = " or ".join(_TYPE_NAMES[t] for t in types)
-            raise bounded.BoundedError(f"{where}.{name} is {json_kind(raw[name])} "
+            raise bounded.BoundedError(f"{where}.{name} is {bounded.json_kind(raw[name])} "
                                        f"({short_repr(raw[name], 30)}), not {expected}")
         record[name] = raw[name]
     return record
@@ -101,7 +94,7 @@ def _records(raw: dict[str, Any], key: str, fields: dict[str, tuple[type, ...]]
              ) -> list[dict[str, Any]]:
     value = raw[key]
     if not isinstance(value, list):
-        raise bounded.BoundedError(f"{key} is {json_kind(value)}, not a list")
+        raise bounded.BoundedError(f"{key} is {bounded.json_kind(value)}, not a list")
     return [_record(item, fields, f"{key}[{i}]") for i, item in enumerate(value)]
 
 
@@ -120,6 +113,7 @@ def status_reply(text: str, truncated: bool = False) -> dict[str, Any]:
     for i, interface in enumerate(interfaces):
         for address in interface["ipv4"]:
             if not isinstance(address, str):
-                raise bounded.BoundedError(f"interfaces[{i}].ipv4 holds {json_kind(address)}, "
+                kind = bounded.json_kind(address)
+                raise bounded.BoundedError(f"interfaces[{i}].ipv4 holds {kind}, "
                                            "not only strings")
     return {"devices": devices, "interfaces": interfaces}

@@ -105,7 +105,7 @@ def start_lab(spec: LabSpec) -> RdmaLab:
             return RdmaLab(handle, None)
     made = not labdir.exists()
     try:
-        result = lifecycle.up(spec.topology, options, _progress(wanted.name))
+        result = lifecycle.up(spec.topology, options, _progress(wanted.name), resolved=wanted)
     except BaseException:
         if made and not spec.keep:  # nothing half-made is left by a session that made it
             lifecycle.destroy(wanted.name)

@@ -144,7 +144,28 @@ def check_seconds(option: str, value: Any) -> float:
     return float(value)
 
 
-def check_options(options: dict[str, Any]) -> dict[str, Any]:
+class CheckedOptions(dict[str, Any]):
+    """Run options as check_options returned them: every value checked, and read-only, so
+    that what a runner is given is still what was checked. A runner takes these as they
+    are (checked()); a plain dict is checked first. `but` changes some, checked again."""
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("checked run options are read-only: use but(...)")
+
+    __setitem__ = __delitem__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only
+    __ior__ = _read_only
+
+    def but(self, **changes: Any) -> CheckedOptions:
+        return check_options({**self, **changes})
+
+
+def checked(options: dict[str, Any]) -> CheckedOptions:
+    """`options` checked, once: options already checked are taken as they are."""
+    return options if isinstance(options, CheckedOptions) else check_options(options)
+
+
+def check_options(options: dict[str, Any]) -> CheckedOptions:
     """The run options with every value checked; `UsageError` (exit 2) on the first bad one.
 
     Unset options (None) stay unset; unknown keys are refused (a typo would silently do
@@ -169,7 +190,7 @@ def check_options(options: dict[str, Any]) -> dict[str, Any]:
         else:
             raise UsageError(f"unknown run option {option!r}",
                              hint="options: " + ", ".join(sorted(KNOWN_OPTIONS)))
-    return checked
+    return CheckedOptions(checked)
 
 
 KNOWN_OPTIONS = frozenset({*_INT_RANGES, "timeout", "group", "verbose", "rdma_cm", "tests"})

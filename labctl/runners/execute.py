@@ -21,7 +21,7 @@ from labctl.runners.example_spec import (
     Endpoint,
     ExampleSpec,
     RunContext,
-    check_options,
+    checked,
     parse_output,
 )
 from labctl.runners.pairs import ip_path, no_path_reason, pair_interfaces
@@ -243,7 +243,7 @@ def run_example(
     client_node: str,
     options: dict[str, Any],
 ) -> RunResult:
-    options = check_options(options)  # values reach argv and shell snippets in the nodes
+    options = checked(options)  # values reach argv and shell snippets in the nodes
     result = RunResult(spec.name, spec.variant, server_node, client_node, "failed",
                        key_figure=spec.key_figure)
     for node in (_rdma_node(handle, server_node), _rdma_node(handle, client_node)):

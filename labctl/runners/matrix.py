@@ -33,7 +33,7 @@ def run_matrix(handle: LabHandle, server: str, client: str, options: dict[str, A
             result = RunResult(name, variant, server, client, "skipped", reason=limitation,
                                key_figure=spec.key_figure)
         else:
-            result = run(handle, spec, server, client, dict(options))
+            result = run(handle, spec, server, client, options)
         results.append(result)
         if progress:
             progress(result)

@@ -26,7 +26,7 @@ from labctl.lab import counters
 from labctl.lab.handle import LabHandle
 from labctl.runners import nfs, nvmeof
 from labctl.runners.diagnose import snapshot
-from labctl.runners.example_spec import ArgvBuilder, ExampleSpec, RunContext, check_options
+from labctl.runners.example_spec import ArgvBuilder, ExampleSpec, RunContext, checked
 from labctl.runners.execute import (
     COUNTERS_SECONDS,
     RunResult,
@@ -134,7 +134,7 @@ def run_storage(handle: LabHandle, workload: StorageWorkload, server: str, clien
                 options: dict[str, Any]) -> RunResult:
     """One workload over one transport between `server` and `client` (the steps above)."""
     spec = workload.spec
-    options = check_options(options)
+    options = checked(options)
     for node in (server, client):
         require_node(handle.lab, node)
     result = RunResult(spec.name, spec.variant, server, client, "failed",

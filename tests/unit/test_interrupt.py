@@ -128,7 +128,7 @@ def test_read_only_command_says_interrupted_and_nothing_more(state: Path) -> Non
 def test_status_says_interrupted_and_nothing_more(state: Path) -> None:
     _make_lab(state, "ut-int")
     before = _tree(state)
-    code, err = _interrupt(state, "labctl.cli.status:collect_status", "status")
+    code, err = _interrupt(state, "labctl.lab.status:collect_status", "status")
     assert (code, err) == (130, "interrupted\n")
     assert _tree(state) == before
 

@@ -541,9 +541,8 @@ def test_up_prints_the_lab_and_its_status(state_dir: Path, monkeypatch: pytest.M
     from labctl.lab import lifecycle
 
     labdir = _make_lab(state_dir, "ut-up", "two-node.yaml")
-    made = lifecycle.UpResult(lab=LabDir("ut-up", state_dir).load_lab(), labdir=labdir,
-                              seconds=12.34)
-    monkeypatch.setattr(lifecycle, "up", lambda path, options, progress: made)
+    made = lifecycle.up_result(labdir, 12.34)
+    monkeypatch.setattr(lifecycle, "up", lambda path, options, progress, resolved: made)
     code, out, _ = _main(monkeypatch, capsys, "up", "two-node", "--json")
     assert code == 0
     record = parsed("up", out)
@@ -560,8 +559,8 @@ def test_up_reports_devices_as_the_nodes_ready_lines_said(
     boot (state.json), four keys each, not the live report's eight."""
     from labctl.lab import lifecycle
 
-    made = lifecycle.UpResult(lab=running_node1.load_lab(), labdir=running_node1, seconds=1.0)
-    monkeypatch.setattr(lifecycle, "up", lambda path, options, progress: made)
+    made = lifecycle.up_result(running_node1, 1.0)
+    monkeypatch.setattr(lifecycle, "up", lambda path, options, progress, resolved: made)
     code, out, _ = _main(monkeypatch, capsys, "up", "two-node", "--json")
     assert code == 0
     node1, node2 = parsed("up", out).status.nodes

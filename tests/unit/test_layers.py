@@ -7,7 +7,9 @@ the wire formats (pure decoders); the topology (pure: files in, a resolved Lab o
 lab directory and its state (store); images; what labctl gives and reads back from a node
 (node); a qemu machine (vm); the Docker engines (dockerhost); the providers; the lab
 service (handle, lifecycle, counters); RDMA-aware faults; the runners; live capture; and on
-top the CLI and the pytest plugin. docs/architecture.md says the same.
+top the CLI and the pytest plugin. The CLI reaches labs through the lab service only: it
+imports nothing between the topology and lab/ but the doors listed, each with its reason.
+docs/architecture.md says the same.
 A module-level view of the same graph (no cycles) is tests/unit/test_import_graph.py.
 """
 
@@ -57,6 +59,43 @@ SENT_AS_TEXT = ("labctl.nodeside.faultgate", "labctl.engineside.dockernet",
                 "labctl.engineside.vmcapture")
 
 
+# The CLI's door to a lab is the lab service (lab/) and the services above it (faults,
+# runners, capture); besides them it reads the topology model, prints with the wire
+# formatters, and uses the neutral helpers (errors, bounded output, progress...). The parts
+# between the model and the lab service are the service's own business, as is the lab's
+# network namespace:
+BEHIND_THE_LAB_SERVICE = frozenset({"store", "images", "node", "vm", "dockerhost",
+                                    "providers", "net"})
+# ...but for these, each with its reason: (CLI module, part) -> why it goes there directly.
+CLI_OWN_DOORS: dict[tuple[str, str], str] = {
+    ("labctl.cli.image", "images"): "`labctl image` manages the image cache: no lab's",
+    ("labctl.cli.image", "vm"): "`labctl image list/prune` lists and prunes saved machines, "
+    "shared by labs, none's",
+    ("labctl.cli.doctor", "images"): "`labctl doctor` checks this host before any lab "
+    "exists: which images are cached",
+    ("labctl.cli.doctor", "vm"): "`labctl doctor`: whether KVM works here",
+    ("labctl.cli.doctor", "dockerhost"): "`labctl doctor`: whether a Docker engine answers "
+    "(local, or in the Docker host VM)",
+    ("labctl.cli.docker_host", "dockerhost"): "`labctl docker-host` manages the Docker host "
+    "VM, which labs share and which is no lab",
+    ("labctl.cli.docker_host", "node"): "`labctl docker-host ssh` logs into that VM",
+    ("labctl.cli.docker_host", "store"): "`labctl docker-host down` names the labs whose "
+    "containers run in the VM (their state's engine)",
+    ("labctl.cli.validate", "providers"): "`validate --vagrant` prints the Vagrant plan, a "
+    "pure document the Vagrant provider owns",
+    ("labctl.cli.schemas", "providers"): "the JSON Schema of that plan (docs/json/)",
+    ("labctl.cli.graph", "store"): "`graph -o FILE` writes the file as state files are "
+    "written (atomic_write: never half a file)",
+}
+
+
+def cli_going_around(graph: dict[str, set[str]]) -> list[str]:
+    """Each import from the CLI to a part behind the lab service, not one of its own doors."""
+    return [f"{s} -> {t}" for s, t in crossings(graph)
+            if part(s) == "cli" and part(t) in BEHIND_THE_LAB_SERVICE
+            and (s, part(t)) not in CLI_OWN_DOORS]
+
+
 def part(module: str) -> str:
     """labctl.lab.handle -> lab; labctl.errors -> errors; labctl -> labctl."""
     return module.split(".")[1] if "." in module else module
@@ -81,6 +120,26 @@ def test_every_part_of_labctl_has_a_layer() -> None:
 
 def test_imports_go_down_the_layers_only() -> None:
     assert upward_imports(import_graph()) == []
+
+
+def test_the_cli_goes_through_the_lab_service() -> None:
+    assert cli_going_around(import_graph()) == []
+
+
+def test_every_door_of_the_cli_s_own_is_still_used() -> None:
+    """An exception whose import is gone is dropped from the list, not kept as a licence."""
+    graph = import_graph()
+    used = {(s, part(t)) for s, t in crossings(graph)}
+    assert [door for door in CLI_OWN_DOORS if door not in used] == []
+
+
+def test_the_check_reports_the_cli_going_around() -> None:
+    graph = {"labctl.cli.status": {"labctl.store.labdir", "labctl.lab.status"},
+             "labctl.cli.image": {"labctl.images.cache", "labctl.node.ssh"},
+             "labctl.cli.up": {"labctl.topology.load", "labctl.errors", "labctl.net.labnet"}}
+    assert cli_going_around(graph) == ["labctl.cli.image -> labctl.node.ssh",
+                                       "labctl.cli.status -> labctl.store.labdir",
+                                       "labctl.cli.up -> labctl.net.labnet"]
 
 
 def test_neutral_parts_import_only_neutral_ones() -> None:

@@ -21,6 +21,7 @@ from labctl.cli import debug, logs
 from labctl.cli import run as run_cli
 from labctl.providers.docker import DockerProvider
 from labctl.runners.execute import RunResult
+from labctl.runners.request import RunRequest
 from labctl.store.labdir import LabDir
 from labctl.store.state import LabState, Phase
 from labctl.topology.load import load_lab
@@ -50,7 +51,7 @@ def _result(status: str = "passed", reason: str = "") -> RunResult:
 def fake_run(monkeypatch: pytest.MonkeyPatch) -> list[RunResult]:
     """`run pingpong` without a lab: the pair chosen, each run the next of the results."""
     results: list[RunResult] = []
-    monkeypatch.setattr(run_cli, "_lab_and_pairs", lambda values: (None, [("node1", "node2")]))
+    monkeypatch.setattr(RunRequest, "open", lambda self: (None, [("node1", "node2")]))
     monkeypatch.setattr(run_cli, "captured_runner",
                         lambda capture, capture_dir, **kw: lambda *a: results.pop(0))
     return results

@@ -35,6 +35,7 @@ from labctl.providers.qemu import QemuProvider
 from labctl.store.labdir import LabDir
 from labctl.store.state import LabState, NodeState, NodeStatus
 from labctl.store.state_recorder import StateRecorder
+from labctl.topology import load as topology_load
 from tests.unit.clirun import run_main
 from tests.unit.standin import GOOD_STATUS, LAB
 
@@ -200,8 +201,10 @@ def test_up_reads_the_state_it_wrote_once(state_dir: Path, tmp_path: Path, as_js
                                            monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     """`up` writes state.json at each step (the lifecycle, the recorder) and reads it
-    once, for what it prints (its one handle): the lifecycle hands the provider the state
-    it holds. ssh_config is rendered twice: written at create, checked before the wait."""
+    once, for what it prints (the one handle of the lifecycle's result): the lifecycle
+    hands the provider the state it holds. ssh_config is rendered twice: written at
+    create, checked before the wait. The topology is parsed once: the CLI hands the lab it
+    resolved (to show its mounts) to the lifecycle."""
     monkeypatch.setattr(lifecycle, "provider_for", MadeProvider)
     monkeypatch.setattr(handle_module, "provider_for", MadeProvider)
     monkeypatch.setattr(qemu, "wait_machines_ready", wait_ready_lines)
@@ -210,11 +213,16 @@ def test_up_reads_the_state_it_wrote_once(state_dir: Path, tmp_path: Path, as_js
     topology.write_text("name: ahandle-up\nnodes:\n  node1: {}\n  node2: {}\nlinks:\n"
                         "  - endpoints: [node1:eth1, node2:eth1]\n")
     reads = _count_reads(monkeypatch, state_dir / "ahandle-up" / "state.json")
+    parsed: list[str] = []
+    parse = topology_load._parse
+    monkeypatch.setattr(topology_load, "_parse", lambda text, file, *args, **kwargs: (
+        parsed.append(file), parse(text, file, *args, **kwargs))[1])
     code, out, err = run_main(monkeypatch, capsys, "up", str(topology),
                               *(["--json"] if as_json else []))
     assert code == 0, err
     assert ('"phase": "up"' in out) if as_json else ("running" in out), out
     assert (reads.state, reads.ssh_config) == (1, 2)
+    assert parsed == [str(topology)]
 
 
 def test_what_the_command_writes_is_read_again(lab_running: LabDir) -> None:

@@ -222,7 +222,8 @@ def test_up_prints_the_mounts_before_it_starts(
     (tmp_path / "extra").mkdir()
     started: list[lifecycle.UpOptions] = []
 
-    def no_lab(path: Path, options: lifecycle.UpOptions, progress: object) -> None:
+    def no_lab(path: Path, options: lifecycle.UpOptions, progress: object,
+               resolved: object) -> None:
         started.append(options)
         raise lifecycle.LabctlError("stopped by the test")
 
