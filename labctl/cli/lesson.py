@@ -140,8 +140,8 @@ def start(number: int = NumberArgument,
     """Copy the lesson's starter into DIR and bring its lab up with DIR at /mnt/lesson."""
     from labctl.course.check import NODE_DIR
     from labctl.lab import lifecycle
-    from labctl.lab.handle import LabHandle
-    from labctl.store.labdir import LabDir
+    from labctl.lab.handle import open_lab
+    from labctl.lab.labs import lab_made
 
     item = lesson(number)
     folder = Path(os.path.realpath(folder))  # as the lab records its mounts: links resolved
@@ -158,11 +158,11 @@ def start(number: int = NumberArgument,
     if kept:
         console.print(f"kept your {', '.join(kept)}", highlight=False)
     recreate = False
-    if LabDir(lab).exists():
+    if lab_made(lab):
         from labctl.course.check import mounted_folder
 
         try:
-            recreate = mounted_folder(LabHandle(LabDir(lab))) != str(folder)
+            recreate = mounted_folder(open_lab(lab)) != str(folder)
         except UsageError:
             recreate = True
         if recreate:
