@@ -39,6 +39,16 @@ class RecordedDevice(TypedDict):
     gid_index: int | None
 
 
+class NodeKernel(TypedDict):
+    """The kernel a node runs."""
+
+    # "image": the node image's own; a host path: the kernel of the user's own the
+    # topology's `kernel:` (or `up --kernel`) names; "provider": the kernel of the
+    # node's container engine or Vagrant box, which labctl does not choose
+    source: str
+    release: str | None  # `uname -r` in the node; None unless it is running and answered
+
+
 class NodeRecord(TypedDict):
     """One node in `status --json`: the provider's view plus what the node reports."""
 
@@ -52,6 +62,7 @@ class NodeRecord(TypedDict):
     devices: list[DeviceStatus] | list[RecordedDevice]
     live_interfaces: list[LiveInterface]  # [] unless the node is running and answered
     details: dict[str, str]  # provider facts: pid, accel (qemu), container, engine (docker)
+    kernel: NodeKernel
 
 
 class LabBusy(TypedDict):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import PurePath
 from typing import Any, Literal
 
 import typer
@@ -11,7 +12,7 @@ from rich.text import Text
 
 from labctl.cli.common import console, err_console, lab_option
 from labctl.cli.safeprint import print_json
-from labctl.cli.shapes import LabBusy, LabStatusRecord, NodeRecord, StatusOutput
+from labctl.cli.shapes import LabBusy, LabStatusRecord, NodeKernel, NodeRecord, StatusOutput
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
 from labctl.node.replies import UnreadableReply
@@ -53,6 +54,8 @@ def collect_status(handle: LabHandle, live: bool = True) -> LabStatusRecord:
             "devices": [],
             "live_interfaces": [],
             "details": details,
+            "kernel": {"source": node.kernel if handle.provider.capabilities.kernel_choice
+                       else "provider", "release": None},
         }
         info = live_info.get(node.name)
         if isinstance(info, UnreadableReply):  # it runs, but what it says cannot be used
@@ -62,6 +65,7 @@ def collect_status(handle: LabHandle, live: bool = True) -> LabStatusRecord:
         elif info:
             record["devices"] = info["devices"]
             record["live_interfaces"] = info.get("interfaces", [])
+            record["kernel"]["release"] = info.get("kernel")
         nodes.append(record)
     return {
         "lab": handle.lab.name,
@@ -135,6 +139,7 @@ def _table(status: LabStatusRecord) -> Table:
         "port",
         "active mtu",
         "gid index",
+        "kernel",
     ):
         table.add_column(column)
     for node in status["nodes"]:
@@ -153,8 +158,18 @@ def _table(status: LabStatusRecord) -> Table:
             Text(device.get("port_state", "-")),
             Text(device.get("active_mtu", "-") or "-"),
             Text("-" if device.get("gid_index") is None else str(device["gid_index"])),
+            Text(_kernel_words(node["kernel"])),
         )
     return table
+
+
+def _kernel_words(kernel: NodeKernel) -> str:
+    """"7.3.4+deb13-amd64 (image)", or for a kernel of the user's "6.12.1 (own: linux)"
+    (the folder's name: `status --json` has its path); "-" for the release when the node
+    was not asked."""
+    source = kernel["source"]
+    shown = f"own: {PurePath(source).name}" if source.startswith("/") else source
+    return f"{kernel['release'] or '-'} ({shown})"
 
 
 def print_status(labdir: LabDir, live: bool = True) -> None:
