@@ -296,9 +296,8 @@ def _check_kernels(c: Checked) -> None:
         if loc not in resolved:
             resolved[loc] = None
             if text != IMAGE_KERNEL and not for_provider(c.topo.provider).kernel_choice:
-                c.problem(loc, f"{c.topo.provider} nodes run the kernel of their host or "
-                          "box; only qemu nodes boot a kernel of their own",
-                          "use provider: qemu, or drop kernel:")
+                c.problem(loc, f"{c.topo.provider} nodes cannot boot a kernel of their own "
+                          "(only qemu nodes can)", "use provider: qemu, or drop kernel:")
                 continue
             try:
                 resolved[loc] = resolve_kernel(text, base)
