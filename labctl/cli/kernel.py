@@ -17,11 +17,11 @@ kernel_app = typer.Typer(help="Kernels of your own for qemu nodes (docs/kernel.m
 @kernel_app.command()
 def config(
     tree: Path = typer.Argument(..., help="A kernel source tree with a .config (after "
-                                "`make defconfig`, say).", metavar="TREE"),
+                                "`make defconfig`, say).", metavar="DIR"),
 ) -> None:
-    """Set, in TREE/.config, every option a lab node can use (rxe, siw, virtio, 9p for
-    mounts, netem/u32/BPF for faults) that is not set yet, as `scripts/config --module`
-    (or --enable) would; then run `make olddefconfig` and build."""
+    """Set, in DIR/.config (a kernel tree), every option a lab node can use (rxe, siw,
+    virtio, 9p for mounts, netem/u32/BPF for faults) that is not set yet, as
+    `scripts/config --module` (or --enable) would; then run `make olddefconfig` and build."""
     from labctl.images import kconfig
     from labctl.images.kernels import CONFIG_BYTES
 

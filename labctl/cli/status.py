@@ -141,7 +141,8 @@ def _table(status: LabStatusRecord) -> Table:
         "gid index",
         "kernel",
     ):
-        table.add_column(column)
+        # a release is never cut short: folded onto a second line if the table is narrow
+        table.add_column(column, overflow="fold" if column == "kernel" else "ellipsis")
     for node in status["nodes"]:
         device: Mapping[str, Any] = node["devices"][0] if node["devices"] else {}
         state = node["state"] + (f" ({node['reason']})" if node.get("reason") else "")

@@ -289,3 +289,13 @@ def test_plan_of_nodes_on_their_own_kernel_matches_golden(tmp_path: Path) -> Non
     drives = [argv[i + 1] for i, word in enumerate(argv) if word == "-drive"]
     assert drives[1] == f"file={entry}/modules.ext4,if=virtio,format=raw,readonly=on"
     assert plan.nodes[0].env["LABCTL_KERNEL_MODULES"] == "/dev/vdb"
+
+
+def test_status_table_names_the_release_and_its_source() -> None:
+    from labctl.cli.status import _kernel_words
+
+    assert _kernel_words({"source": "image", "release": "7.3.4+deb13-amd64"}) == (
+        "7.3.4+deb13-amd64 (image)")
+    assert _kernel_words({"source": "/src/linux", "release": "6.19.0-rc1+"}) == (
+        "6.19.0-rc1+ (own: linux)")
+    assert _kernel_words({"source": "provider", "release": None}) == "- (provider)"
