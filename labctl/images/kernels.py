@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labctl import hostproc, locks
+from labctl import hostproc, locks, safefs
 from labctl.errors import LabctlError, UsageError
 from labctl.images import kconfig
 from labctl.images.builder import (
@@ -145,7 +145,8 @@ def _build_tree(tree: Path) -> KernelFiles:
             if rel.endswith(".o"):  # 6.2 and later list the objects
                 rel = rel[:-2] + ".ko"
             path = tree / rel
-            if ".." in Path(rel).parts or not path.is_file():
+            # the tree's own files only: a link could hand the node any file of the host
+            if ".." in Path(rel).parts or not _regular(path):
                 raise KernelError(f"the kernel tree {tree}: modules.order lists {rel}, which "
                                   "is not built", hint=f"`make -C {tree} modules`")
             modules.append((f"kernel/{rel}", path))
@@ -186,6 +187,14 @@ def _modules_folder(folder: Path) -> KernelFiles:
     modules = [(str(path.relative_to(moddir)), path) for path in _walk(moddir)
                if path.name.endswith(MODULE_SUFFIXES) or path.name in KEPT_FILES]
     return KernelFiles(folder, "modules folder", boot, release, config, tuple(modules))
+
+
+def _regular(path: Path) -> bool:
+    """A regular file, not a link to one."""
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
 
 
 def _walk(root: Path) -> Iterator[Path]:
@@ -242,7 +251,8 @@ def prepare(files: KernelFiles, image: Image, progress: Progress) -> PreparedKer
     _check_host_tools()
     digest = content_digest(files)
     path = kernels_root() / f"{files.release}-{digest}"
-    kernels_root().mkdir(parents=True, exist_ok=True, mode=0o755)
+    cache_root().mkdir(parents=True, exist_ok=True)  # the user's choice: may be a link
+    safefs.make_dirs(kernels_root(), cache_root())  # a link or file below it is refused
     with locks.blocking_lock(kernels_root() / f".{path.name}.lock"):
         if not (path / "modules.ext4").is_file():
             progress(f"kernel {files.release}: preparing its modules disk (once)")

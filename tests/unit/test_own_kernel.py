@@ -168,6 +168,10 @@ def test_build_tree_is_found_with_the_modules_its_order_lists(tmp_path: Path) ->
     assert [rel for rel, _ in files.modules] == [
         "kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko", "modules.order", "modules.builtin"]
     (tree / "drivers/infiniband/sw/rxe/rdma_rxe.ko").unlink()
+    (tree / "drivers/infiniband/sw/rxe/rdma_rxe.ko").symlink_to("/etc/shadow")
+    with pytest.raises(KernelError, match=re.escape("which is not built")):
+        find_kernel(tree)  # a link is not the tree's own module
+    (tree / "drivers/infiniband/sw/rxe/rdma_rxe.ko").unlink()
     with pytest.raises(KernelError, match=re.escape(
             "modules.order lists drivers/infiniband/sw/rxe/rdma_rxe.ko, which is not built")):
         find_kernel(tree)
