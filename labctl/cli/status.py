@@ -126,7 +126,10 @@ def _phase_on_disk(labdir: LabDir, holder: LockHolder | None) -> str:
 def _table(status: LabStatusRecord) -> Table:
     holder = status.get("busy")
     busy = f", {_busy_words(holder)}" if holder else ""
-    table = Table(title=f"lab {status['lab']} ({status['provider']}, {status['phase']}{busy})")
+    shared = _shared_kernel([node["kernel"] for node in status["nodes"]])
+    kernel = f", kernel {_kernel_words(shared)}" if shared else ""
+    table = Table(title=f"lab {status['lab']} ({status['provider']}, {status['phase']}{busy}"
+                  f"{kernel})")
     # Multi-host docker labs: which host (of the topology's `hosts:`) runs each node.
     hosts = any("host" in node["details"] for node in status["nodes"])
     for column in (
@@ -139,7 +142,7 @@ def _table(status: LabStatusRecord) -> Table:
         "port",
         "active mtu",
         "gid index",
-        "kernel",
+        *([] if shared else ["kernel"]),
     ):
         # a release is never cut short: folded onto a second line if the table is narrow
         table.add_column(column, overflow="fold" if column == "kernel" else "ellipsis")
@@ -159,9 +162,19 @@ def _table(status: LabStatusRecord) -> Table:
             Text(device.get("port_state", "-")),
             Text(device.get("active_mtu", "-") or "-"),
             Text("-" if device.get("gid_index") is None else str(device["gid_index"])),
-            Text(_kernel_words(node["kernel"])),
+            *([] if shared else [Text(_kernel_words(node["kernel"]))]),
         )
     return table
+
+
+def _shared_kernel(kernels: list[NodeKernel]) -> NodeKernel | None:
+    """The one kernel every node runs (the title says it), or None when they differ (a
+    column says each node's). A node that did not answer differs from none."""
+    sources = {k["source"] for k in kernels}
+    releases = {k["release"] for k in kernels if k["release"] is not None}
+    if len(sources) != 1 or len(releases) > 1:
+        return None
+    return {"source": sources.pop(), "release": releases.pop() if releases else None}
 
 
 def _kernel_words(kernel: NodeKernel) -> str:

@@ -303,3 +303,16 @@ def test_status_table_names_the_release_and_its_source() -> None:
     assert _kernel_words({"source": "/src/linux", "release": "6.19.0-rc1+"}) == (
         "6.19.0-rc1+ (own: linux)")
     assert _kernel_words({"source": "provider", "release": None}) == "- (provider)"
+
+
+def test_status_names_a_shared_kernel_once_and_differing_ones_per_node() -> None:
+    from labctl.cli.status import _shared_kernel
+
+    image = {"source": "image", "release": "7.3.4+deb13-amd64"}
+    silent = {"source": "image", "release": None}
+    own = {"source": "/src/linux", "release": "6.19.0-rc1+"}
+    assert _shared_kernel([image, image]) == image
+    assert _shared_kernel([image, silent]) == image  # a node that did not answer
+    assert _shared_kernel([silent, silent]) == silent
+    assert _shared_kernel([image, own]) is None
+    assert _shared_kernel([own, {**own, "release": "6.19.0-rc2+"}]) is None
