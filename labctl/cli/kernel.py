@@ -35,7 +35,8 @@ def config(
                          hint="give the tree's own .config")
     text, changed = kconfig.enable(data.decode(errors="replace"), kconfig.ALL)
     if not changed:
-        console.print(f"{config_file}: every option labctl uses is set already")
+        console.print(f"{config_file}: every option labctl uses is set already",
+                      highlight=False, soft_wrap=True)
         return
     backup = tree / ".config.old"
     backup.write_bytes(data)

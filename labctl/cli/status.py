@@ -127,7 +127,9 @@ def _table(status: LabStatusRecord) -> Table:
     holder = status.get("busy")
     busy = f", {_busy_words(holder)}" if holder else ""
     shared = _shared_kernel([node["kernel"] for node in status["nodes"]])
-    kernel = f", kernel {_kernel_words(shared)}" if shared else ""
+    # nothing to say of the image's kernel before a node has answered
+    known = shared is not None and (shared["release"] or shared["source"] != "image")
+    kernel = f", kernel {_kernel_words(shared)}" if shared and known else ""
     table = Table(title=f"lab {status['lab']} ({status['provider']}, {status['phase']}{busy}"
                   f"{kernel})")
     # Multi-host docker labs: which host (of the topology's `hosts:`) runs each node.

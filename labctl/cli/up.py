@@ -53,7 +53,7 @@ def up(
         None, "--kernel", help="qemu: the kernel every node boots: image (the node image's "
         "own), or the path of a kernel build tree after `make`, or of a folder made by "
         "`make modules_install INSTALL_MOD_PATH=DIR` with the bzImage or vmlinuz in it "
-        "(docs/kernel.md).", metavar="SOURCE"),
+        "(docs/kernel.md).", metavar="DIR"),
     as_json: bool = typer.Option(False, "--json", help="Print JSON once the lab is up: how "
                                  "long it took and its status record (docs/json.md)."),
     name: str = typer.Option(
