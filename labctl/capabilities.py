@@ -42,6 +42,9 @@ class Capabilities:
     # `up` restores nodes from a saved machine unless --cold (docs/lifecycle.md, "Restored
     # nodes"): booted VMs saved with the hypervisor's own migration
     saved_machines: bool
+    # nodes boot the kernel a topology's `kernel:` names (labctl starts the VM's kernel
+    # itself); False: the node's kernel is its host's, its engine's or its box's
+    kernel_choice: bool = False
 
     @property
     def link_set(self) -> bool:
@@ -59,7 +62,7 @@ QEMU = Capabilities(
     mounts=True, several_rdma_devices=True, pci_slots=True,
     own_memory=True, own_kernel=True, labctl_images=True, routing=True,
     node_setup="labctl's node init", hosts=False, found_by_name=True, node_bpf=True,
-    saved_machines=True)
+    saved_machines=True, kernel_choice=True)
 DOCKER = Capabilities(
     kind="docker", host_links=True, links="veths on the lab's bridges", netns=True,
     mounts=True, several_rdma_devices=False, pci_slots=False,

@@ -27,8 +27,9 @@ fi
 # A qemu lab: qemu and its disk tool, the image build (mmdebstrap, mkfs.ext4, Debian's
 # keyring; zstd uncompresses the node kernel for a faster direct boot), ssh to the nodes,
 # libpcap for `labctl capture --filter` (scapy compiles the expression with it; trixie
-# renamed the package), and Python.
-lab=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs debian-archive-keyring zstd
+# renamed the package), kmod for nodes on a kernel of your own (depmod, modprobe), and
+# Python.
+lab=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs debian-archive-keyring zstd kmod
      openssh-client ca-certificates 'libpcap0.8t64|libpcap0.8' python3 python3-venv python3-pip)
 # The tests besides: iproute2 (`ip netns` in capture tests; also docker labs with
 # `--engine local`), cpio (GNU cpio reads back labctl's initramfs: tests/unit/test_cpio.py),

@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "run_workloads",
     "bench",
     "image",
+    "kernel",
     "validate",
     "graph",
     "inspect",

@@ -207,6 +207,9 @@ HOST_PACKAGES = (
                 "building node images: the kernel uncompressed, booted directly (PVH)",
                 without="nodes boot the compressed kernel, 1.4-3 s slower each "
                 "(docs/performance.md)"),
+    HostPackage("kmod", "depmod", binary("depmod"),
+                "qemu nodes on a kernel of your own (`kernel:`, `up --kernel`): depmod and "
+                "modprobe index its modules once (docs/kernel.md)"),
     HostPackage("ca-certificates", str(CA_BUNDLE), ca_bundle,
                 "building node images from an https:// `--mirror` (apt checks its "
                 "certificate)"),

@@ -199,7 +199,8 @@ UNPUBLISHED = ("asyncwatch",)
 
 # Keys a dataclass's JSON leaves out when they are empty (Lab.to_json: lab.json files of
 # labs without them stay as they were).
-OMITTED_WHEN_EMPTY: dict[type, tuple[str, ...]] = {Node: Node.OMITTED_WHEN_EMPTY}
+OMITTED_WHEN_EMPTY: dict[type, tuple[str, ...]] = {
+    Node: (*Node.OMITTED_WHEN_EMPTY, *Node.OMITTED_AT_DEFAULT)}
 
 
 class _Schema(GenerateJsonSchema):

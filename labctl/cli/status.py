@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import PurePath
 from typing import Any
 
 import typer
@@ -12,7 +13,14 @@ from rich.text import Text
 from labctl.cli.common import console, err_console, lab_option
 from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import StatusOutput
-from labctl.lab.status import LabBusy, LabStatusRecord, is_finished, is_healthy, labs_status
+from labctl.lab.status import (
+    LabBusy,
+    LabStatusRecord,
+    NodeKernel,
+    is_finished,
+    is_healthy,
+    labs_status,
+)
 
 
 def _busy_words(busy: LabBusy) -> str:
@@ -25,7 +33,12 @@ def _busy_words(busy: LabBusy) -> str:
 def _table(status: LabStatusRecord) -> Table:
     holder = status.get("busy")
     busy = f", {_busy_words(holder)}" if holder else ""
-    table = Table(title=f"lab {status['lab']} ({status['provider']}, {status['phase']}{busy})")
+    shared = _shared_kernel([node["kernel"] for node in status["nodes"]])
+    # nothing to say of the image's kernel before a node has answered
+    known = shared is not None and (shared["release"] or shared["source"] != "image")
+    kernel = f", kernel {_kernel_words(shared)}" if shared and known else ""
+    table = Table(title=f"lab {status['lab']} ({status['provider']}, {status['phase']}{busy}"
+                  f"{kernel})")
     # Multi-host docker labs: which host (of the topology's `hosts:`) runs each node.
     hosts = any("host" in node["details"] for node in status["nodes"])
     for column in (
@@ -38,8 +51,10 @@ def _table(status: LabStatusRecord) -> Table:
         "port",
         "active mtu",
         "gid index",
+        *([] if shared else ["kernel"]),
     ):
-        table.add_column(column)
+        # a release is never cut short: folded onto a second line if the table is narrow
+        table.add_column(column, overflow="fold" if column == "kernel" else "ellipsis")
     for node in status["nodes"]:
         device: Mapping[str, Any] = node["devices"][0] if node["devices"] else {}
         state = node["state"] + (f" ({node['reason']})" if node.get("reason") else "")
@@ -56,8 +71,28 @@ def _table(status: LabStatusRecord) -> Table:
             Text(device.get("port_state", "-")),
             Text(device.get("active_mtu", "-") or "-"),
             Text("-" if device.get("gid_index") is None else str(device["gid_index"])),
+            *([] if shared else [Text(_kernel_words(node["kernel"]))]),
         )
     return table
+
+
+def _shared_kernel(kernels: list[NodeKernel]) -> NodeKernel | None:
+    """The one kernel every node runs (the title says it), or None when they differ (a
+    column says each node's). A node that did not answer differs from none."""
+    sources = {k["source"] for k in kernels}
+    releases = {k["release"] for k in kernels if k["release"] is not None}
+    if len(sources) != 1 or len(releases) > 1:
+        return None
+    return {"source": sources.pop(), "release": releases.pop() if releases else None}
+
+
+def _kernel_words(kernel: NodeKernel) -> str:
+    """"7.3.4+deb13-amd64 (image)", or for a kernel of the user's "6.12.1 (own: linux)"
+    (the folder's name: `status --json` has its path); "-" for the release when the node
+    was not asked."""
+    source = kernel["source"]
+    shown = f"own: {PurePath(source).name}" if source.startswith("/") else source
+    return f"{kernel['release'] or '-'} ({shown})"
 
 
 def print_status(status: LabStatusRecord) -> None:

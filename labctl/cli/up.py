@@ -49,6 +49,11 @@ def up(
         "(SRC from the working directory, DST absolute in the node); repeatable.",
         metavar="SRC:DST[:ro]"),
     allow_mounts: list[str] = AllowHostMountOption,
+    kernel: str = typer.Option(
+        None, "--kernel", help="qemu: the kernel every node boots: image (the node image's "
+        "own), or the path of a kernel build tree after `make`, or of a folder made by "
+        "`make modules_install INSTALL_MOD_PATH=DIR` with the bzImage or vmlinuz in it "
+        "(docs/kernel.md).", metavar="DIR"),
     as_json: bool = typer.Option(False, "--json", help="Print JSON once the lab is up: how "
                                  "long it took and its status record (docs/json.md)."),
     name: str = typer.Option(
@@ -71,7 +76,7 @@ def up(
 
     options = lifecycle.UpOptions(accel=accel, mirror=mirror, timeout=timeout,
                                   provider=provider_name, engine=engine,
-                                  mounts=tuple(mounts or ()),
+                                  mounts=tuple(mounts or ()), kernel=kernel,
                                   allow_host_mounts=tuple(allow_mounts or ()),
                                   name=name, recreate=recreate,
                                   boot=_boot_choice(boot, cold))

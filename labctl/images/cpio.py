@@ -75,3 +75,25 @@ class CpioWriter:
         self._entry(_TRAILER, 0)
         data = b"".join(self._parts)
         return data + b"\0" * (-len(data) % 512)
+
+
+def read_entries(data: bytes) -> list[tuple[str, int, bytes]]:
+    """(name, mode, data) of each entry of a newc archive up to its trailer, as CpioWriter
+    writes them (a symlink's data is its target). ValueError if `data` is not one."""
+    entries: list[tuple[str, int, bytes]] = []
+    offset = 0
+    while True:
+        head = data[offset:offset + 110]
+        if len(head) < 110 or head[:6] != b"070701":
+            raise ValueError(f"no cpio newc header at offset {offset}")
+        fields = [int(head[6 + 8 * i:14 + 8 * i], 16) for i in range(13)]
+        mode, size, name_size = fields[1], fields[6], fields[11]
+        name_end = offset + 110 + name_size
+        name = data[offset + 110:name_end - 1].decode()
+        body = name_end + (-name_end % 4)
+        if name == _TRAILER:
+            return entries
+        if body + size > len(data):
+            raise ValueError(f"cpio entry {name!r} runs past the archive's end")
+        entries.append((name, mode, data[body:body + size]))
+        offset = body + size + (-(body + size) % 4)

@@ -65,6 +65,7 @@ class UpOptions:
     provider: str | None = None  # overrides the topology's
     engine: str | None = None  # docker: vm or local (else LABCTL_DOCKER_ENGINE, else vm)
     mounts: tuple[str, ...] = ()  # --mount SRC:DST[:ro], for every node (SRC from the cwd)
+    kernel: str | None = None  # --kernel SOURCE, for every node (a path from the cwd)
     name: str | None = None  # overrides the topology's (the pytest plugin's --rdma-lab-name)
     # --allow-host-mount PATH: host folders mounts may share although they are the host's own
     allow_host_mounts: tuple[str, ...] = ()
@@ -137,6 +138,7 @@ class LabChangedError(UsageError):
 def resolve(topology: Path, options: UpOptions) -> Lab:
     """The topology's lab with the options applied (nothing is made)."""
     from labctl.topology.host import HostFacts, resolve_allowances
+    from labctl.topology.kernelsource import with_kernel
     from labctl.topology.load import load_lab
     from labctl.topology.workbench import with_extra_mounts
 
@@ -144,6 +146,8 @@ def resolve(topology: Path, options: UpOptions) -> Lab:
     allowances = resolve_allowances(options.allow_host_mounts)
     lab = load_lab(topology, allowances=allowances, host=HostFacts.this())
     lab = with_extra_mounts(lab, options.mounts, Path.cwd(), allowances)
+    if options.kernel is not None:
+        lab = with_kernel(lab, options.kernel, Path.cwd())
     provider_options = dict(lab.provider_options)
     provider_options["accel"] = options.accel
     if options.mirror:
@@ -215,6 +219,14 @@ def _check_supported(lab: Lab, provider: Provider) -> None:
             f"host folders (mounts) are not supported for {provider.capabilities.kind} labs "
             f"(nodes {', '.join(mounted)})",
             hint="drop mounts: and --mount; `labctl cp` copies files into a node")
+    own = [n.name for n in lab.nodes if n.kernel_path is not None]
+    if own and not provider.capabilities.kernel_choice:
+        raise UnsupportedError(
+            f"{provider.capabilities.kind} nodes cannot boot a kernel of their own (nodes "
+            f"{', '.join(own)})", hint="use --provider qemu, or drop kernel: and --kernel")
+    if own:  # its configuration against what the nodes need: exit 2, nothing made
+        from labctl.images.kernels import check_kernels
+        check_kernels(lab.nodes)
 
 
 def _up_again(topology: Path, lab: Lab, labdir: LabDir, options: UpOptions,

@@ -34,6 +34,16 @@ class RecordedDevice(TypedDict):
     gid_index: int | None
 
 
+class NodeKernel(TypedDict):
+    """The kernel a node runs."""
+
+    # "image": the node image's own; a host path: the kernel of the user's own the
+    # topology's `kernel:` (or `up --kernel`) names; "provider": the kernel of the
+    # node's container engine or Vagrant box, which labctl does not choose
+    source: str
+    release: str | None  # `uname -r` in the node; None unless it is running and answered
+
+
 class NodeRecord(TypedDict):
     """One node in `status --json`: the provider's view plus what the node reports."""
 
@@ -47,6 +57,7 @@ class NodeRecord(TypedDict):
     devices: list[DeviceStatus] | list[RecordedDevice]
     live_interfaces: list[LiveInterface]  # [] unless the node is running and answered
     details: dict[str, str]  # provider facts: pid, accel (qemu), container, engine (docker)
+    kernel: NodeKernel
 
 
 class LabBusy(TypedDict):
@@ -101,6 +112,8 @@ def collect_status(handle: LabHandle, live: bool = True) -> LabStatusRecord:
             "devices": [],
             "live_interfaces": [],
             "details": details,
+            "kernel": {"source": node.kernel if handle.provider.capabilities.kernel_choice
+                       else "provider", "release": None},
         }
         info = live_info.get(node.name)
         if isinstance(info, UnreadableReply):  # it runs, but what it says cannot be used
@@ -110,6 +123,7 @@ def collect_status(handle: LabHandle, live: bool = True) -> LabStatusRecord:
         elif info:
             record["devices"] = info["devices"]
             record["live_interfaces"] = info.get("interfaces", [])
+            record["kernel"]["release"] = info.get("kernel")
         nodes.append(record)
     return {
         "lab": handle.lab.name,

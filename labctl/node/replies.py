@@ -8,6 +8,7 @@ docs/json.md gives; anything else is a BoundedError whose text says which field 
 
 from __future__ import annotations
 
+import re
 from types import UnionType
 from typing import Any, get_args, get_origin, get_type_hints
 
@@ -98,6 +99,10 @@ def _records(raw: dict[str, Any], key: str, fields: dict[str, tuple[type, ...]]
     return [_record(item, fields, f"{key}[{i}]") for i, item in enumerate(value)]
 
 
+# What `uname -r` prints: a release string (the limit is the kernel's, utsname's 64 bytes).
+_RELEASE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]{0,63}")
+
+
 def status_reply(text: str, truncated: bool = False) -> dict[str, Any]:
     """The node's status reply as {"devices": [...], "interfaces": [...]}, every field of
     its documented type; BoundedError (saying what is wrong) otherwise."""
@@ -116,4 +121,7 @@ def status_reply(text: str, truncated: bool = False) -> dict[str, Any]:
                 kind = bounded.json_kind(address)
                 raise bounded.BoundedError(f"interfaces[{i}].ipv4 holds {kind}, "
                                            "not only strings")
-    return {"devices": devices, "interfaces": interfaces}
+    kernel = raw.get("kernel")
+    if kernel is not None and (not isinstance(kernel, str) or not _RELEASE.fullmatch(kernel)):
+        raise bounded.BoundedError(f"kernel is {short_repr(kernel)}, not a kernel release")
+    return {"devices": devices, "interfaces": interfaces, "kernel": kernel}

@@ -77,6 +77,15 @@ if [ "$KIND" != vagrant ] || [ -f /opt/labctl/labctl/nodeside/node-commands.sh ]
     must "install labctl-devinfo & co" sh /opt/labctl/labctl/nodeside/node-commands.sh
 fi
 
+# A node on a kernel of the user's own: the image has modules for its own kernel only;
+# this kernel's are on a read-only disk labctl made (labctl/images/kernels.py).
+if [ -n "${LABCTL_KERNEL_MODULES:-}" ]; then
+    step kernel-modules
+    release=$(uname -r)
+    mkdir -p "/usr/lib/modules/$release"
+    must "mount the modules of kernel $release ($LABCTL_KERNEL_MODULES)" \
+        mount -t ext4 -o ro,noatime "$LABCTL_KERNEL_MODULES" "/usr/lib/modules/$release"
+fi
 modules=""
 case "$KIND" in
     # virtio_rng: entropy from the host, or sshd waits seconds for the CRNG.

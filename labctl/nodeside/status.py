@@ -102,7 +102,8 @@ def main() -> int:
     if own and own in devices:
         devices = [own]
     json.dump(
-        {"devices": [device_record(d) for d in devices], "interfaces": interfaces()}, sys.stdout
+        {"devices": [device_record(d) for d in devices], "interfaces": interfaces(),
+         "kernel": os.uname().release}, sys.stdout
     )
     sys.stdout.write("\n")
     return 0

@@ -20,6 +20,7 @@ from labctl.capabilities import QEMU
 from labctl.data.recipes import image_label, node_recipe
 from labctl.errors import LabctlError
 from labctl.images.builder import Image, build_image, cached_image
+from labctl.images.kernels import PreparedKernel, check_kernels, fault_notes, prepare
 from labctl.net import labnet
 from labctl.node import ssh
 from labctl.node.env import node_env, rdma_device_name
@@ -38,6 +39,7 @@ from labctl.vm.machine import (
     Restore,
     check_qemu_host,
     free_port,
+    kernel_env,
     machine_payload,
     mounts_env,
     node_argv,
@@ -86,27 +88,31 @@ def plan_lab(
     accel: str,
     ports: dict[str, int],
     restores: dict[str, Restore] | None = None,
+    kernels: dict[str, PreparedKernel] | None = None,
 ) -> LabPlan:
     """Everything `create` will make, as data (golden-tested). `restores`: the nodes
     restored from a saved machine, each with its RAM and state files (the others boot
-    cold)."""
+    cold); `kernels`: the own kernels nodes boot, by their path."""
     bridges = [(labnet.bridge_name(s.index), s.mtu) for s in lab.segments]
     plans = [plan_node(lab, node, node_dirs[node.name],
                        images[image_label(node.image, node.packages)], accel, ports[node.name],
-                       (restores or {}).get(node.name))
+                       (restores or {}).get(node.name),
+                       (kernels or {}).get(node.kernel_path or ""))
              for node in lab.nodes]
     return LabPlan(labnet.netns_name(lab.name), bridges, plans)
 
 
 def plan_node(lab: Lab, node: Node, node_dir: Path, image: Image, accel: str,
-              port: int, restore: Restore | None = None) -> NodePlan:
+              port: int, restore: Restore | None = None,
+              kernel: PreparedKernel | None = None) -> NodePlan:
     """One node's part of plan_lab: what `create` starts, and what a repair starts again
     (always cold: a repair boots the node's own disk)."""
     machine = node_machine(lab.name, node.name, node_dir)
-    argv = node_argv(lab, node, machine, image, accel, port, restore=restore)
+    argv = node_argv(lab, node, machine, image, accel, port, restore=restore, kernel=kernel)
     taps = [TapPlan(labnet.tap_name(node.index, i.name), labnet.bridge_name(i.segment),
                     i.mtu, i.name) for i in node.interfaces]
-    return NodePlan(node.name, argv, taps, node_env(lab, node) | mounts_env(node))
+    return NodePlan(node.name, argv, taps,
+                    node_env(lab, node) | mounts_env(node) | kernel_env(kernel))
 
 
 def note(line: str) -> None:
@@ -146,6 +152,7 @@ class QemuProvider(Provider):
                 progress(f"image {name}: checking cache")
                 images[name] = build_image(node_recipe(node.image, node.packages), self.mirror,
                                            progress=_prefixed(progress, f"image {name}: "))
+        kernels = self._prepare_kernels(images, progress)
         fault_point("image")
         first = images[image_label(self.lab.nodes[0].image, self.lab.nodes[0].packages)]
         accel = choose_accel(self.accel_request, first.kernel)
@@ -157,7 +164,7 @@ class QemuProvider(Provider):
         saved = (self._saved_machines(images, accel, progress)
                  if self.lab.provider_options.get("boot") == "restore" else {})
         lab_plan = plan_lab(self.lab, node_dirs, images, accel, ports,
-                            {name: m.restore() for name, m in saved.items()})
+                            {name: m.restore() for name, m in saved.items()}, kernels)
         plans = {p.node: p for p in lab_plan.nodes}
         machines = {n.name: self.machine(n.name) for n in self.lab.nodes}
         host_keys = {name: m.make_host_key() for name, m in machines.items()}
@@ -183,7 +190,9 @@ class QemuProvider(Provider):
                 machine.make_disk(image.rootfs)
             fault_point("disk", node.name)
             # a restored node's too: a repair boots it cold
-            machine.make_initrd(image.initrd, machine_payload(
+            own = kernels.get(node.kernel_path or "")
+            machine.make_initrd(image.initrd if own is None else own.initrd(image),
+                                machine_payload(
                 plan.env, public_key, machine.host_key.read_bytes()))
             info = NodeState(
                 ssh_port=ports[node.name],
@@ -204,6 +213,24 @@ class QemuProvider(Provider):
                                              identities).items():
                 self._boot_cold(name, why, saved[name], images, record, progress)
 
+    def _prepare_kernels(self, images: dict[str, Image],
+                         progress: Progress) -> dict[str, PreparedKernel]:
+        """The own kernels the nodes boot (by path), checked and made ready for their
+        images (cached per kernel: the first `up` on a kernel makes its modules disk)."""
+        found = check_kernels(self.lab.nodes)
+        prepared: dict[str, PreparedKernel] = {}
+        for node in self.lab.nodes:
+            path = node.kernel_path
+            if path is None:
+                continue
+            image = images[image_label(node.image, node.packages)]
+            kernel = prepare(found[path], image, _prefixed(progress, f"{node.name}: "))
+            if path not in prepared:
+                for line in fault_notes(found[path]):
+                    note(line)
+            prepared[path] = kernel
+        return prepared
+
     def _saved_machines(self, images: dict[str, Image], accel: str,
                         progress: Progress) -> dict[str, SavedMachine]:
         """The saved machine each node is restored from; a node left out boots cold (one
@@ -214,6 +241,10 @@ class QemuProvider(Provider):
             if node.mounts:
                 note(f"{node.name}: booting cold: its host folders are virtio-9p devices, "
                      "which a saved machine does not have")
+                continue
+            if node.kernel_path is not None:
+                note(f"{node.name}: booting cold: saved machines are made for the image's "
+                     "kernel only")
                 continue
             label = image_label(node.image, node.packages)
             shape = MachineShape.of(node, accel)
@@ -302,8 +333,12 @@ class QemuProvider(Provider):
         if not 0 < port <= 65535:
             raise LabctlError(f"lab {self.lab.name}: no ssh port recorded for {name}",
                               hint=f"`labctl down --lab {self.lab.name}`, then `labctl up`")
+        kernel = None
+        if node.kernel_path is not None:
+            files = check_kernels([node])[node.kernel_path]
+            kernel = prepare(files, image, lambda _message: None)
         return plan_node(self.lab, node, self.labdir.node_dir(name), image,
-                         "kvm" if accel == "kvm" else "tcg", port)
+                         "kvm" if accel == "kvm" else "tcg", port, kernel=kernel)
 
     # --- readiness -----------------------------------------------------------------------
     def wait_ready(self, state: LabState, timeout: float, progress: Progress,

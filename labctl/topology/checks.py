@@ -16,6 +16,7 @@ from labctl.capabilities import for_provider, offering
 from labctl.data.recipes import RECIPES
 from labctl.topology.errors import DEFAULT_HINT
 from labctl.topology.host import QEMU_PC_SLOTS, HostFacts
+from labctl.topology.kernelsource import IMAGE_KERNEL, resolve_kernel
 from labctl.topology.locate import LineIndex, Loc
 from labctl.topology.model import (
     MANAGEMENT_NETWORK,
@@ -113,6 +114,7 @@ class Checked:
     addresses_unsure: bool = False
     subnets: list[ipaddress.IPv4Network | None] = field(default_factory=list)
     mounts: dict[str, list[Mount]] = field(default_factory=dict)  # node -> its host folders
+    kernels: dict[str, str] = field(default_factory=dict)  # node -> "image" or a host path
     # host folders the command line allowed (--allow-host-mount), resolved
     allowances: tuple[Path, ...] = ()
     host: HostFacts | None = None  # the host's figures; None: not compared (library use)
@@ -142,6 +144,7 @@ def cross_check(topo: Topology, source: str | None = None, *,
         _check_node_count,
         _check_images,
         _check_mounts,
+        _check_kernels,
         _check_segment_names,
         _check_endpoints,
         _check_rdma_has_link,
@@ -279,6 +282,30 @@ def _check_mounts(c: Checked) -> None:
                 continue
             mounts[mount.target] = mount
         c.mounts[name] = list(mounts.values())
+
+
+def _check_kernels(c: Checked) -> None:
+    """Each node's kernel (its own, else the defaults'): `image`, or an existing folder
+    (relative ones from the topology file's directory), on a provider whose nodes boot a
+    kernel of their own."""
+    base = Path(c.file).parent if c.topo._source else Path.cwd()
+    resolved: dict[Loc, str | None] = {}
+    for name, spec in c.specs.items():
+        loc: Loc = ("nodes", name, "kernel") if spec.kernel else ("defaults", "kernel")
+        text = spec.kernel or c.topo.defaults.kernel
+        if loc not in resolved:
+            resolved[loc] = None
+            if text != IMAGE_KERNEL and not for_provider(c.topo.provider).kernel_choice:
+                c.problem(loc, f"{c.topo.provider} nodes cannot boot a kernel of their own "
+                          "(only qemu nodes can)", "use provider: qemu, or drop kernel:")
+                continue
+            try:
+                resolved[loc] = resolve_kernel(text, base)
+            except WorkbenchValueError as exc:
+                c.problem(loc, exc.message, exc.hint)
+        found = resolved[loc]
+        if found is not None:
+            c.kernels[name] = found
 
 
 def _check_segment_names(c: Checked) -> None:
@@ -618,6 +645,7 @@ def build_lab(c: Checked, source: str | None) -> Lab:
                 image=spec.image or d.image,
                 packages=tuple(sorted({*d.packages, *(spec.packages or [])})),
                 mounts=tuple(c.mounts.get(name, ())),
+                kernel=c.kernels.get(name, IMAGE_KERNEL),
                 interfaces=tuple(
                     Interface(
                         name=ifname,

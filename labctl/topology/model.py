@@ -16,6 +16,7 @@ from pydantic_core import PydanticCustomError
 
 from labctl import capabilities
 from labctl.errors import short_repr
+from labctl.topology.kernelsource import IMAGE_KERNEL, check_kernel
 from labctl.topology.resolved import ProviderName, Rdma
 from labctl.topology.workbench import (
     MAX_MOUNTS,
@@ -140,6 +141,8 @@ def _workbench_value(check: Any) -> Any:
 
 
 PackageName = Annotated[str, Field(examples=["libibverbs-dev"]), _workbench_value(check_package)]
+KernelText = Annotated[str, Field(examples=["image", "../linux"]),
+                      _workbench_value(check_kernel)]
 MountText = Annotated[str, Field(examples=["./src:/work", "./data:/data:ro"]),
                       _workbench_value(parse_mount)]
 NodeName = Annotated[str, Field(pattern=NODE_NAME_RE)]
@@ -156,6 +159,11 @@ _MTU_DESC = "MTU of data links (576..9000)."
 _PACKAGES_DESC = (
     "Debian packages added to the node image (an image of its own, built once and cached); "
     "a node's list adds to the defaults' list."
+)
+_KERNEL_DESC = (
+    "Kernel a qemu node boots: image (the node image's own), or the path of a kernel build "
+    "tree after `make`, or of a folder made by `make modules_install INSTALL_MOD_PATH=DIR` "
+    "with the bzImage or vmlinuz in it (relative to the topology file's directory)."
 )
 _MOUNTS_DESC = (
     'Host folders in the node: "SRC:DST" (read-write) or "SRC:DST:ro" (read-only); SRC '
@@ -184,6 +192,7 @@ class Defaults(_Strict):
                                         max_length=MAX_PACKAGES, description=_PACKAGES_DESC)
     mounts: list[MountText] = Field(title="Host folders", default_factory=list,
                                     max_length=MAX_MOUNTS, description=_MOUNTS_DESC)
+    kernel: KernelText = Field(title="Kernel", default=IMAGE_KERNEL, description=_KERNEL_DESC)
 
 
 class Addressing(_Strict):
@@ -242,6 +251,7 @@ class NodeSpec(_Strict):
                                                description=_PACKAGES_DESC)
     mounts: list[MountText] | None = Field(title="Host folders", default=None,
                                            max_length=MAX_MOUNTS, description=_MOUNTS_DESC)
+    kernel: KernelText | None = Field(title="Kernel", default=None, description=_KERNEL_DESC)
     router: bool | None = Field(
         title="Router",
         default=None,
@@ -324,7 +334,8 @@ class Topology(_Strict):
     defaults: Defaults = Field(
         title="Defaults",
         default_factory=lambda: Defaults(),
-        description="Values for every node (rdma, memory, cpus, image, packages, mounts) "
+        description="Values for every node (rdma, memory, cpus, image, packages, mounts, "
+        "kernel) "
         "and link (mtu) "
         "that does not set its own.",
     )

@@ -86,6 +86,8 @@ class Node:
     # Keys lab.json (and `validate --json`) leave out when empty: the files of labs
     # without them stay as they were.
     OMITTED_WHEN_EMPTY: ClassVar[tuple[str, ...]] = ("packages", "mounts")
+    # Likewise, keys left out at their default value.
+    OMITTED_AT_DEFAULT: ClassVar[dict[str, str]] = {"kernel": "image"}
 
     name: str
     index: int  # 1-based, stable order of the topology file
@@ -101,6 +103,14 @@ class Node:
     # Interfaces with an RDMA device each, the first device's first ("eth1", "eth2"); empty:
     # the first data interface only (as every lab written before this key).
     rdma_ifnames: tuple[str, ...] = ()
+    # The kernel it boots: "image" (the image's own) or an absolute host path (a kernel
+    # build tree, or a folder laid out as `make modules_install` leaves it)
+    kernel: str = "image"
+
+    @property
+    def kernel_path(self) -> str | None:
+        """The host path of the kernel it boots; None: the image's own."""
+        return None if self.kernel == "image" else self.kernel
 
     @property
     def rdma_interfaces(self) -> tuple[Interface, ...]:
@@ -153,6 +163,9 @@ class Lab:
         for node in data["nodes"]:  # the workbench keys only where used
             for key in Node.OMITTED_WHEN_EMPTY:
                 if not node[key]:
+                    del node[key]
+            for key, default in Node.OMITTED_AT_DEFAULT.items():
+                if node[key] == default:
                     del node[key]
         return json.dumps(data, indent=2, sort_keys=True, allow_nan=False)
 

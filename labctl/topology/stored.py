@@ -20,6 +20,7 @@ from typing import Any
 from labctl.capabilities import ACCELS, either, providers
 from labctl.errors import short_repr
 from labctl.topology.host import FLAG, allowed, refusal
+from labctl.topology.kernelsource import MAX_KERNEL_PATH
 from labctl.topology.model import (
     ENDPOINT_RE,
     ENGINE_RE,
@@ -140,6 +141,11 @@ def _check_node(where: str, node: Node, segments: int, allowances: tuple[Path, .
         _check_mount(f"{where}.mounts[{i}]", mount, allowances)
     for i, route in enumerate(node.routes):
         _check_route(f"{where}.routes[{i}]", route)
+    if node.kernel != "image" and (
+            not isinstance(node.kernel, str) or not node.kernel.startswith("/")
+            or len(node.kernel) > MAX_KERNEL_PATH
+            or any(ch in node.kernel for ch in "\0\n\r")):
+        raise _fail(f"{where}.kernel", node.kernel, "image or an absolute host path")
     names = {iface.name for iface in node.interfaces}
     for name in node.rdma_ifnames:
         if name not in names:

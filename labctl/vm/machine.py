@@ -33,6 +33,7 @@ from labctl import bounded, hostproc, safefs
 from labctl.errors import LabctlError
 from labctl.images.builder import Image
 from labctl.images.cpio import CpioWriter
+from labctl.images.kernels import MODULES_DEVICE, PreparedKernel
 from labctl.net import labnet
 from labctl.node import ssh
 from labctl.node.env import env_file, mgmt_mac, node_code_files
@@ -541,16 +542,33 @@ KERNEL_APPEND = ("console=ttyS0 quiet loglevel=3 panic=-1 cryptomgr.notests"
 
 def node_argv(lab: Lab, node: Node, machine: QemuMachine, image: Image, accel: str,
               port: int, extra_drives: tuple[str, ...] = (),
-              restore: Restore | None = None, tb_size_mib: int = TB_SIZE_MIB) -> list[str]:
+              restore: Restore | None = None, tb_size_mib: int = TB_SIZE_MIB,
+              kernel: PreparedKernel | None = None) -> list[str]:
     """One node's qemu argv (the Docker host VM adds its data disk; a restored node its
-    saved state)."""
+    saved state; a node on a kernel of its own boots it, its modules disk next to the
+    root disk)."""
+    if kernel is not None:
+        extra_drives = (modules_drive(kernel.modules_disk), *extra_drives)
     nics = [Nic(i.name, i.mac, labnet.tap_name(node.index, i.name)) for i in node.interfaces]
     shares = tuple(Share(share_tag(i), m.source, m.readonly) for i, m in enumerate(node.mounts))
     return machine.argv(
-        accel=accel, memory_mib=node.memory_mib, cpus=node.cpus, kernel=image.kernel,
+        accel=accel, memory_mib=node.memory_mib, cpus=node.cpus,
+        kernel=image.kernel if kernel is None else kernel.boot,
         append=KERNEL_APPEND + f" labctl.node={node.name}",
         ssh_port=port, mgmt_mac=mgmt_mac(lab.name, node), nics=nics, extra_drives=extra_drives,
         shares=shares, restore=restore, tb_size_mib=tb_size_mib)
+
+
+def modules_drive(disk: Path) -> str:
+    """The read-only disk of a kernel's modules (node-init.sh mounts it; shared by every
+    node on that kernel, so qemu takes no write lock on it)."""
+    return f"file={_qemu_value(disk)},if=virtio,format=raw,readonly=on"
+
+
+def kernel_env(kernel: PreparedKernel | None) -> dict[str, str]:
+    """LABCTL_KERNEL_MODULES for node-init.sh: the device of the modules disk; nothing for
+    a node on the image's kernel."""
+    return {} if kernel is None else {"LABCTL_KERNEL_MODULES": MODULES_DEVICE}
 
 
 # The inspector's helper is started by labctl in VM nodes once every node is ready (the

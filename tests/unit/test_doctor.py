@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_LINE = "vagrant-libvirt (0.11.2, system)"
 NO_PLUGINS = "No plugins installed."
 SLEEP = shutil.which("sleep")  # found before the fake PATH replaces the real one
-BINARIES = ("qemu-system-x86_64", "qemu-img", "ssh", "mmdebstrap", "mkfs.ext4", "zstd", "ip",
-            "vagrant", "libvirtd", "virsh", "dnsmasq", "iptables", "tshark", "gcc", "cpio")
+BINARIES = ("qemu-system-x86_64", "qemu-img", "ssh", "mmdebstrap", "mkfs.ext4", "zstd", "depmod",
+            "ip", "vagrant", "libvirtd", "virsh", "dnsmasq", "iptables", "tshark", "gcc", "cpio")
 
 
 class FakeHost:
@@ -91,7 +91,7 @@ REMOVALS: dict[str, Callable[[FakeHost], None]] = {
     "qemu-system-x86": _binary("qemu-system-x86_64"), "qemu-utils": _binary("qemu-img"),
     "openssh-client": _binary("ssh"), "mmdebstrap": _binary("mmdebstrap"),
     "e2fsprogs": _binary("mkfs.ext4"), "debian-archive-keyring": _file("KEYRING"),
-    "zstd": _binary("zstd"), "ca-certificates": _file("CA_BUNDLE"),
+    "zstd": _binary("zstd"), "kmod": _binary("depmod"), "ca-certificates": _file("CA_BUNDLE"),
     "libpcap0.8": _no_libpcap, "iproute2": _binary("ip"), "vagrant": _binary("vagrant"),
     "vagrant-libvirt": _no_plugin, "libvirt-daemon": _binary("libvirtd"),
     "libvirt-daemon-driver-qemu": _file("driver"), "libvirt-clients": _binary("virsh"),

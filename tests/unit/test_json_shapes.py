@@ -492,11 +492,11 @@ def test_schema_check_says_what_is_stale_and_how_to_fix_it(
 
 def test_schemas_are_closed_and_dataclass_fields_required() -> None:
     """A key the model does not name is a shape change; asdict writes every field, except
-    the ones the resolved lab leaves out when empty."""
+    the ones the resolved lab leaves out when empty or at their default (kernel: image)."""
     validate = schemas.schema(next(o for o in schemas.OUTPUTS if o.name == "validate"))
     node = validate["$defs"]["Node"]
     assert node["additionalProperties"] is False
-    assert {"packages", "mounts"} == set(node["properties"]) - set(node["required"])
+    assert {"packages", "mounts", "kernel"} == set(node["properties"]) - set(node["required"])
     status = schemas.schema(next(o for o in schemas.OUTPUTS if o.name == "status"))
     lab = status["$defs"]["LabStatusRecord"]
     assert lab["additionalProperties"] is False

@@ -86,6 +86,8 @@ CLI_OWN_DOORS: dict[tuple[str, str], str] = {
     ("labctl.cli.schemas", "providers"): "the JSON Schema of that plan (docs/json/)",
     ("labctl.cli.graph", "store"): "`graph -o FILE` writes the file as state files are "
     "written (atomic_write: never half a file)",
+    ("labctl.cli.kernel", "images"): "`labctl kernel config DIR` edits a kernel tree's "
+    ".config with the options nodes need: no lab's",
 }
 
 

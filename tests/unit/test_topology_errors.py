@@ -96,7 +96,7 @@ def test_unknown_key_suggestion() -> None:
     err = _error("name: t\nnodes:\n  a: {rdma: rxe, memroy: 1024}\n")
     assert err.message == "t.yaml:3: nodes.a.memroy: unknown key 'memroy'; did you mean 'memory'?"
     assert err.hint == ("keys allowed here: rdma, memory, cpus, image, packages, mounts, "
-                        "router, routes, rdma_interfaces, host")
+                        "kernel, router, routes, rdma_interfaces, host")
 
 
 def test_first_error_by_line_wins() -> None:

@@ -94,6 +94,8 @@ BAD_STATUS_REPLIES: list[tuple[str, bytes, str]] = [
     ("number", b"42\n", "number, not an object"),
     ("null", b"null\n", "null, not an object"),
     ("no devices", b"{}\n", "no 'devices'"),
+    ("kernel not a release", _status(kernel="6.12; reboot").encode(), "not a kernel release"),
+    ("kernel a number", _status(kernel=612).encode(), "not a kernel release"),
     ("devices not a list", _status(devices="rxe0").encode(), "devices is a string"),
     ("devices an object", _status(devices={"name": "rxe0"}).encode(), "devices is an object"),
     ("device not an object", _status(devices=[1]).encode(), "devices[0] is a number"),
@@ -156,14 +158,16 @@ def _no_traceback(*texts: str) -> None:
 def test_a_live_nodes_reply_is_accepted_as_it_was() -> None:
     assert status_reply(GOOD_STATUS) == {
         "devices": json.loads(GOOD_STATUS)["devices"],
-        "interfaces": json.loads(GOOD_STATUS)["interfaces"]}
+        "interfaces": json.loads(GOOD_STATUS)["interfaces"],
+        "kernel": None}  # a node of an older labctl: no release
+    assert status_reply(_status(kernel="7.3.4+deb13-amd64"))["kernel"] == "7.3.4+deb13-amd64"
 
 
 def test_keys_beyond_the_documented_ones_are_dropped() -> None:
     """status --json has one shape (its schema forbids extra keys): a node cannot add
     any."""
     reply = status_reply(_status(devices=[_device(extra="x" * 100)], planted={"a": 1}))
-    assert set(reply) == {"devices", "interfaces"}
+    assert set(reply) == {"devices", "interfaces", "kernel"}
     assert "extra" not in reply["devices"][0]
 
 
