@@ -12,7 +12,13 @@ import typer
 from rich.markup import escape
 
 from labctl.cli import complete
-from labctl.cli.common import HELP_SETTINGS, console, err_console, progress_reporter
+from labctl.cli.common import (
+    HELP_SETTINGS,
+    console,
+    err_console,
+    int_range,
+    progress_reporter,
+)
 from labctl.cli.safeprint import print_json
 from labctl.course.catalog import LANGS, Lesson, files, lesson, lessons, text, topology_file
 from labctl.course.shapes import LessonListOutput, LessonVerdict
@@ -93,6 +99,7 @@ def hint(number: int = NumberArgument,
          folder: Path = typer.Option(Path("."), "--dir", metavar="DIR",
                                      help="Your lesson folder (it counts the hints seen)."),
          which: int = typer.Option(None, "--number", metavar="HINT",
+                                   callback=int_range("--number", 1, 99),
                                    help="That hint instead of the next one.")) -> None:
     """The next hint for the lesson, one at a time (counted in your lesson folder)."""
     item = lesson(number)
