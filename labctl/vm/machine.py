@@ -283,7 +283,8 @@ class QemuMachine:
             "cache=unsafe",
             "-device", f"virtio-blk-pci,drive=root,serial={ROOT_DISK_SERIAL}",
         ]
-        for drive in extra_drives:  # after the root disk: /dev/vdb, ... (qemu adds if=virtio drives after every -device)
+        # after the root disk: /dev/vdb, ... (qemu adds if=virtio drives after every -device)
+        for drive in extra_drives:
             argv += ["-drive", drive]
         argv += [
             "-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",

@@ -5,6 +5,7 @@ package it leaves out (tests/integration/fidelity.py checks live nodes)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import shutil
 import subprocess
@@ -160,7 +161,7 @@ def test_a_qemu_nodes_root_disk_has_a_serial_for_its_by_id_link(tmp_path: Path) 
     argv = node.argv(accel="tcg", memory_mib=512, cpus=1, kernel=tmp_path / "vmlinux",
                      append="console=ttyS0", ssh_port=2222, mgmt_mac="52:54:00:00:00:01",
                      nics=[])
-    pairs = list(zip(argv, argv[1:], strict=False))
+    pairs = list(itertools.pairwise(argv))
     drives = [value for flag, value in pairs if flag == "-drive"]
     assert drives == [f"file={node.disk},if=none,id=root,format=qcow2,cache=unsafe"]
     blk = [value for flag, value in pairs if flag == "-device" and "drive=" in value]
