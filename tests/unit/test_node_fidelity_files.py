@@ -144,9 +144,11 @@ def test_a_qemu_node_runs_udev_with_the_kernels_interface_names() -> None:
     assert script.rindex('if [ "$KIND" = vm ]; then', 0, script.index("    step udev\n")) \
         == script.index("    step udev\n") - len('if [ "$KIND" = vm ]; then\n')
     started = block.index("/usr/lib/systemd/systemd-udevd --daemon")
-    # coldplug replays the block devices' events only (the reason is beside it)
-    assert started < block.index(
-        "udevadm trigger --type=devices --subsystem-match=block --action=add")
+    # coldplug replays the virtio disks' events only (the reason is beside it)
+    trigger = " ".join(block[block.index("udevadm trigger --type"):].split()[:6])
+    assert trigger == ("udevadm trigger --type=devices \\ --subsystem-match=block "
+                       "--sysname-match='vd*'"), trigger
+    assert started < block.index("udevadm trigger --type")
     assert block.count("udevadm trigger") == 2  # the one above and its failure's text
     settle = re.search(r"udevadm settle --timeout=(\d+)", block)
     assert settle is not None and 0 < int(settle.group(1)) <= 120
