@@ -89,8 +89,11 @@ say "sh writes /dev/stdout" "$(sh -c 'echo out > /dev/stdout' 2>&1)"
 say "sh writes /dev/stderr" "$(sh -c 'echo err > /dev/stderr' 2>&1 >/dev/null)"
 if [ -c /dev/loop-control ]; then say loop-control char; else say loop-control none; fi
 odd=
-for d in /sys/class/net/*; do
-  case "${d##*/}" in lo|eth[0-9]*) ;; *) odd="${odd:+$odd }${d##*/}" ;; esac
+for d in /sys/class/net/*; do  # the kernel's fallback tunnels appear in every namespace
+  case "${d##*/}" in
+    lo|eth[0-9]*|tunl0|sit0|ip6tnl0|gre0|gretap0|erspan0|ip_vti0|ip6_vti0|ip6gre0) ;;
+    *) odd="${odd:+$odd }${d##*/}" ;;
+  esac
 done
 say "interface names" "${odd:-ethN}"
 [ "$OWN_KERNEL" = 1 ] || exit 0
@@ -128,8 +131,14 @@ loop() {  # in this shell, not a subshell: the trap must see $dev
   truncate -s 16M "$dir/disk" || return 1
   dev=$(losetup -f --show "$dir/disk") || return 1
   mkfs.ext4 -q -F "$dev" || return 1; steps=mkfs
-  udevadm settle --timeout=30  # udev saw the file system when mkfs closed the device
-  echo "$(links_to "$dev" loop-inode uuid)" > "$dir/links"
+  # mkfs closing the device makes udev (its inotify watch) send a change event, which
+  # settle cannot wait for until udev has queued it: wait for the links, bounded
+  tries=0
+  until links=$(links_to "$dev" loop-inode uuid) && [ "$links" = "by-loop-inode by-uuid" ] \
+      || [ "$tries" -ge 20 ]; do
+    udevadm settle --timeout=10; sleep 0.5; tries=$((tries + 1))
+  done
+  echo "$links" > "$dir/links"
   mkdir "$dir/mnt" && mount "$dev" "$dir/mnt" || return 1; steps="$steps mount"
   echo fidelity > "$dir/mnt/file" && sync || return 1; steps="$steps write"
   umount "$dir/mnt" && mount -o ro "$dev" "$dir/mnt" || return 1
