@@ -130,9 +130,12 @@ steps=
 loop() {  # in this shell, not a subshell: the trap must see $dev
   truncate -s 16M "$dir/disk" || return 1
   dev=$(losetup -f --show "$dir/disk") || return 1
+  # as a careful script does: udev sets its inotify watch on the device when it handles
+  # the event of losetup; a mkfs before that goes unseen
+  udevadm settle --timeout=30
   mkfs.ext4 -q -F "$dev" || return 1; steps=mkfs
-  # mkfs closing the device makes udev (its inotify watch) send a change event, which
-  # settle cannot wait for until udev has queued it: wait for the links, bounded
+  # mkfs closing the device makes udev (its watch) send a change event, which settle
+  # cannot wait for until udev has queued it: wait for the links, bounded
   tries=0
   until links=$(links_to "$dev" loop-inode uuid) && [ "$links" = "by-loop-inode by-uuid" ] \
       || [ "$tries" -ge 20 ]; do
