@@ -200,6 +200,7 @@ class Restore:
 
 # sizeof(sockaddr_un.sun_path) is 108, its last byte the NUL
 SOCKET_PATH_MAX = 107
+ROOT_DISK_SERIAL = "labctl-root"
 RAM_ID = "ram"  # the guest RAM block's name in the saved state: both sides use it
 
 
@@ -276,9 +277,15 @@ class QemuMachine:
             *accel_args, "-m", str(memory_mib), "-smp", str(cpus), "-nodefaults",
             "-no-user-config", "-display", "none", "-no-reboot",
             "-kernel", str(kernel), "-initrd", str(self.initrd), "-append", append,
-            "-drive", f"file={_qemu_value(self.disk)},if=virtio,format=qcow2,cache=unsafe",
+            # The root disk, the first virtio device (/dev/vda). Its serial gives it
+            # /dev/disk/by-id/virtio-labctl-root (udev makes by-id links of virtio disks
+            # from their serial, and none without one); qemu takes a serial on the device.
+            "-drive", f"file={_qemu_value(self.disk)},if=none,id=root,format=qcow2,"
+            "cache=unsafe",
+            "-device", f"virtio-blk-pci,drive=root,serial={ROOT_DISK_SERIAL}",
         ]
-        for drive in extra_drives:  # right after the root disk: /dev/vdb, ...
+        # after the root disk: /dev/vdb, ... (qemu adds if=virtio drives after every -device)
+        for drive in extra_drives:
             argv += ["-drive", drive]
         argv += [
             "-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
@@ -536,8 +543,10 @@ def node_machine(lab_name: str, node: str, node_dir: Path) -> QemuMachine:
 # verify the kernel's own code at every boot, which a lab node need not repeat.
 # page_reporting_order=0: the balloon reports every free page, not only whole 2 MiB
 # blocks (the default), which a node's scattered frees seldom make (docs/performance.md).
+# net.ifnames=0: the node runs udev (node-init.sh), which keeps the kernel's ethN names
+# with it instead of renaming NICs to ens2, ens6 ... (Debian's documented switch).
 KERNEL_APPEND = ("console=ttyS0 quiet loglevel=3 panic=-1 cryptomgr.notests"
-                 " page_reporting.page_reporting_order=0")
+                 " page_reporting.page_reporting_order=0 net.ifnames=0")
 
 
 def node_argv(lab: Lab, node: Node, machine: QemuMachine, image: Image, accel: str,

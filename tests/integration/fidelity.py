@@ -52,6 +52,11 @@ DEBIAN: dict[str, str] = {
     "loop-control": "char",
     "loop usable": "mkfs mount write read",
     "kernel config": "/boot/config-RELEASE",
+    "interface names": "ethN",  # udev keeps the kernel's names (net.ifnames=0)
+    "udevd": "answers",  # `udevadm control --ping`
+    # the root disk's links in /dev/disk (by-id from the virtio disk's serial)
+    "root disk links": "by-id by-path by-uuid",
+    "loop udev links": "by-loop-inode by-uuid",  # what udev made for the loop device
 }
 
 _SCRIPT = r"""
@@ -83,7 +88,30 @@ say "bash writes /dev/stderr" "$(bash -c 'echo err > /dev/stderr' 2>&1 >/dev/nul
 say "sh writes /dev/stdout" "$(sh -c 'echo out > /dev/stdout' 2>&1)"
 say "sh writes /dev/stderr" "$(sh -c 'echo err > /dev/stderr' 2>&1 >/dev/null)"
 if [ -c /dev/loop-control ]; then say loop-control char; else say loop-control none; fi
+odd=
+for d in /sys/class/net/*; do  # the kernel's fallback tunnels appear in every namespace
+  case "${d##*/}" in
+    lo|eth[0-9]*|tunl0|sit0|ip6tnl0|gre0|gretap0|erspan0|ip_vti0|ip6_vti0|ip6gre0) ;;
+    *) odd="${odd:+$odd }${d##*/}" ;;
+  esac
+done
+say "interface names" "${odd:-ethN}"
 [ "$OWN_KERNEL" = 1 ] || exit 0
+if udevadm control --ping >/dev/null 2>&1; then say udevd answers; else say udevd none; fi
+links_to() {  # links_to DEVICE KIND...: the KINDs of /dev/disk/by-KIND with a link to DEVICE
+  target=$1; shift
+  found=
+  for kind in "$@"; do
+    for l in /dev/disk/by-$kind/*; do
+      if [ -L "$l" ] && [ "$(readlink -f "$l")" = "$target" ]; then
+        found="${found:+$found }by-$kind"; break
+      fi
+    done
+  done
+  echo "${found:-none}"
+}
+root=$(findmnt -n -o SOURCE /)
+say "root disk links" "$(links_to "$root" id path uuid)"
 config="/boot/config-$(uname -r)"
 if [ -r "$config" ] && grep -q '^CONFIG_INFINIBAND=' "$config"; then
   say "kernel config" "/boot/config-RELEASE"
@@ -102,7 +130,18 @@ steps=
 loop() {  # in this shell, not a subshell: the trap must see $dev
   truncate -s 16M "$dir/disk" || return 1
   dev=$(losetup -f --show "$dir/disk") || return 1
+  # as a careful script does: udev sets its inotify watch on the device when it handles
+  # the event of losetup; a mkfs before that goes unseen
+  udevadm settle --timeout=30
   mkfs.ext4 -q -F "$dev" || return 1; steps=mkfs
+  # mkfs closing the device makes udev (its watch) send a change event, which settle
+  # cannot wait for until udev has queued it: wait for the links, bounded
+  tries=0
+  until links=$(links_to "$dev" loop-inode uuid) && [ "$links" = "by-loop-inode by-uuid" ] \
+      || [ "$tries" -ge 20 ]; do
+    udevadm settle --timeout=10; sleep 0.5; tries=$((tries + 1))
+  done
+  echo "$links" > "$dir/links"
   mkdir "$dir/mnt" && mount "$dev" "$dir/mnt" || return 1; steps="$steps mount"
   echo fidelity > "$dir/mnt/file" && sync || return 1; steps="$steps write"
   umount "$dir/mnt" && mount -o ro "$dev" "$dir/mnt" || return 1
@@ -113,6 +152,7 @@ if loop > "$dir/log" 2>&1; then
 else
   say "loop usable" "$steps, then failed: $(tail -n 3 "$dir/log" | tr '\n' ' ')"
 fi
+say "loop udev links" "$(cat "$dir/links" 2>/dev/null || echo 'not reached')"
 """
 
 
@@ -123,14 +163,17 @@ def fidelity_script(own_kernel: bool) -> str:
 
 # A container shares the engine's kernel (docs/docker.md): no loop devices, and the kernel's
 # own file systems (configfs, debugfs, tracefs) are not mounted in it.
+# Nor udev: a Debian container runs none either, and the engine host's udev manages the
+# devices (docs/nodes.md).
 OWN_KERNEL_ONLY = ("loop usable", "mount /sys/kernel/config", "mount /sys/kernel/debug",
-                   "mount /sys/kernel/tracing", "kernel config")
+                   "mount /sys/kernel/tracing", "kernel config", "udevd", "root disk links",
+                   "loop udev links")
 
 
 def node_fidelity(handle: LabHandle, node: str, *, own_kernel: bool = True) -> list[str]:
     """How `node` differs from DEBIAN, one line per difference (empty: none). `own_kernel`:
     a VM, with loop devices (used through losetup, mkfs.ext4 and mount) and the kernel's
-    file systems mounted; a container node has neither."""
+    file systems mounted, and udev running; a container node has none of them."""
     done = handle.run(node, ["sh", "-c", fidelity_script(own_kernel)], timeout=300)
     assert done.returncode == 0, f"{node}: exit {done.returncode}\n{done.stdout}{done.stderr}"
     if own_kernel:  # the script's trap detached its loop device and removed its files

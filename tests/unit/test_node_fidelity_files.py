@@ -5,6 +5,7 @@ package it leaves out (tests/integration/fidelity.py checks live nodes)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 
 from labctl.data.recipes import node_packages
 from labctl.images import builder
+from labctl.vm import machine
 
 REPO = Path(__file__).resolve().parents[2]
 STAGE1 = (REPO / "labctl/images/initramfs-init.sh").read_text()
@@ -129,3 +131,42 @@ def test_each_important_package_left_out_has_its_reason_in_the_list_and_the_docs
     for tool_package in ("e2fsprogs", "fdisk", "cpio", "less", "nano", "vim-tiny", "nftables",
                          "dmidecode"):
         assert tool_package in node_packages()
+
+
+def test_a_qemu_node_runs_udev_with_the_kernels_interface_names() -> None:
+    """udevd runs in every qemu node as on Debian (/dev/disk/by-*, the links of devices a
+    test suite makes), started before a machine is saved for restores (restored nodes
+    have it too) and settled, bounded, before the network step names the NICs by MAC;
+    net.ifnames=0 keeps udev from renaming eth0 and eth1 to ens2 and ens6."""
+    script = (REPO / "labctl/nodeside/node-init.sh").read_text()
+    block = script[script.index("    step udev\n"):]
+    block = block[:block.index("\nfi\n")]
+    assert script.rindex('if [ "$KIND" = vm ]; then', 0, script.index("    step udev\n")) \
+        == script.index("    step udev\n") - len('if [ "$KIND" = vm ]; then\n')
+    started = block.index("/usr/lib/systemd/systemd-udevd --daemon")
+    # coldplug replays the virtio disks' events only (the reason is beside it)
+    trigger = " ".join(block[block.index("udevadm trigger --type"):].split()[:6])
+    assert trigger == ("udevadm trigger --type=devices \\ --subsystem-match=block "
+                       "--sysname-match='vd*'"), trigger
+    assert started < block.index("udevadm trigger --type")
+    assert block.count("udevadm trigger") == 2  # the one above and its failure's text
+    settle = re.search(r"udevadm settle --timeout=(\d+)", block)
+    assert settle is not None and 0 < int(settle.group(1)) <= 120
+    assert "must " in block[settle.start() - 80:settle.start()]  # a timeout fails the node
+    udev = script.index("    step udev\n")
+    assert udev < script.index("    step saving\n") < script.index("step network\n")
+    assert "net.ifnames=0" in machine.KERNEL_APPEND.split()
+
+
+def test_a_qemu_nodes_root_disk_has_a_serial_for_its_by_id_link(tmp_path: Path) -> None:
+    node = machine.QemuMachine(tmp_path / "node1", "labctl-lab-node1")
+    argv = node.argv(accel="tcg", memory_mib=512, cpus=1, kernel=tmp_path / "vmlinux",
+                     append="console=ttyS0", ssh_port=2222, mgmt_mac="52:54:00:00:00:01",
+                     nics=[])
+    pairs = list(itertools.pairwise(argv))
+    drives = [value for flag, value in pairs if flag == "-drive"]
+    assert drives == [f"file={node.disk},if=none,id=root,format=qcow2,cache=unsafe"]
+    blk = [value for flag, value in pairs if flag == "-device" and "drive=" in value]
+    assert blk == ["virtio-blk-pci,drive=root,serial=labctl-root"]
+    devices = [value for flag, value in pairs if flag == "-device"]
+    assert devices[0] == blk[0]  # the first virtio device: /dev/vda, before any -drive's
