@@ -474,6 +474,7 @@ def prune(saved_root: Path) -> list[Path]:
     for path in sorted(saved_root.glob(".make-*")) + sorted(saved_root.glob(".gone-*")):
         pid = path.name.rsplit("-", 1)[-1]
         if path.is_dir() and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            _stop_orphaned_save(path, int(pid))
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     for listing in list_saved(saved_root):
@@ -484,6 +485,19 @@ def prune(saved_root: Path) -> list[Path]:
                 discard(listing.path)
                 removed.append(listing.path)
     return removed
+
+
+def _stop_orphaned_save(work: Path, labctl_pid: int) -> None:
+    """A labctl killed while it saved a machine (SIGKILL, an OOM kill) leaves its qemu
+    running with nobody to stop it, and its namespace: stop the qemu that this work
+    directory's pid file names, if it is that directory's qemu (QemuMachine.stop checks
+    its -pidfile: never a recycled pid), and remove the dead labctl's namespace."""
+    if not work.name.startswith(".make-"):
+        return
+    machine = QemuMachine(work, "labctl-saving", work.parent)
+    with contextlib.suppress(LabctlError):  # one stuck in the kernel: `ps` shows it
+        machine.stop(machine.pidfile_pid())
+    labnet.delete_netns(f"{NETNS_SAVING}{labctl_pid}")
 
 
 def template_env(shape: MachineShape) -> dict[str, str]:

@@ -391,6 +391,36 @@ def test_prune_removes_what_this_labctl_can_never_use(
     assert not any(p.exists() for p in removed)
 
 
+def test_prune_stops_the_qemu_a_killed_labctl_left_saving(tmp_path: Path) -> None:
+    """A labctl killed while it saved a machine leaves its qemu running: prune stops it
+    (the process whose -pidfile is that work directory's), and never a process another
+    work directory's pid file merely names."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "saved"
+    orphan_dir = root / ".make-abcd-999999998"
+    decoy_dir = root / ".make-efgh-999999997"
+    procs = []
+    for work, pidfile in ((orphan_dir, orphan_dir / "qemu.pid"),
+                          (decoy_dir, tmp_path / "elsewhere.pid")):
+        work.mkdir(parents=True)
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                 "-pidfile", str(pidfile)])
+        (work / "qemu.pid").write_text(f"{proc.pid}\n")
+        procs.append(proc)
+    orphan, decoy = procs
+    try:
+        removed = saved.prune(root)
+        assert sorted(removed) == sorted([orphan_dir, decoy_dir])
+        assert orphan.wait(timeout=10) is not None  # stopped
+        assert decoy.poll() is None  # not its qemu: left running
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
 def test_only_nodes_that_booted_get_the_helper_started(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A restored node's helper runs already (saved warm): `up` starts it only in the
