@@ -117,28 +117,6 @@ if [ "$KIND" = vm ] && [ -d /sys/kernel/config ]; then
     must "mount configfs on /sys/kernel/config" mount -t configfs configfs /sys/kernel/config
 fi
 
-# udev, as on a Debian machine: /dev/disk/by-id, by-path, by-uuid, by-loop-*, the links
-# and modes its rules give devices, and the links of every device made later (loop, nvme,
-# dm and multipath devices a test suite creates). Started before a machine is saved for
-# restores, so that restored nodes have it running too. The kernel command line has
-# net.ifnames=0 (labctl/vm/machine.py KERNEL_APPEND): udev keeps the kernel's ethN names,
-# which the network step below renames by MAC as it always did.
-# Of the devices that exist before udevd, only the virtio disks' events are replayed
-# (coldplug): replaying all of them (about 300: ttys, ACPI, PCI, CPUs...) cost 24 s of a
-# TCG node's boot, some 80 ms an event with no one slow rule, much of it in loading the
-# drivers of the emulated PC's floppy, IDE, PC speaker, PS/2 mouse and of KVM, which no
-# lab uses (docs/nodes.md). The loop devices are left out too (8 events, about 3 s under
-# load): unbound, no rule gives them a link; binding one (losetup) sends the event that
-# does. Devices made after udevd started get every rule, as on Debian.
-if [ "$KIND" = vm ]; then
-    step udev
-    must "systemd-udevd --daemon" /usr/lib/systemd/systemd-udevd --daemon
-    must "udevadm trigger (virtio disks)" udevadm trigger --type=devices \
-        --subsystem-match=block --sysname-match='vd*' --action=add
-    # Bounded: events still queued after this are a node that cannot be trusted.
-    must "udevadm settle: udev events still queued after 60 s" udevadm settle --timeout=60
-fi
-
 # A machine labctl saves for restores (labctl/vm/saved.py) stops here, before anything
 # node-specific: its inspector's helper imports pyverbs (a restored node's is warm), the
 # page cache goes back (a smaller saved state), then identity.py waits on the second serial
@@ -162,6 +140,30 @@ fi
 if [ "$KIND" = vm ]; then
     echo "$LABCTL_NODE" > /proc/sys/kernel/hostname || fail "hostname $LABCTL_NODE"
     echo "$LABCTL_NODE" > /etc/hostname
+fi
+
+# udev, as on a Debian machine: /dev/disk/by-id, by-path, by-uuid, by-loop-*, the links
+# and modes its rules give devices, and the links of every device made later (loop, nvme,
+# dm and multipath devices a test suite creates). Started after the point where a machine
+# is saved for restores, in restored nodes too: udevd reads the kernel's boot_id, which
+# the kernel makes once, at its first read; read before the save, every node restored from
+# that machine would have the same boot_id. The kernel command line has
+# net.ifnames=0 (labctl/vm/machine.py KERNEL_APPEND): udev keeps the kernel's ethN names,
+# which the network step below renames by MAC as it always did.
+# Of the devices that exist before udevd, only the virtio disks' events are replayed
+# (coldplug): replaying all of them (about 300: ttys, ACPI, PCI, CPUs...) cost 24 s of a
+# TCG node's boot, some 80 ms an event with no one slow rule, much of it in loading the
+# drivers of the emulated PC's floppy, IDE, PC speaker, PS/2 mouse and of KVM, which no
+# lab uses (docs/nodes.md). The loop devices are left out too (8 events, about 3 s under
+# load): unbound, no rule gives them a link; binding one (losetup) sends the event that
+# does. Devices made after udevd started get every rule, as on Debian.
+if [ "$KIND" = vm ]; then
+    step udev
+    must "systemd-udevd --daemon" /usr/lib/systemd/systemd-udevd --daemon
+    must "udevadm trigger (virtio disks)" udevadm trigger --type=devices \
+        --subsystem-match=block --sysname-match='vd*' --action=add
+    # Bounded: events still queued after this are a node that cannot be trusted.
+    must "udevadm settle: udev events still queued after 60 s" udevadm settle --timeout=60
 fi
 
 # Host folders (qemu nodes): virtio-9p shares named labctlN, "TAG,DST,MODE" words.

@@ -135,9 +135,11 @@ def test_each_important_package_left_out_has_its_reason_in_the_list_and_the_docs
 
 def test_a_qemu_node_runs_udev_with_the_kernels_interface_names() -> None:
     """udevd runs in every qemu node as on Debian (/dev/disk/by-*, the links of devices a
-    test suite makes), started before a machine is saved for restores (restored nodes
-    have it too) and settled, bounded, before the network step names the NICs by MAC;
-    net.ifnames=0 keeps udev from renaming eth0 and eth1 to ens2 and ens6."""
+    test suite makes), started after the point where a machine is saved for restores
+    (udevd reads boot_id, which the kernel makes once: a saved machine that ran it gave
+    every node restored from it the same boot_id), in restored nodes too, and settled,
+    bounded, before the network step names the NICs by MAC; net.ifnames=0 keeps udev from
+    renaming eth0 and eth1 to ens2 and ens6."""
     script = (REPO / "labctl/nodeside/node-init.sh").read_text()
     block = script[script.index("    step udev\n"):]
     block = block[:block.index("\nfi\n")]
@@ -154,7 +156,7 @@ def test_a_qemu_node_runs_udev_with_the_kernels_interface_names() -> None:
     assert settle is not None and 0 < int(settle.group(1)) <= 120
     assert "must " in block[settle.start() - 80:settle.start()]  # a timeout fails the node
     udev = script.index("    step udev\n")
-    assert udev < script.index("    step saving\n") < script.index("step network\n")
+    assert script.index("    step saving\n") < udev < script.index("step network\n")
     assert "net.ifnames=0" in machine.KERNEL_APPEND.split()
 
 
