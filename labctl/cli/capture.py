@@ -28,7 +28,6 @@ from labctl.errors import LabctlError, UsageError
 
 DEFAULT_DURATION = 60.0  # a -w capture without --count or --duration stops after this
 MAX_COUNT = 10**9  # packets: --count and --first
-MAX_LADDER = 2000  # arrows in one ladder (a row each: 2000 make a 720-inch image)
 
 
 @contextmanager
@@ -183,9 +182,10 @@ def capture(
         if as_json and ladder is not None:
             raise UsageError("--json prints the packets; --ladder draws them",
                              hint="give one of them")
-        if ladder is not None and ladder.suffix.lower() not in (".png", ".svg"):
-            raise UsageError(f"--ladder {ladder}: use a .png or .svg file name",
-                         hint="e.g. --ladder ladder.svg")
+        from labctl.wire.ladder import MAX_LADDER, check_ladder_file  # no scapy imported
+
+        if ladder is not None:
+            check_ladder_file(ladder)
         if ladder is not None and first is not None and first > MAX_LADDER:
             raise UsageError(f"--ladder draws at most {MAX_LADDER} packets (--first {first})",
                              hint=f"e.g. --first {MAX_LADDER}; or decode without --ladder")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.markup import escape
 
+from labctl import bounded, safefs
 from labctl.cli import complete
 from labctl.cli.common import (
     HELP_SETTINGS,
@@ -20,12 +21,13 @@ from labctl.cli.common import (
     progress_reporter,
 )
 from labctl.cli.safeprint import print_json
-from labctl.course.catalog import LANGS, Lesson, files, lesson, lessons, text, topology_file
-from labctl.course.shapes import LessonListOutput, LessonVerdict
+from labctl.course import LANGS, SOURCE
 from labctl.errors import LabctlError, UsageError
 
-if TYPE_CHECKING:  # the lab side loads only when a check runs
+if TYPE_CHECKING:  # the lessons (pydantic models, yaml) load only when a lesson command runs
+    from labctl.course.catalog import Lesson
     from labctl.course.check import Checked
+    from labctl.course.shapes import LessonListOutput, LessonVerdict
 
 DEFAULT_LAB = "lesson"
 MARKER = ".lesson"  # in the learner's folder: which lesson it holds, hints seen
@@ -54,6 +56,8 @@ def _lang(value: str) -> str:
 @lesson_app.command("list")
 def list_lessons(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Every lesson: number, title, what it teaches."""
+    from labctl.course.catalog import lessons
+
     if as_json:
         listed: LessonListOutput = {"lessons": [
             {"number": x.number, "title": x.title, "summary": x.summary, "rdma": x.rdma,
@@ -68,30 +72,37 @@ def list_lessons(as_json: bool = typer.Option(False, "--json", help="Print JSON.
 @lesson_app.command("show")
 def show(number: int = NumberArgument) -> None:
     """The lesson's text: what to write and how it is checked."""
+    from labctl.course.catalog import lesson, text
+
     console.print(text(lesson(number)), markup=False, highlight=False)
 
 
 def _read_marker(folder: Path) -> dict[str, int]:
     """The folder's marker ({"lesson": N, "hints": K}); {} when absent or unreadable (the
-    learner's own file: a bad one only resets the hint count)."""
-    path = folder / MARKER
+    learner's own file: a bad one only resets the hint count). Read bounded, and never
+    through a link or from a FIFO (one would block the read)."""
     try:
-        with path.open("rb") as f:
-            data = json.loads(f.read(MARKER_BYTES))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
+        data = bounded.load_object(bounded.read_text(folder / MARKER, MARKER_BYTES),
+                                   limit=MARKER_BYTES)
+    except (OSError, ValueError):  # BoundedError is a ValueError
         return {}
     return {k: v for k, v in data.items()
             if k in ("lesson", "hints") and isinstance(v, int) and 0 <= v < 1000}
 
 
-def _write_marker(folder: Path, values: dict[str, int]) -> None:
+def _write(folder: Path, name: str, data: bytes) -> None:
+    """A file labctl writes into the learner's folder: a new file renamed into place, so a
+    link planted under its name is replaced, never followed (labctl runs as root)."""
     try:
-        (folder / MARKER).write_text(json.dumps(values) + "\n")
-    except OSError as exc:
-        raise LabctlError(f"cannot write {folder / MARKER}: {exc.strerror}",
+        safefs.write_bytes(folder / name, data, folder, 0o644)
+    except (LabctlError, OSError) as exc:
+        why = exc.message if isinstance(exc, LabctlError) else exc.strerror
+        raise LabctlError(f"cannot write {folder / name}: {why}",
                           hint="the lesson folder must be writable") from None
+
+
+def _write_marker(folder: Path, values: dict[str, int]) -> None:
+    _write(folder, MARKER, (json.dumps(values) + "\n").encode())
 
 
 @lesson_app.command("hint")
@@ -102,6 +113,8 @@ def hint(number: int = NumberArgument,
                                    callback=int_range("--number", 1, 99),
                                    help="That hint instead of the next one.")) -> None:
     """The next hint for the lesson, one at a time (counted in your lesson folder)."""
+    from labctl.course.catalog import lesson
+
     item = lesson(number)
     if which is not None and not 1 <= which <= len(item.hints):
         raise UsageError(f"lesson {number} has hints 1 to {len(item.hints)} (got {which})",
@@ -122,6 +135,8 @@ def hint(number: int = NumberArgument,
 def _copy_starter(item: Lesson, folder: Path) -> tuple[list[str], list[str]]:
     """The starter's and the common files into `folder`; a file that is there is kept (it
     may be the learner's work). The names copied and the names kept."""
+    from labctl.course.catalog import files
+
     marker = _read_marker(folder)
     if marker.get("lesson") not in (None, item.number):
         raise UsageError(f"{folder} holds lesson {marker['lesson']}'s files",
@@ -132,7 +147,7 @@ def _copy_starter(item: Lesson, folder: Path) -> tuple[list[str], list[str]]:
         if target.exists() or target.is_symlink():
             kept.append(name)
             continue
-        target.write_bytes(content)
+        _write(folder, name, content)
         copied.append(name)
     if not marker:
         _write_marker(folder, {"lesson": item.number, "hints": 0})
@@ -145,6 +160,7 @@ def start(number: int = NumberArgument,
                                         help="Your folder for the lesson (made if missing)."),
           lab: str = LessonLabOption) -> None:
     """Copy the lesson's starter into DIR and bring its lab up with DIR at /mnt/lesson."""
+    from labctl.course.catalog import lesson, topology_file
     from labctl.course.check import NODE_DIR
     from labctl.lab import lifecycle
     from labctl.lab.handle import open_lab
@@ -225,22 +241,23 @@ def check_command(number: int = NumberArgument,
     exit and output, the packets on the wire, the devices' counters. Exit 0 only when
     every finding passes."""
     from labctl.course import judge
+    from labctl.course.catalog import lesson
     from labctl.course.check import check, mounted_folder
     from labctl.lab.handle import open_lab
+    from labctl.wire.ladder import check_ladder_file
 
     item = lesson(number)
     lang = _lang(lang)
-    if ladder is not None and ladder.suffix not in (".png", ".svg"):
-        raise UsageError(f"--ladder {ladder}: the file must end in .png or .svg",
-                         hint="e.g. --ladder lesson.svg")
+    if ladder is not None:
+        check_ladder_file(ladder)
     handle = open_lab(lab)
     mounted = mounted_folder(handle)
     if folder is not None and os.path.realpath(folder) != mounted:
         raise UsageError(f"lab {lab} mounts {mounted}, not {os.path.realpath(folder)}",
                          hint=f"`labctl lesson start {number} {folder}` brings the lab up "
                          "with that folder")
-    if not os.path.isfile(os.path.join(mounted, "lesson.c" if lang == "c" else "lesson.py")):
-        raise UsageError(f"{mounted} has no {'lesson.c' if lang == 'c' else 'lesson.py'}",
+    if not os.path.isfile(os.path.join(mounted, SOURCE[lang])):
+        raise UsageError(f"{mounted} has no {SOURCE[lang]}",
                          hint=f"`labctl lesson start {number} {mounted}` copies the starter")
     marker = _read_marker(Path(mounted))
     if marker.get("lesson") not in (None, number):

@@ -18,8 +18,6 @@ from labctl.errors import LabctlError, UsageError
 LESSONS = "labctl.data.lessons"
 COMMON = "common"  # the files every lesson's program builds with
 _FOLDER = re.compile(r"^(\d{2})-[a-z0-9-]+$")
-LANGS = ("c", "python")
-SOURCE = {"c": "lesson.c", "python": "lesson.py"}
 
 
 class _Strict(BaseModel):

@@ -11,13 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labctl.capture.runhook import captured_runner
-from labctl.course.catalog import SOURCE, Lesson
+from labctl.course import SOURCE
+from labctl.course.catalog import Lesson
 from labctl.course.judge import Observation, ProgramRun, devinfo_fields
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
 from labctl.runners.custom import DEFAULT_PORT, custom_spec
 from labctl.runners.execute import RunResult
 from labctl.wire.decode import Frame
+from labctl.wire.ladder import MAX_LADDER
+from labctl.wire.recovery import nak_mark
 from labctl.wire.summary import iter_frames
 
 NODE_DIR = "/mnt/lesson"  # where `lesson start` mounts the learner's folder
@@ -35,14 +38,12 @@ _EXIT_MARK = "--lesson-exit"
 class Checked:
     observation: Observation
     pcap: Path | None  # the run's capture (pair lessons)
-    frames: list[Frame]  # its decoded packets, for the ladder (bounded: MAX_FRAMES)
+    frames: list[Frame]  # its decoded packets, for the ladder (at most MAX_LADDER)
     server: str
     client: str
     server_address: str = ""
     client_address: str = ""
 
-
-MAX_FRAMES = 2000
 
 
 def mounted_folder(handle: LabHandle) -> str:
@@ -71,21 +72,21 @@ def _program(lang: str) -> str:
     return f"PYTHONDONTWRITEBYTECODE=1 python3 {NODE_DIR}/{SOURCE['python']}"
 
 
-def _build(handle: LabHandle, nodes: list[str], lang: str) -> str:
-    """The compiler's first lines when the code does not build in a node, else ""."""
+def _build(handle: LabHandle, node: str, lang: str) -> str:
+    """The compiler's first lines when the code does not build in `node`, else "" (built
+    once: every node mounts the folder and runs the same image)."""
     if lang == "c":
         command = f"make -s -C {NODE_DIR} O={BUILD_DIR}"
     else:  # a syntax error found before two nodes wait for each other
         command = ("python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), "
                    f"sys.argv[1])' {NODE_DIR}/{SOURCE['python']}")
-    for node in nodes[:1]:
-        result = handle.run(node, ["sh", "-c", command], timeout=BUILD_SECONDS)
-        if result.returncode == 124:
-            raise LabctlError(f"building the lesson in {node} took over {BUILD_SECONDS:.0f} s",
-                              hint="the host may be busy; run the check again")
-        if result.returncode != 0:
-            lines = (result.stderr + result.stdout).strip().splitlines()
-            return "\n".join(lines[:BUILD_ERROR_LINES]) or f"exit {result.returncode}"
+    result = handle.run(node, ["sh", "-c", command], timeout=BUILD_SECONDS)
+    if result.returncode == 124:
+        raise LabctlError(f"building the lesson in {node} took over {BUILD_SECONDS:.0f} s",
+                          hint="the host may be busy; run the check again")
+    if result.returncode != 0:
+        lines = (result.stderr + result.stdout).strip().splitlines()
+        return "\n".join(lines[:BUILD_ERROR_LINES]) or f"exit {result.returncode}"
     return ""
 
 
@@ -126,9 +127,8 @@ def _single(handle: LabHandle, lesson: Lesson, lang: str, node: str) -> Checked:
 
 def _wire(result: RunResult, obs: Observation, server_ip: str,
           client_ip: str) -> tuple[Path | None, list[Frame]]:
-    """What each side sent, the NAKs and retransmissions, from the run's capture."""
-    record: dict[str, object] = dict(result.capture or {})
-    pcap = Path(str(record["pcap"])) if record.get("pcap") else None
+    """What each side sent and the NAKs, from the run's capture."""
+    pcap = Path(result.capture["pcap"]) if result.capture else None
     frames: list[Frame] = []
     if pcap is None or not pcap.is_file():
         return None, frames
@@ -137,18 +137,14 @@ def _wire(result: RunResult, obs: Observation, server_ip: str,
         side = sides.get(frame.src)
         if side is None or frame.proto != "RoCEv2":
             continue
-        if len(frames) < MAX_FRAMES:
+        if len(frames) < MAX_LADDER:
             frames.append(frame)
         counts = obs.sent.setdefault(side, {})
         for op in frame.ops:
             counts[op] = counts.get(op, 0) + 1
-        aeth = frame.detail.get("AETH") or {}
-        if aeth.get("syndrome") == "NAK":
-            obs.naks.append(f"NAK: {aeth.get('nak')}")
-        elif aeth.get("syndrome") == "RNR NAK":
-            obs.naks.append("RNR NAK")
-        if frame.recovery == "retransmitted":
-            obs.retransmitted += 1
+        nak = nak_mark(frame.detail.get("AETH") or {})
+        if nak:
+            obs.naks.append(nak)
     return pcap, frames
 
 
@@ -192,7 +188,7 @@ def check(handle: LabHandle, lesson: Lesson, lang: str,
     """Build and run the learner's program for `lesson` in the lab; what was seen."""
     nodes = _rdma_nodes(handle, lesson)
     used = nodes[:2] if lesson.roles == "pair" else nodes[:1]
-    build_error = _build(handle, used, lang)
+    build_error = _build(handle, used[0], lang)
     if build_error:
         return Checked(Observation([], build_error=build_error), None, [], used[0],
                        used[1] if len(used) > 1 else "")

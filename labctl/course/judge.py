@@ -50,7 +50,6 @@ class Observation:
     build_error: str = ""  # the compiler's first lines when the code did not build
     sent: dict[str, dict[str, int]] = field(default_factory=dict)  # side -> opcode -> n
     naks: list[str] = field(default_factory=list)  # 'NAK: remote access error', 'RNR NAK'
-    retransmitted: int = 0
     counters: dict[str, dict[str, int] | None] = field(default_factory=dict)  # side -> change
     devinfo: dict[str, str] | None = None  # ibv_devinfo -v in the program's node
 

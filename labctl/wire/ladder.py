@@ -7,9 +7,24 @@ is a usage error with the install hint.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from labctl.errors import LabctlError, UsageError
-from labctl.wire.decode import Frame
+
+if TYPE_CHECKING:  # annotations only: a --ladder file name is checked without scapy
+    from labctl.wire.decode import Frame
+
+MAX_LADDER = 2000  # arrows in one ladder (a row each: 2000 make a 720-inch image)
+SUFFIXES = (".png", ".svg")  # matplotlib draws by the file name's suffix
+
+
+def check_ladder_file(path: Path) -> Path:
+    """`--ladder FILE`: a .png or .svg file name, else UsageError (exit 2)."""
+    if path.suffix.lower() not in SUFFIXES:
+        raise UsageError(f"--ladder {path}: use a .png or .svg file name",
+                         hint="e.g. --ladder ladder.svg")
+    return path
+
 
 _COLORS = {"RoCEv2": "#1f77b4", "CM": "#2ca02c", "MAD": "#2ca02c", "iWARP": "#9467bd",
            "TCP": "#7f7f7f", "UDP": "#7f7f7f", "ARP": "#bcbd22"}
