@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
@@ -22,27 +21,25 @@ def config(
     """Set, in DIR/.config (a kernel tree), every option a lab node can use (rxe, siw,
     virtio, 9p for mounts, netem/u32/BPF for faults) that is not set yet, as
     `scripts/config --module` (or --enable) would; then run `make olddefconfig` and build."""
+    from labctl import safefs
     from labctl.images import kconfig
-    from labctl.images.kernels import CONFIG_BYTES
+    from labctl.images.kernels import read_kernel_file
 
     config_file = tree / ".config"
     if not (tree / "Makefile").is_file() or not config_file.is_file():
         raise UsageError(f"{tree} is not a configured kernel tree (no Makefile and .config)",
                          hint=f"configure it first: `make -C {tree} defconfig`")
-    data = config_file.read_bytes()[:CONFIG_BYTES + 1]
-    if len(data) > CONFIG_BYTES:
-        raise UsageError(f"{config_file} is larger than {CONFIG_BYTES >> 20} MiB",
-                         hint="give the tree's own .config")
+    data = read_kernel_file(config_file)
     text, changed = kconfig.enable(data.decode(errors="replace"), kconfig.ALL)
     if not changed:
         console.print(f"{config_file}: every option labctl uses is set already",
                       highlight=False, soft_wrap=True)
         return
+    # new files renamed into place (safefs): labctl runs as root, and a link planted in a
+    # tree from elsewhere under either name is replaced, never written through
     backup = tree / ".config.old"
-    backup.write_bytes(data)
-    partial = tree / ".config.labctl-new"
-    partial.write_text(text)
-    os.replace(partial, config_file)
+    safefs.write_bytes(backup, data, tree, 0o644)
+    safefs.write_bytes(config_file, text.encode(), tree, 0o644)
     for option in changed:
         console.print(f"CONFIG_{option.name}={'m' if option.tristate else 'y'}  ({option.why})",
                       highlight=False)

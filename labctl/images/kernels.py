@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labctl import hostproc, locks, safefs
+from labctl import bounded, hostproc, locks, safefs
 from labctl.errors import LabctlError, UsageError
 from labctl.images import kconfig
 from labctl.images.builder import (
@@ -138,7 +138,7 @@ def _build_tree(tree: Path) -> KernelFiles:
     modules: list[tuple[str, Path]] = []
     order = tree / "modules.order"
     if order.is_file():  # none: CONFIG_MODULES=n, everything is built in
-        for line in _bounded_text(order).splitlines():
+        for line in read_kernel_text(order).splitlines():
             rel = line.strip()
             if not rel:
                 continue
@@ -208,17 +208,26 @@ def _walk(root: Path) -> Iterator[Path]:
                 yield path
 
 
-def _bounded_text(path: Path, limit: int = CONFIG_BYTES) -> str:
-    with path.open("rb") as file:
-        data = file.read(limit + 1)
-    if len(data) > limit:
-        raise KernelError(f"{path} is larger than {limit >> 20} MiB",
-                          hint="give the kernel's own file")
-    return data.decode(errors="replace")
+def read_kernel_text(path: Path, limit: int = CONFIG_BYTES) -> str:
+    """A kernel's text file (.config, config-RELEASE, modules.order), as text."""
+    return read_kernel_file(path, limit).decode(errors="replace")
+
+
+def read_kernel_file(path: Path, limit: int = CONFIG_BYTES) -> bytes:
+    """A kernel's file read bounded in size and time (bounded.read_regular: a FIFO there
+    does not block); KernelError (exit 2) when it is too large or not a regular file."""
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise KernelError(f"{path} is larger than {limit >> 20} MiB",
+                              hint="give the kernel's own file")
+        return bounded.read_regular(path, limit, follow_symlinks=True)
+    except bounded.BoundedError as exc:
+        raise KernelError(str(exc), hint="give the kernel's own file") from None
 
 
 def read_config(files: KernelFiles) -> str:
-    return _bounded_text(files.config)
+    return read_kernel_text(files.config)
 
 
 def content_digest(files: KernelFiles) -> str:

@@ -121,6 +121,33 @@ def test_a_kernel_without_rxe_is_refused_with_the_lines_that_fix_it(tmp_path: Pa
         f"config {folder}` adds every option labctl uses")
 
 
+def test_kernel_config_never_writes_through_a_link_in_a_tree_from_elsewhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """labctl runs as root: `.config.old` planted as a link to a file outside the tree is
+    replaced, and the file it named is left as it was."""
+    tree = build_tree(tmp_path / "linux", DEBIAN_CONFIG.read_text())
+    outside = tmp_path / "outside"
+    outside.write_text("not yours\n")
+    (tree / ".config.old").symlink_to(outside)
+    code, _, _ = run_main(monkeypatch, capsys, "kernel", "config", str(tree))
+    assert code == 0
+    assert outside.read_text() == "not yours\n"
+    assert not (tree / ".config.old").is_symlink()
+    assert (tree / ".config.old").read_text() == DEBIAN_CONFIG.read_text()
+
+
+def test_a_kernel_file_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    import os
+
+    from labctl.images.kernels import KernelError, read_kernel_text
+
+    os.mkfifo(tmp_path / "config")
+    with pytest.raises(KernelError) as caught:
+        read_kernel_text(tmp_path / "config")
+    assert caught.value.message == f"{tmp_path / 'config'} is a named pipe (FIFO), not a regular file"
+
+
 def test_kernel_config_sets_what_is_missing_once() -> None:
     text = DEBIAN_CONFIG.read_text()
     changed_text, changed = kconfig.enable(text, kconfig.ALL)
