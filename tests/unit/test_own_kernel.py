@@ -145,7 +145,8 @@ def test_a_kernel_file_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path
     os.mkfifo(tmp_path / "config")
     with pytest.raises(KernelError) as caught:
         read_kernel_text(tmp_path / "config")
-    assert caught.value.message == f"{tmp_path / 'config'} is a named pipe (FIFO), not a regular file"
+    expected = f"{tmp_path / 'config'} is a named pipe (FIFO), not a regular file"
+    assert caught.value.message == expected
 
 
 def test_kernel_config_sets_what_is_missing_once() -> None:
