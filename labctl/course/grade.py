@@ -86,7 +86,7 @@ def submissions(folder: Path) -> list[Submission]:
     for entry in entries:
         if entry.name.startswith("."):
             continue
-        shown = printable(entry.name)
+        shown = printable(entry.name).replace("\n", "\\n").replace("\t", "\\t")
         if entry.is_symlink():
             found.append(Submission(shown, "a link, not a folder: a submission must be a "
                                     "folder of its own inside SUBMISSIONS"))
@@ -261,7 +261,8 @@ def one_line(text: str, limit: int = FIRST_FAILURE_CHARS) -> str:
 
 def table_rows(graded: list[Graded]) -> list[tuple[str, str, str]]:
     """(student, verdict, first failing finding) per student, as the table shows them."""
-    return [(g.student, g.verdict.upper(), one_line(g.first_failure)) for g in graded]
+    return [(g.student, g.verdict.upper(), printable(one_line(g.first_failure)))
+            for g in graded]
 
 
 # XML 1.0 has no way to write most control characters, even escaped: a program's output in
