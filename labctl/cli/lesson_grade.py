@@ -49,7 +49,11 @@ def _grading_lab(item: Lesson, lab: str,
     another folder (a learner's) is refused: grading empties the folder it mounts."""
     from labctl.course.catalog import topology_file
     from labctl.course.check import NODE_DIR, mounted_folder
-    from labctl.course.grade import grading_folder, make_grading_folder
+    from labctl.course.grade import (
+        grading_folder,
+        make_grading_folder,
+        remove_grading_folder,
+    )
     from labctl.lab import lifecycle
     from labctl.lab.handle import open_lab
     from labctl.lab.labs import lab_made
@@ -68,8 +72,12 @@ def _grading_lab(item: Lesson, lab: str,
     options = lifecycle.UpOptions(mounts=(f"{folder}:{NODE_DIR}",), name=lab,
                                   allow_host_mounts=(str(folder),))
     options.check()
-    with resources.as_file(topology_file(item)) as topology:
-        result = lifecycle.up(topology, options, progress)
+    try:
+        with resources.as_file(topology_file(item)) as topology:
+            result = lifecycle.up(topology, options, progress)
+    except BaseException:  # nothing half-made: up cleans up its lab, this its folder
+        remove_grading_folder(lab)
+        raise
     return open_lab(result.lab.name), True
 
 
@@ -100,16 +108,18 @@ def grade(number: int = NumberArgument,
     from labctl.course import grade as grading
     from labctl.course.catalog import lesson
     from labctl.lab import lifecycle
+    from labctl.lab.labs import check_lab_name
 
     item = lesson(number)
     lang = _lang(lang)
+    lab = check_lab_name(lab)  # before it names the grading folder
     entries = grading.submissions(Path(os.path.abspath(folder)))
     with progress_reporter(f"lesson {number} grade") as progress:
         handle, made = _grading_lab(item, lab, progress)
         try:
             graded, broken = grading.grade_all(
                 handle, item, lang, Path(os.path.abspath(folder)), entries,
-                grading.make_grading_folder(lab), timeout, progress)
+                grading.grading_folder(lab), timeout, progress)
         finally:
             if made and not keep:
                 progress(f"taking lab {lab} down")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Literal
 from xml.etree import ElementTree
 
-from labctl import paths, safefs
+from labctl import hostproc, paths, safefs
 from labctl.bounded import printable
 from labctl.course import SOURCE
 from labctl.course.catalog import Lesson, files
@@ -38,6 +38,8 @@ from labctl.lab.handle import LabHandle
 STUDENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MAX_SUBMISSIONS = 500
 SOURCE_BYTES = 1 << 20  # one lesson's program: the solutions are under 10 KiB
+GRADING_MIB = 256  # the grading folder's room: a build is a few MiB
+HOST_SECONDS = 30.0
 FIRST_FAILURE_CHARS = 120  # the table's cell; the JSON and JUnit file have every finding
 
 Verdict = Literal["pass", "fail", "error"]
@@ -143,6 +145,9 @@ def grading_folder(lab: str) -> Path:
 
 
 def make_grading_folder(lab: str) -> Path:
+    """The grading folder, made, with a tmpfs of GRADING_MIB mounted on it: a student's
+    program, root in its node, writes there through the lab's mount, and must not be able
+    to fill the host's disk (it gets ENOSPC; the folder is emptied after each student)."""
     folder = grading_folder(lab)
     root = paths.state_root()
     try:
@@ -151,6 +156,12 @@ def make_grading_folder(lab: str) -> Path:
         raise LabctlError(f"cannot make {root}: {exc.strerror}",
                           hint="labctl needs its state directory (run it as root)") from None
     safefs.make_dirs(folder, root, 0o755)
+    if not os.path.ismount(folder):
+        hostproc.run(["mount", "-t", "tmpfs", "-o",
+                      f"size={GRADING_MIB}m,mode=0755,nosuid,nodev", "labctl-grading",
+                      str(folder)], timeout=HOST_SECONDS,
+                     what=f"mounting a {GRADING_MIB} MiB tmpfs on {folder}",
+                     hint="lesson grade runs as root, on a host that can mount a tmpfs")
     return folder
 
 
@@ -168,13 +179,20 @@ def empty(folder: Path) -> None:
 
 
 def remove_grading_folder(lab: str) -> None:
+    """The grading folder and its tmpfs, once the lab that mounted it is down."""
     folder = grading_folder(lab)
+    if os.path.ismount(folder):
+        hostproc.run(["umount", str(folder)], timeout=HOST_SECONDS,
+                     what=f"unmounting the tmpfs on {folder}",
+                     hint=f"`umount {folder}` by hand once nothing uses it")
     with contextlib.suppress(FileNotFoundError):
         info = os.lstat(folder)
         if stat.S_ISDIR(info.st_mode):
             shutil.rmtree(folder)
         else:
             folder.unlink()
+    with contextlib.suppress(OSError):  # the last grading folder: nothing left behind
+        folder.parent.rmdir()
 
 
 def _stage(item: Lesson, lang: str, source: bytes, folder: Path) -> None:

@@ -224,6 +224,7 @@ def test_cli_refusals_come_before_any_lab(monkeypatch: pytest.MonkeyPatch,
         (["1", str(subs), "--timeout", "601"], "--timeout must be a whole number from 10"),
         (["1", str(subs), "--junit", str(tmp_path / "no" / "x.xml")], "--junit"),
         (["1", str(subs), "--junit", str(tmp_path)], "is a directory"),
+        (["1", str(subs), "--lab", "../../etc"], "lab name"),
     ]
     for args, words in cases:
         code, _, err = run_main(monkeypatch, capsys, "lesson", "grade", *args)
