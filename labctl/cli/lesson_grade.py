@@ -1,4 +1,4 @@
-"""`labctl lesson grade N SUBMISSIONS`: a class's submissions judged in one lab, one after
+"""`labctl lesson grade N DIR`: a class's submissions judged in one lab, one after
 the other, as `lesson check` judges a learner's (labctl/course/grade.py)."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def _grading_lab(item: Lesson, lab: str,
 
 
 def grade(number: int = NumberArgument,
-          folder: Path = typer.Argument(..., metavar="SUBMISSIONS",
+          folder: Path = typer.Argument(..., metavar="DIR",
                                         help="A folder with one folder per student, each "
                                         "holding the student's lesson.c or lesson.py."),
           lang: str = LangOption,

@@ -1,7 +1,7 @@
 """`labctl lesson grade`: every student's submission judged by `lesson check`'s machinery
 (course/check.py, course/judge.py), one after the other in one lab.
 
-A submission is a folder in SUBMISSIONS named after its student; its lesson.c or lesson.py
+A submission is a folder in DIR named after its student; its lesson.c or lesson.py
 is copied, with labctl's own common files (the Makefile, rdma_common.*), into the grading
 folder the lab mounts at /mnt/lesson, checked, and the folder emptied again. Everything a
 student gives is untrusted: the folder's name (it reaches the table, the JSON and the
@@ -69,7 +69,7 @@ class Graded:
 
 
 def submissions(folder: Path) -> list[Submission]:
-    """The entries of SUBMISSIONS, by name: each folder a submission; a link, or a name
+    """The entries of DIR, by name: each folder a submission; a link, or a name
     that is no student name, a refused one (graded "error"); hidden entries and plain
     files (a README, a grade sheet) left out. UsageError (exit 2) when there is nothing to
     grade."""
@@ -91,7 +91,7 @@ def submissions(folder: Path) -> list[Submission]:
         shown = printable(entry.name).replace("\n", "\\n").replace("\t", "\\t")
         if entry.is_symlink():
             found.append(Submission(shown, "a link, not a folder: a submission must be a "
-                                    "folder of its own inside SUBMISSIONS"))
+                                    "folder of its own inside the submissions folder"))
         elif not entry.is_dir(follow_symlinks=False):
             continue
         elif not STUDENT_NAME.match(entry.name):
@@ -113,7 +113,7 @@ def submissions(folder: Path) -> list[Submission]:
 def read_source(folder: Path, student: str, lang: str) -> bytes | str:
     """The student's program, or the finding that says why it cannot be used: missing,
     a link or not a regular file (never followed), hard-linked (it may be any file of the
-    host), too large. Read from SUBMISSIONS down without following a link on the way."""
+    host), too large. Read from DIR down without following a link on the way."""
     path = folder / student / SOURCE[lang]
     name = SOURCE[lang]
     try:

@@ -44,7 +44,7 @@ class GradeRow(TypedDict):
 
 
 class GradeOutput(TypedDict):
-    """`labctl lesson grade N SUBMISSIONS --json`."""
+    """`labctl lesson grade N DIR --json`."""
 
     lesson: int
     lang: str  # c or python
