@@ -39,6 +39,7 @@ COMMAND_MODULES = [
     "fault",
     "version",
     "lesson",
+    "lesson_grade",
 ]
 
 app = typer.Typer(

@@ -52,7 +52,7 @@ from labctl.cli.shapes import (
     VersionOutput,
 )
 from labctl.cli.validate import ValidateProblems
-from labctl.course.shapes import LessonListOutput, LessonVerdict
+from labctl.course.shapes import GradeOutput, LessonListOutput, LessonVerdict
 from labctl.lab.counters import CountersRecord
 from labctl.lab.links import LinkShowOutput
 from labctl.providers.vagrant_plan import VagrantDocument
@@ -190,6 +190,7 @@ OUTPUTS: tuple[Output, ...] = (
     Output("counters", ("counters",), CountersRecord),
     Output("lesson-list", ("lesson list",), LessonListOutput),
     Output("lesson-check", ("lesson check",), LessonVerdict),
+    Output("lesson-grade", ("lesson grade",), GradeOutput),
 )
 
 # Commands with --json and no schema yet: asyncwatch streams its one node's events as the

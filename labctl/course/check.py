@@ -13,6 +13,7 @@ from pathlib import Path
 from labctl.capture.runhook import captured_runner
 from labctl.course import SOURCE
 from labctl.course.catalog import Lesson
+from labctl.course.jail import RELEASE, RELEASE_SECONDS, fenced
 from labctl.course.judge import Observation, ProgramRun, devinfo_fields
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
@@ -66,10 +67,11 @@ def _rdma_nodes(handle: LabHandle, lesson: Lesson) -> list[str]:
 
 
 def _program(lang: str) -> str:
+    """The shell text that starts the learner's program in its fence (course/jail.py)."""
     if lang == "c":
-        return f"{BUILD_DIR}/lesson"
+        return fenced(f"{BUILD_DIR}/lesson")
     # no __pycache__ in the learner's folder
-    return f"PYTHONDONTWRITEBYTECODE=1 python3 {NODE_DIR}/{SOURCE['python']}"
+    return fenced(f"PYTHONDONTWRITEBYTECODE=1 python3 {NODE_DIR}/{SOURCE['python']}")
 
 
 def _build(handle: LabHandle, node: str, lang: str) -> str:
@@ -80,7 +82,7 @@ def _build(handle: LabHandle, node: str, lang: str) -> str:
     else:  # a syntax error found before two nodes wait for each other
         command = ("python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), "
                    f"sys.argv[1])' {NODE_DIR}/{SOURCE['python']}")
-    result = handle.run(node, ["sh", "-c", command], timeout=BUILD_SECONDS)
+    result = handle.run(node, ["sh", "-c", fenced(command)], timeout=BUILD_SECONDS)
     if result.returncode == 124:
         raise LabctlError(f"building the lesson in {node} took over {BUILD_SECONDS:.0f} s",
                           hint="the host may be busy; run the check again")
@@ -109,18 +111,19 @@ def _split_exit(output: str) -> tuple[int | None, str]:
     return code, "\n".join(kept)
 
 
-def _single(handle: LabHandle, lesson: Lesson, lang: str, node: str) -> Checked:
+def _single(handle: LabHandle, lesson: Lesson, lang: str, node: str,
+            run_seconds: int) -> Checked:
     device = handle.node_state(node)
     dev = device.rdma_dev if device else ""
     if not dev:
         raise LabctlError(f"{node} has no RDMA device in its state",
                           hint="`labctl status` shows the lab's devices")
     ran = handle.run(node, ["sh", "-c", f"{_program(lang)} -d {shlex.quote(dev)}"],
-                     timeout=RUN_SECONDS)
+                     timeout=run_seconds)
     truth = handle.run(node, ["ibv_devinfo", "-v", "-d", dev], timeout=60)
     run = ProgramRun("program", node, None if ran.returncode == 124 else ran.returncode,
                      ran.stdout, ran.stderr,
-                     f"no exit within {RUN_SECONDS} s" if ran.returncode == 124 else "")
+                     f"no exit within {run_seconds} s" if ran.returncode == 124 else "")
     devinfo = devinfo_fields(truth.stdout) if truth.returncode == 0 else None
     return Checked(Observation([run], devinfo=devinfo), None, [], node, "")
 
@@ -154,15 +157,15 @@ def _address(handle: LabHandle, node: str) -> str:
 
 
 def _pair(handle: LabHandle, lesson: Lesson, lang: str, server: str, client: str,
-          capture_dir: Path | None) -> Checked:
+          capture_dir: Path | None, run_seconds: int) -> Checked:
     program = _program(lang)
     common = "-d {device} -g {gid_index} -p {port}"
     spec = custom_spec(_marked(f"{program} server {common}"),
                        _marked(f"{program} client {{server_ip}} {common}"),
                        ready_port=DEFAULT_PORT)
-    spec = dataclasses.replace(spec, ready_seconds=READY_SECONDS)
+    spec = dataclasses.replace(spec, ready_seconds=min(READY_SECONDS, run_seconds))
     run = captured_runner(True, capture_dir or handle.labdir.path / "captures")
-    result = run(handle, spec, server, client, {"timeout": RUN_SECONDS, "port": DEFAULT_PORT})
+    result = run(handle, spec, server, client, {"timeout": run_seconds, "port": DEFAULT_PORT})
     runs = []
     for role, node, output in (("server", server, result.server_output),
                                ("client", client, result.client_output)):
@@ -183,15 +186,35 @@ def _pair(handle: LabHandle, lesson: Lesson, lang: str, server: str, client: str
     return Checked(obs, pcap, frames, server, client, server_ip, client_ip)
 
 
-def check(handle: LabHandle, lesson: Lesson, lang: str,
-          capture_dir: Path | None = None) -> Checked:
-    """Build and run the learner's program for `lesson` in the lab; what was seen."""
+def lesson_nodes(handle: LabHandle, lesson: Lesson) -> list[str]:
+    """The nodes the lesson's programs run in (the server's first)."""
     nodes = _rdma_nodes(handle, lesson)
-    used = nodes[:2] if lesson.roles == "pair" else nodes[:1]
-    build_error = _build(handle, used[0], lang)
-    if build_error:
-        return Checked(Observation([], build_error=build_error), None, [], used[0],
-                       used[1] if len(used) > 1 else "")
-    if lesson.roles == "single":
-        return _single(handle, lesson, lang, used[0])
-    return _pair(handle, lesson, lang, used[0], used[1], capture_dir)
+    return nodes[:2] if lesson.roles == "pair" else nodes[:1]
+
+
+def release(handle: LabHandle, nodes: list[str]) -> list[str]:
+    """Kill whatever the learner's programs left running in `nodes` (their fence's
+    cgroup): the nodes where something could not be killed."""
+    left = []
+    for node in nodes:
+        result = handle.run(node, ["sh", "-c", RELEASE], timeout=RELEASE_SECONDS)
+        if result.returncode != 0:
+            left.append(node)
+    return left
+
+
+def check(handle: LabHandle, lesson: Lesson, lang: str,
+          capture_dir: Path | None = None, run_seconds: int = RUN_SECONDS) -> Checked:
+    """Build and run the learner's program for `lesson` in the lab (each side for at most
+    `run_seconds`); what was seen. Nothing of the program runs on when this returns."""
+    used = lesson_nodes(handle, lesson)
+    try:
+        build_error = _build(handle, used[0], lang)
+        if build_error:
+            return Checked(Observation([], build_error=build_error), None, [], used[0],
+                           used[1] if len(used) > 1 else "")
+        if lesson.roles == "single":
+            return _single(handle, lesson, lang, used[0], run_seconds)
+        return _pair(handle, lesson, lang, used[0], used[1], capture_dir, run_seconds)
+    finally:
+        release(handle, used)

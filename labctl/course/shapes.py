@@ -34,3 +34,21 @@ class LessonVerdict(TypedDict):
     findings: list[FindingRecord]
     pcap: str | None  # the run's capture (two-node lessons)
     sent: dict[str, dict[str, int]]  # "client"/"server" -> opcode -> packets
+
+
+class GradeRow(TypedDict):
+    student: str  # the submission's folder name (control characters escaped)
+    verdict: str  # pass, fail (a finding failed) or error (not graded)
+    seconds: float  # the student's build, run and judging
+    findings: list[FindingRecord]  # every one; "submission" or "check" when not judged
+
+
+class GradeOutput(TypedDict):
+    """`labctl lesson grade N DIR --json`."""
+
+    lesson: int
+    lang: str  # c or python
+    lab: str
+    passed: int  # students whose every finding passed
+    failed: int  # the others (fail or error): exit 1 when any
+    students: list[GradeRow]  # by folder name
