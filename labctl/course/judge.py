@@ -27,6 +27,9 @@ _NAK_ADVICE = {
                            "remote access flag the operation needs",
     "RNR NAK": "the server had no receive posted when the message came: post the receive "
                "before the client sends",
+    "invalid request": "the server's queue pair does not allow that operation (it was set up "
+                       "without IBV_ACCESS_REMOTE_WRITE, _READ or _ATOMIC for it), or an "
+                       "atomic's address is not 8-byte aligned",
     "PSN sequence error": "packets arrived out of order or were lost",
     "remote operational error": "the server could not place the message: a receive too "
                                 "short for it, or a queue pair in error",

@@ -280,8 +280,8 @@ def test_lesson_4_judges_the_clients_buffer_and_the_servers_read_responses() -> 
     # a WRITE into a buffer registered for READ only: refused, nothing read back
     writes = {"RC_RDMA_WRITE_FIRST": 1, "RC_RDMA_WRITE_MIDDLE": 2, "RC_RDMA_WRITE_LAST": 1}
     obs = _sides("lesson: the peer closed the TCP connection\n",
-                 "lesson: a work request completed with remote access error\n", writes,
-                 {"RC_ACKNOWLEDGE": 1}, ["NAK: remote access error"], (1, 1))
+                 "lesson: a work request completed with remote invalid request error\n",
+                 writes, {"RC_ACKNOWLEDGE": 1}, ["NAK: invalid request"], (1, 1))
     assert _failed(4, obs)[2:] == [
         "your client sent RC_RDMA_WRITE_FIRST, RC_RDMA_WRITE_MIDDLE, RC_RDMA_WRITE_LAST "
         "packets; this lesson wants RDMA READ: post IBV_WR_RDMA_READ with the peer's rkey and "
@@ -295,8 +295,9 @@ def test_lesson_4_judges_the_clients_buffer_and_the_servers_read_responses() -> 
         "the client printed no digest of its buffer (`buffer N bytes fnv1a64 HEX`): the "
         "client's buffer does not hold the server's 4096 bytes: read the whole buffer from "
         "the peer's address with its rkey into your registered buffer",
-        "the server answered NAK: remote access error (1 time): a wrong rkey or address, or "
-        "memory registered without the remote access flag the operation needs"]
+        "the server answered NAK: invalid request (1 time): the server's queue pair does not "
+        "allow that operation (it was set up without IBV_ACCESS_REMOTE_WRITE, _READ or "
+        "_ATOMIC for it), or an atomic's address is not 8-byte aligned"]
 
 
 IMMEDIATE = "immediate 0xc0de0005\n"
@@ -352,16 +353,17 @@ def test_lesson_6_wants_the_old_value_back_and_the_servers_counter_changed() -> 
         "your server printed `counter 1000`, not `counter 1024`: the fetch-and-add adds "
         "compare_add (ADD, 24) to the 8 bytes at the peer's address"]
 
-    # the starter's server: registered without IBV_ACCESS_REMOTE_ATOMIC, the add refused
+    # the second TODO done, not the first: the server allows no atomics, the add refused
     obs = _sides("", "", {"RC_FETCH_ADD": 1}, {"RC_ACKNOWLEDGE": 1},
-                 ["NAK: remote access error"], (1, 1))
+                 ["NAK: invalid request"], (1, 1))
     texts = _failed(6, obs)
     assert texts[2] == (
         "the server's device sent back no atomic acknowledge (it sent RC_ACKNOWLEDGE 1): it "
         "runs an atomic only on memory registered with IBV_ACCESS_REMOTE_ATOMIC, at the "
         "address and with the rkey it gave")
     assert texts[3].startswith("your client printed no `fetched ...` line, not `fetched 1000`")
-    assert texts[-1].startswith("the server answered NAK: remote access error (1 time)")
+    assert texts[-1].startswith("the server answered NAK: invalid request (1 time): the "
+                                "server's queue pair does not allow that operation")
 
 
 def test_a_printed_line_is_matched_whole_and_a_near_one_is_quoted() -> None:
