@@ -18,9 +18,11 @@ IMMEDIATE = 0xC0DE0005
 
 
 def post_receive(lab: Lab) -> None:
-    """The server: a receive for the immediate to complete. It names no buffer: the bytes
-    go where the WRITE says, only the immediate comes through the receive."""
-    lab.qp.post_recv(RecvWR(wr_id=1, num_sge=0))
+    """The server: a receive for the immediate to complete. The bytes go where the WRITE
+    says, only the immediate comes through the receive; pyverbs wants one SGE in a
+    RecvWR all the same, so it names the buffer, and nothing lands there through it."""
+    sge = SGE(lab.mr.buf, lab.bytes, lab.mr.lkey)
+    lab.qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[sge]))
 
 
 def post_write_imm(lab: Lab) -> None:

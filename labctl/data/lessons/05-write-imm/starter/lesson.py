@@ -23,10 +23,11 @@ IMMEDIATE = 0xC0DE0005
 
 
 def post_receive(lab: Lab) -> None:
-    """The server: a receive for the immediate to complete. It names no buffer: the bytes
-    go where the WRITE says, only the immediate comes through the receive."""
-    # TODO 1: a RecvWR with no SGE (num_sge=0), posted on lab.qp: the WRITE with
-    # immediate consumes it.
+    """The server: a receive for the immediate to complete. The bytes go where the WRITE
+    says, only the immediate comes through the receive; pyverbs wants one SGE in a
+    RecvWR all the same, so it names the buffer, and nothing lands there through it."""
+    # TODO 1: a RecvWR with one SGE (lab.mr.buf, lab.bytes, lab.mr.lkey), posted on
+    # lab.qp: the WRITE with immediate consumes it.
     todo("post a receive for the immediate (qp.post_recv)")
 
 
