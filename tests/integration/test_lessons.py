@@ -124,7 +124,7 @@ def test_lesson_1_device_query(folder: Path) -> None:
 
     use(folder, solution("01-device"))
     code, findings, _ = check(1)
-    assert code == 0, findings
+    assert code == 0, "\n".join(failed(findings))
     assert {f["text"].split(":")[0] for f in findings if f["check"] == "devinfo"} == {
         "hca_id", "node_guid", "max_qp", "max_cqe", "state", "active_mtu"}
 
@@ -148,7 +148,7 @@ def test_lesson_2_send_recv(folder: Path) -> None:
 
     use(folder, solution("02-send-recv"))
     code, findings, verdict = check(2)
-    assert code == 0, findings
+    assert code == 0, "\n".join(failed(findings))
     assert verdict["sent"]["client"].get("RC_SEND_FIRST", 0) >= 1
 
 
@@ -170,7 +170,7 @@ def test_lesson_3_rdma_write(folder: Path) -> None:
 
     use(folder, solution("03-rdma-write"))
     code, findings, verdict = check(3)
-    assert code == 0, findings
+    assert code == 0, "\n".join(failed(findings))
     assert "RC_SEND_FIRST" not in verdict["sent"]["client"]
     assert Path(verdict["pcap"]).is_file()
 
@@ -194,13 +194,13 @@ def test_lesson_4_rdma_read(folder: Path) -> None:
 
     use(folder, solution("04-rdma-read"))
     code, findings, verdict = check(4)
-    assert code == 0, findings
+    assert code == 0, "\n".join(failed(findings))
     assert set(verdict["sent"]["client"]) <= {"RC_RDMA_READ_REQUEST", "RC_ACKNOWLEDGE"}
     assert verdict["sent"]["server"]["RC_RDMA_READ_RESPONSE_FIRST"] >= 1
 
     use(folder, solution("04-rdma-read", "python"))
     code, findings, _ = check(4, "python")
-    assert code == 0, findings
+    assert code == 0, "\n".join(failed(findings))
 
 
 def test_lesson_5_write_with_immediate(folder: Path) -> None:
@@ -221,12 +221,12 @@ def test_lesson_5_write_with_immediate(folder: Path) -> None:
 
     use(folder, solution("05-write-imm"))
     code, findings, verdict = check(5)
-    assert code == 0, findings
+    assert code == 0, "\n".join(failed(findings))
     assert verdict["sent"]["client"]["RC_RDMA_WRITE_LAST_WITH_IMMEDIATE"] >= 1
 
     use(folder, solution("05-write-imm", "python"))
     code, findings, _ = check(5, "python")
-    assert code == 0, findings
+    assert code == 0, "\n".join(failed(findings))
 
 
 def test_lesson_6_atomic_fetch_and_add(folder: Path) -> None:
@@ -253,10 +253,10 @@ def test_lesson_6_atomic_fetch_and_add(folder: Path) -> None:
 
     use(folder, solution("06-atomic-add"))
     code, findings, verdict = check(6)
-    assert code == 0, findings
+    assert code == 0, "\n".join(failed(findings))
     assert set(verdict["sent"]["client"]) == {"RC_FETCH_ADD"}
     assert set(verdict["sent"]["server"]) == {"RC_ATOMIC_ACKNOWLEDGE"}
 
     use(folder, solution("06-atomic-add", "python"))
     code, findings, _ = check(6, "python")
-    assert code == 0, findings
+    assert code == 0, "\n".join(failed(findings))
