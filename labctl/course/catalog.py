@@ -75,7 +75,7 @@ class PrintsCheck(_Strict):
 
     kind: Literal["prints"]
     side: Literal["server", "client"]
-    line: str = Field(min_length=1)
+    line: str = Field(pattern=r"^\S(.*\S)?$")  # compared with the printed lines stripped
     says: str
 
 

@@ -47,6 +47,7 @@ def test_every_opcode_a_lesson_names_is_one_the_decoder_gives() -> None:
         for check in item.checks:
             if isinstance(check, catalog.OpcodesCheck):
                 assert set(check.any_of + check.none_of) <= known, (item.folder, check)
+            if isinstance(check, catalog.OpcodesCheck | catalog.PrintsCheck):
                 check.says.format(found="x")  # no placeholder but {found}
 
 
@@ -364,6 +365,12 @@ def test_lesson_6_wants_the_old_value_back_and_the_servers_counter_changed() -> 
     assert texts[3].startswith("your client printed no `fetched ...` line, not `fetched 1000`")
     assert texts[-1].startswith("the server answered NAK: invalid request (1 time): the "
                                 "server's queue pair does not allow that operation")
+
+
+def test_a_printed_line_to_expect_is_one_a_stripped_line_can_equal() -> None:
+    for line in ("", " fetched 1000", "fetched 1000 "):
+        with pytest.raises(catalog.ValidationError):
+            catalog.PrintsCheck(kind="prints", side="client", line=line, says="x")
 
 
 def test_a_printed_line_is_matched_whole_and_a_near_one_is_quoted() -> None:
