@@ -38,17 +38,21 @@ class DevinfoCheck(_Strict):
 
 
 class DigestCheck(_Strict):
-    """The server's buffer holds the pattern the client sent ("buffer N bytes fnv1a64 H")."""
+    """One side's buffer holds the pattern the other side had ("buffer N bytes fnv1a64 H"):
+    the server's after a SEND or WRITE, the client's after an RDMA READ."""
 
     kind: Literal["digest"]
+    side: Literal["server", "client"] = "server"
     says: str
 
 
 class OpcodesCheck(_Strict):
-    """Packets the client put on the wire: one of `any_of` seen, or none of `none_of`.
-    `says` is the finding when it fails; {found} is what was seen instead."""
+    """Packets one side (the client unless said) put on the wire: one of `any_of` seen, or
+    none of `none_of`. `says` is the finding when it fails; {found} is what was seen
+    instead."""
 
     kind: Literal["opcodes"]
+    side: Literal["server", "client"] = "client"
     any_of: tuple[str, ...] = ()
     none_of: tuple[str, ...] = ()
     says: str
@@ -65,8 +69,18 @@ class CounterCheck(_Strict):
     says: str
 
 
-Check = Annotated[ExitCheck | DevinfoCheck | DigestCheck | OpcodesCheck | CounterCheck,
-                  Field(discriminator="kind")]
+class PrintsCheck(_Strict):
+    """One side printed this exact line (a value it got back: an immediate, an atomic's
+    original value, its own memory afterwards)."""
+
+    kind: Literal["prints"]
+    side: Literal["server", "client"]
+    line: str = Field(pattern=r"^\S(.*\S)?$")  # compared with the printed lines stripped
+    says: str
+
+
+Check = Annotated[ExitCheck | DevinfoCheck | DigestCheck | OpcodesCheck | CounterCheck
+                  | PrintsCheck, Field(discriminator="kind")]
 
 
 class Lesson(_Strict):

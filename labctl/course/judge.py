@@ -15,6 +15,7 @@ from labctl.course.catalog import (
     ExitCheck,
     Lesson,
     OpcodesCheck,
+    PrintsCheck,
 )
 from labctl.course.shapes import FindingRecord
 
@@ -26,6 +27,9 @@ _NAK_ADVICE = {
                            "remote access flag the operation needs",
     "RNR NAK": "the server had no receive posted when the message came: post the receive "
                "before the client sends",
+    "invalid request": "the server's queue pair does not allow that operation (it was set up "
+                       "without IBV_ACCESS_REMOTE_WRITE, _READ or _ATOMIC for it), or an "
+                       "atomic's address is not 8-byte aligned",
     "PSN sequence error": "packets arrived out of order or were lost",
     "remote operational error": "the server could not place the message: a receive too "
                                 "short for it, or a queue pair in error",
@@ -133,11 +137,12 @@ def _sent_text(sent: dict[str, int]) -> str:
 
 
 def _opcodes(check: OpcodesCheck, obs: Observation) -> list[Finding]:
-    sent = obs.sent.get("client", {})
+    sent = obs.sent.get(check.side, {})
     findings = []
     if check.any_of:
         if any(op in check.any_of for op in sent):
-            findings.append(Finding("wire", True, f"your client sent {_sent_text(sent)}"))
+            findings.append(Finding("wire", True, f"your {check.side} sent "
+                                    f"{_sent_text(sent)}"))
         else:
             findings.append(Finding("wire", False, check.says.format(found=_sent_text(sent))))
     if check.none_of:
@@ -145,23 +150,40 @@ def _opcodes(check: OpcodesCheck, obs: Observation) -> list[Finding]:
         if wrong:
             findings.append(Finding("wire", False, check.says.format(found=", ".join(wrong))))
         else:
-            findings.append(Finding("wire", True, "your client sent none of "
+            findings.append(Finding("wire", True, f"your {check.side} sent none of "
                                     + ", ".join(check.none_of)))
     return findings
 
 
+def _output(obs: Observation, side: str) -> str:
+    run = next((r for r in obs.runs if r.role == side), None)
+    return run.stdout if run else ""
+
+
 def _digest(check: DigestCheck, obs: Observation) -> list[Finding]:
-    server = next((r for r in obs.runs if r.role == "server"), None)
-    found = _DIGEST.findall(server.stdout) if server else []
+    found = _DIGEST.findall(_output(obs, check.side))
+    other = "client" if check.side == "server" else "server"
     want = expected_digest()
     if not found:
-        return [Finding("memory", False, "the server printed no digest of its buffer "
+        return [Finding("memory", False, f"the {check.side} printed no digest of its buffer "
                         f"(`buffer N bytes fnv1a64 HEX`): {check.says}")]
     size, digest = found[-1]
     if int(size) == MESSAGE_BYTES and digest == want:
-        return [Finding("memory", True, f"the server's buffer holds the client's "
+        return [Finding("memory", True, f"the {check.side}'s buffer holds the {other}'s "
                         f"{MESSAGE_BYTES} bytes")]
     return [Finding("memory", False, check.says)]
+
+
+def _prints(check: PrintsCheck, obs: Observation) -> list[Finding]:
+    """The exact line, else the finding with {found}: the side's last line that starts as
+    the wanted one does (`fetched 7` where `fetched 1000` was wanted)."""
+    lines = [line.strip() for line in _output(obs, check.side).splitlines()]
+    if check.line in lines:
+        return [Finding("output", True, f"your {check.side} printed `{check.line}`")]
+    word = check.line.split()[0]
+    alike = [line for line in lines if line.split()[:1] == [word]]
+    found = f"`{alike[-1][:200]}`" if alike else f"no `{word} ...` line"
+    return [Finding("output", False, check.says.format(found=found))]
 
 
 def _counter(check: CounterCheck, obs: Observation) -> list[Finding]:
@@ -206,6 +228,8 @@ def judge(lesson: Lesson, obs: Observation) -> list[Finding]:
             findings += _digest(check, obs)
         elif isinstance(check, CounterCheck):
             findings += _counter(check, obs)
+        elif isinstance(check, PrintsCheck):
+            findings += _prints(check, obs)
     if lesson.roles == "pair":
         findings += _naks(obs)
     return findings

@@ -20,7 +20,7 @@ class LessonListOutput(TypedDict):
 
 
 class FindingRecord(TypedDict):
-    check: str  # build, exit, devinfo, wire, memory, counters
+    check: str  # build, exit, devinfo, wire, memory, counters, output
     passed: bool
     text: str  # in the learner's terms
 

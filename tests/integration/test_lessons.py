@@ -3,12 +3,17 @@ starter and brings the lesson's lab up with the folder mounted, `labctl lesson c
 builds and runs the program in real nodes (rxe) and judges it from the wire and the
 counters. For each lesson: the starter fails with the finding its text promises, the
 reference solution passes, and a typical wrong answer fails with the finding that names
-the mistake; the Python side once per kind of lesson (one node, two nodes).
+the mistake; the Python side once for the one-node lesson and for every two-node lesson
+from the fourth on.
 
-One lab (named after LABCTL_TEST_LAB with "-les"), made again for each lesson's folder."""
+One lab (named after LABCTL_TEST_LAB with "-les") and one lesson folder, started once: each
+later lesson takes the folder over as a learner moving on would (its starter's lesson.c and
+lesson.py, the marker saying which lesson), so the common files are built once and the
+lab is never made again."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -33,8 +38,12 @@ WRONG = {
     "short-receive": ("02-send-recv", "\tcheck(ibv_post_recv(",
                       "\tsge.length = 1024;\n\tcheck(ibv_post_recv("),
     "send-instead": ("03-rdma-write", ".opcode = IBV_WR_RDMA_WRITE,", ".opcode = IBV_WR_SEND,"),
-    "wrong-rkey": ("03-rdma-write", "wr.wr.rdma.rkey = lab->peer.rkey;",
-                   "wr.wr.rdma.rkey = lab->peer.rkey + 1;"),
+    "write-instead": ("04-rdma-read", ".opcode = IBV_WR_RDMA_READ,",
+                      ".opcode = IBV_WR_RDMA_WRITE,"),
+    "immediate-byte-order": ("05-write-imm", "wr.imm_data = htonl(IMMEDIATE);",
+                             "wr.imm_data = IMMEDIATE;"),
+    "compare-swap-instead": ("06-atomic-add", ".opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,",
+                             ".opcode = IBV_WR_ATOMIC_CMP_AND_SWP,"),
 }
 
 
@@ -46,10 +55,23 @@ def lesson_lab() -> Iterator[None]:
     assert lab_leftovers(LAB) == {"netns": [], "qemu": [], "ssh": [], "labdir": []}
 
 
-def start(number: int, folder: Path) -> None:
-    result = labctl("lesson", "start", str(number), str(folder), "--lab", LAB, timeout=900)
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module's one lesson folder: `lesson start 1` copies the starter and brings the
+    lab up with it mounted."""
+    path = tmp_path_factory.mktemp("lessons") / "lesson"
+    result = labctl("lesson", "start", "1", str(path), "--lab", LAB, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert (folder / "lesson.c").is_file() and (folder / "rdma_common.py").is_file()
+    assert (path / "lesson.c").is_file() and (path / "rdma_common.py").is_file()
+    return path
+
+
+def take_over(folder: Path, number: int, lesson: str) -> None:
+    """The folder moves on to lesson `number`: its starter's lesson.c and lesson.py and the
+    marker `lesson start` writes. The common files and their build stay."""
+    for name in ("lesson.c", "lesson.py"):
+        shutil.copyfile(LESSONS / lesson / "starter" / name, folder / name)
+    (folder / ".lesson").write_text(json.dumps({"lesson": number, "hints": 0}) + "\n")
 
 
 def check(number: int, lang: str = "c") -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
@@ -83,10 +105,7 @@ def solution(lesson: str, lang: str = "c") -> Path:
     return LESSONS / lesson / "solution" / ("lesson.c" if lang == "c" else "lesson.py")
 
 
-def test_lesson_1_device_query(tmp_path: Path) -> None:
-    folder = tmp_path / "lesson1"
-    start(1, folder)
-
+def test_lesson_1_device_query(folder: Path) -> None:
     code, findings, _ = check(1)
     assert code == 1
     assert failed(findings) == [
@@ -105,14 +124,13 @@ def test_lesson_1_device_query(tmp_path: Path) -> None:
 
     use(folder, solution("01-device"))
     code, findings, _ = check(1)
-    assert code == 0, findings
+    assert code == 0, "\n".join(failed(findings))
     assert {f["text"].split(":")[0] for f in findings if f["check"] == "devinfo"} == {
         "hca_id", "node_guid", "max_qp", "max_cqe", "state", "active_mtu"}
 
 
-def test_lesson_2_send_recv(tmp_path: Path) -> None:
-    folder = tmp_path / "lesson2"
-    start(2, folder)
+def test_lesson_2_send_recv(folder: Path) -> None:
+    take_over(folder, 2, "02-send-recv")
 
     code, findings, _ = check(2)
     assert code == 1
@@ -130,13 +148,12 @@ def test_lesson_2_send_recv(tmp_path: Path) -> None:
 
     use(folder, solution("02-send-recv"))
     code, findings, verdict = check(2)
-    assert code == 0, findings
+    assert code == 0, "\n".join(failed(findings))
     assert verdict["sent"]["client"].get("RC_SEND_FIRST", 0) >= 1
 
 
-def test_lesson_3_rdma_write(tmp_path: Path) -> None:
-    folder = tmp_path / "lesson3"
-    start(3, folder)
+def test_lesson_3_rdma_write(folder: Path) -> None:
+    take_over(folder, 3, "03-rdma-write")
 
     code, findings, _ = check(3)
     assert code == 1
@@ -151,18 +168,95 @@ def test_lesson_3_rdma_write(tmp_path: Path) -> None:
                in t for t in texts), texts
     assert any(t.startswith("the server answered RNR NAK") for t in texts), texts
 
-    use_wrong(folder, "wrong-rkey")
-    code, findings, _ = check(3)
-    assert code == 1
-    assert any(t.startswith("the server answered NAK: remote access error")
-               for t in failed(findings)), findings
-
     use(folder, solution("03-rdma-write"))
     code, findings, verdict = check(3)
-    assert code == 0, findings
+    assert code == 0, "\n".join(failed(findings))
     assert "RC_SEND_FIRST" not in verdict["sent"]["client"]
     assert Path(verdict["pcap"]).is_file()
 
-    use(folder, solution("03-rdma-write", "python"))
-    code, findings, _ = check(3, "python")
-    assert code == 0, findings
+
+def test_lesson_4_rdma_read(folder: Path) -> None:
+    take_over(folder, 4, "04-rdma-read")
+
+    code, findings, _ = check(4)
+    assert code == 1
+    assert ("your client exited 1: TODO: RDMA READ the server's whole buffer into this one "
+            "(IBV_WR_RDMA_READ)") in failed(findings)
+
+    # a WRITE into a buffer the server lets the peer read but not write
+    use_wrong(folder, "write-instead")
+    code, findings, _ = check(4)
+    assert code == 1
+    texts = failed(findings)
+    assert any(t.startswith("your client sent RC_RDMA_WRITE_FIRST") and
+               "this lesson wants RDMA READ: post IBV_WR_RDMA_READ" in t for t in texts), texts
+    assert any(t.startswith("the server answered NAK: invalid request") for t in texts), texts
+
+    use(folder, solution("04-rdma-read"))
+    code, findings, verdict = check(4)
+    assert code == 0, "\n".join(failed(findings))
+    assert set(verdict["sent"]["client"]) <= {"RC_RDMA_READ_REQUEST", "RC_ACKNOWLEDGE"}
+    assert verdict["sent"]["server"]["RC_RDMA_READ_RESPONSE_FIRST"] >= 1
+
+    use(folder, solution("04-rdma-read", "python"))
+    code, findings, _ = check(4, "python")
+    assert code == 0, "\n".join(failed(findings))
+
+
+def test_lesson_5_write_with_immediate(folder: Path) -> None:
+    take_over(folder, 5, "05-write-imm")
+
+    code, findings, _ = check(5)
+    assert code == 1
+    assert failed(findings)[0] == ("your server exited 1: TODO: post a receive for the "
+                                   "immediate (ibv_post_recv)")
+
+    use_wrong(folder, "immediate-byte-order")
+    code, findings, _ = check(5)
+    assert code == 1
+    assert failed(findings) == [
+        "your server printed `immediate 0x0500dec0`, not `immediate 0xc0de0005`: the client "
+        "sets wr.imm_data = htonl(0xc0de0005) (it travels in network byte order) and the "
+        "server prints ntohl(wc.imm_data) from its receive's completion"]
+
+    use(folder, solution("05-write-imm"))
+    code, findings, verdict = check(5)
+    assert code == 0, "\n".join(failed(findings))
+    assert verdict["sent"]["client"]["RC_RDMA_WRITE_LAST_WITH_IMMEDIATE"] >= 1
+
+    use(folder, solution("05-write-imm", "python"))
+    code, findings, _ = check(5, "python")
+    assert code == 0, "\n".join(failed(findings))
+
+
+def test_lesson_6_atomic_fetch_and_add(folder: Path) -> None:
+    take_over(folder, 6, "06-atomic-add")
+
+    code, findings, _ = check(6)
+    assert code == 1
+    assert ("your client exited 1: TODO: add ADD to the server's counter "
+            "(IBV_WR_ATOMIC_FETCH_AND_ADD)") in failed(findings)
+
+    # compares the counter (1000) with 24: no swap, the old value back, the counter as it was
+    use_wrong(folder, "compare-swap-instead")
+    code, findings, _ = check(6)
+    assert code == 1
+    texts = failed(findings)
+    assert texts[0] == (
+        "your client sent RC_COMPARE_SWAP; this lesson wants an atomic fetch-and-add: post "
+        "IBV_WR_ATOMIC_FETCH_AND_ADD with the peer's rkey and address and compare_add = ADD")
+    assert texts[1].startswith("your client put no fetch-and-add on the wire (it sent "
+                               "RC_COMPARE_SWAP ")
+    assert texts[2:] == [
+        "your server printed `counter 1000`, not `counter 1024`: the fetch-and-add adds "
+        "compare_add (ADD, 24) to the 8 bytes at the peer's address"]
+
+    use(folder, solution("06-atomic-add"))
+    code, findings, verdict = check(6)
+    assert code == 0, "\n".join(failed(findings))
+    assert set(verdict["sent"]["client"]) == {"RC_FETCH_ADD"}
+    assert set(verdict["sent"]["server"]) == {"RC_ATOMIC_ACKNOWLEDGE"}
+
+    use(folder, solution("06-atomic-add", "python"))
+    code, findings, _ = check(6, "python")
+    assert code == 0, "\n".join(failed(findings))

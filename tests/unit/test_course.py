@@ -14,6 +14,7 @@ from labctl.course.check import _marked, _split_exit, _wire
 from labctl.errors import UsageError
 from labctl.runners.execute import RunResult
 from labctl.topology.load import load_lab
+from labctl.wire import roce
 from tests.unit.clirun import run_main
 from tests.unit.jsonshape import parsed
 
@@ -25,7 +26,7 @@ COMMON = {"Makefile", "rdma_common.c", "rdma_common.h", "rdma_common.py"}
 
 def test_the_shipped_lessons_load_in_order_with_their_parts() -> None:
     lessons = catalog.lessons()
-    assert [x.number for x in lessons] == [1, 2, 3]
+    assert [x.number for x in lessons] == [1, 2, 3, 4, 5, 6]
     for item in lessons:
         assert catalog.text(item).startswith(f"# Lesson {item.number}: ")
         for part in ("starter", "solution"):
@@ -38,11 +39,26 @@ def test_the_shipped_lessons_load_in_order_with_their_parts() -> None:
         assert all(n.rdma == item.rdma for n in lab.nodes)
 
 
+def test_every_opcode_a_lesson_names_is_one_the_decoder_gives() -> None:
+    """A misspelt opcode would make an any_of check fail for every program and a none_of
+    check pass for every program: each name is one the capture's decoder prints."""
+    known = {roce.opcode_name(code) for code in range(256)}
+    named: set[str] = set()
+    for item in catalog.lessons():
+        for check in item.checks:
+            if isinstance(check, catalog.OpcodesCheck):
+                named |= set(check.any_of + check.none_of)
+            if isinstance(check, catalog.OpcodesCheck | catalog.PrintsCheck):
+                check.says.format(found="x")  # no placeholder but {found}
+    assert named - known == set()
+    assert {"RC_RDMA_READ_REQUEST", "RC_FETCH_ADD", "RC_ATOMIC_ACKNOWLEDGE"} <= named
+
+
 def test_a_lesson_that_does_not_exist_names_the_ones_there_are() -> None:
     with pytest.raises(UsageError) as caught:
         catalog.lesson(9)
     assert caught.value.message == "there is no lesson 9"
-    assert caught.value.hint == "the lessons are 1, 2, 3: `labctl lesson list`"
+    assert caught.value.hint == "the lessons are 1, 2, 3, 4, 5, 6: `labctl lesson list`"
 
 
 def test_the_pattern_digest_is_the_one_the_programs_print() -> None:
@@ -157,7 +173,8 @@ def test_the_wire_is_counted_per_side_from_a_real_capture() -> None:
 def test_cli_list_show_and_refusals(monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, _ = run_main(monkeypatch, capsys, "lesson", "list", "--json")
-    assert code == 0 and [x.number for x in parsed("lesson-list", out).lessons] == [1, 2, 3]
+    assert code == 0 and [x.number for x in parsed("lesson-list", out).lessons] == [
+        1, 2, 3, 4, 5, 6]
     code, out, _ = run_main(monkeypatch, capsys, "lesson", "show", "3")
     assert code == 0 and out.startswith("# Lesson 3: one-sided RDMA WRITE")
     for args, message in [
@@ -235,3 +252,136 @@ def test_the_learners_folder_is_data_a_link_or_fifo_there_is_never_followed(
     code, out, _ = run_main(monkeypatch, capsys, "lesson", "hint", "2", "--dir",
                             str(fifo_folder))
     assert code == 0 and out.startswith("hint 1 of 4: ")
+
+
+GOOD = f"buffer 4096 bytes fnv1a64 {judge.expected_digest()}\n"
+
+
+def _sides(server_out: str, client_out: str, client_sent: dict[str, int],
+           server_sent: dict[str, int], naks: list[str] | None = None,
+           codes: tuple[int | None, int | None] = (0, 0)) -> judge.Observation:
+    obs = _pair(server_out, client_out, client_sent, 0, naks, codes)
+    obs.sent["server"] = server_sent
+    return obs
+
+
+def _failed(lesson: int, obs: judge.Observation) -> list[str]:
+    return [f.text for f in judge.judge(catalog.lesson(lesson), obs) if not f.passed]
+
+
+READ_RESPONSES = {"RC_RDMA_READ_RESPONSE_FIRST": 1, "RC_RDMA_READ_RESPONSE_MIDDLE": 2,
+                  "RC_RDMA_READ_RESPONSE_LAST": 1}
+
+
+def test_lesson_4_judges_the_clients_buffer_and_the_servers_read_responses() -> None:
+    findings = judge.judge(catalog.lesson(4), _sides(
+        "served 4096 bytes\n", GOOD, {"RC_RDMA_READ_REQUEST": 1}, READ_RESPONSES))
+    assert judge.passed(findings)
+    assert "the client's buffer holds the server's 4096 bytes" in [f.text for f in findings]
+    assert "your server sent RC_RDMA_READ_RESPONSE_FIRST 1, RC_RDMA_READ_RESPONSE_LAST 1, " \
+        "RC_RDMA_READ_RESPONSE_MIDDLE 2" in [f.text for f in findings]
+
+    # a WRITE into a buffer registered for READ only: refused, nothing read back
+    writes = {"RC_RDMA_WRITE_FIRST": 1, "RC_RDMA_WRITE_MIDDLE": 2, "RC_RDMA_WRITE_LAST": 1}
+    obs = _sides("lesson: the peer closed the TCP connection\n",
+                 "lesson: a work request completed with remote invalid request error\n",
+                 writes, {"RC_ACKNOWLEDGE": 1}, ["NAK: invalid request"], (1, 1))
+    assert _failed(4, obs)[2:] == [
+        "your client sent RC_RDMA_WRITE_FIRST, RC_RDMA_WRITE_MIDDLE, RC_RDMA_WRITE_LAST "
+        "packets; this lesson wants RDMA READ: post IBV_WR_RDMA_READ with the peer's rkey and "
+        "address, your own buffer as the sge",
+        "your client put no RDMA READ request on the wire (it sent RC_RDMA_WRITE_FIRST 1, "
+        "RC_RDMA_WRITE_LAST 1, RC_RDMA_WRITE_MIDDLE 2): post an ibv_send_wr with opcode "
+        "IBV_WR_RDMA_READ",
+        "the server's device sent back no READ response (it sent RC_ACKNOWLEDGE 1): it "
+        "answers a READ only from memory registered with IBV_ACCESS_REMOTE_READ, at the "
+        "address and with the rkey it gave",
+        "the client printed no digest of its buffer (`buffer N bytes fnv1a64 HEX`): the "
+        "client's buffer does not hold the server's 4096 bytes: read the whole buffer from "
+        "the peer's address with its rkey into your registered buffer",
+        "the server answered NAK: invalid request (1 time): the server's queue pair does not "
+        "allow that operation (it was set up without IBV_ACCESS_REMOTE_WRITE, _READ or "
+        "_ATOMIC for it), or an atomic's address is not 8-byte aligned"]
+
+
+IMMEDIATE = "immediate 0xc0de0005\n"
+WRITE_IMM = {"RC_RDMA_WRITE_FIRST": 1, "RC_RDMA_WRITE_MIDDLE": 2,
+             "RC_RDMA_WRITE_LAST_WITH_IMMEDIATE": 1}
+
+
+def test_lesson_5_wants_the_immediate_on_the_wire_and_in_the_servers_completion() -> None:
+    assert judge.passed(judge.judge(catalog.lesson(5), _sides(
+        IMMEDIATE + GOOD, "wrote 4096 bytes\n", WRITE_IMM, {"RC_ACKNOWLEDGE": 1})))
+
+    # the immediate without htonl: the bytes arrive, the value is swapped
+    assert _failed(5, _sides("immediate 0x0500dec0\n" + GOOD, "", WRITE_IMM, {})) == [
+        "your server printed `immediate 0x0500dec0`, not `immediate 0xc0de0005`: the client "
+        "sets wr.imm_data = htonl(0xc0de0005) (it travels in network byte order) and the "
+        "server prints ntohl(wc.imm_data) from its receive's completion"]
+
+    # a plain WRITE: the server's receive never completes
+    plain = {"RC_RDMA_WRITE_FIRST": 1, "RC_RDMA_WRITE_MIDDLE": 2, "RC_RDMA_WRITE_LAST": 1}
+    obs = _sides("", "wrote 4096 bytes\n", plain, {"RC_ACKNOWLEDGE": 1}, codes=(1, 0))
+    obs.runs[0].stderr = "lesson: no completion within 30 s\n"
+    assert _failed(5, obs) == [
+        "your server exited 1: lesson: no completion within 30 s",
+        "your client sent RC_RDMA_WRITE_LAST: a message without an immediate, which "
+        "completes no receive on the server; this lesson wants RDMA WRITE with immediate: "
+        "post IBV_WR_RDMA_WRITE_WITH_IMM with imm_data and the peer's rkey and address",
+        "your client put no RDMA WRITE with immediate on the wire (it sent "
+        "RC_RDMA_WRITE_FIRST 1, RC_RDMA_WRITE_LAST 1, RC_RDMA_WRITE_MIDDLE 2): post an "
+        "ibv_send_wr with opcode IBV_WR_RDMA_WRITE_WITH_IMM",
+        "your server printed no `immediate ...` line, not `immediate 0xc0de0005`: the client "
+        "sets wr.imm_data = htonl(0xc0de0005) (it travels in network byte order) and the "
+        "server prints ntohl(wc.imm_data) from its receive's completion",
+        "the server printed no digest of its buffer (`buffer N bytes fnv1a64 HEX`): the "
+        "server's buffer does not hold the client's 4096 bytes: write the whole buffer to "
+        "the peer's address with its rkey"]
+
+
+def test_lesson_6_wants_the_old_value_back_and_the_servers_counter_changed() -> None:
+    ack = {"RC_ATOMIC_ACKNOWLEDGE": 1}
+    findings = judge.judge(catalog.lesson(6), _sides(
+        "counter 1024\n", "fetched 1000\n", {"RC_FETCH_ADD": 1}, ack))
+    assert judge.passed(findings)
+    assert [f.text for f in findings if f.check == "output"] == [
+        "your client printed `fetched 1000`", "your server printed `counter 1024`"]
+
+    # compare-and-swap: 1000 is not 24, nothing swapped, the old value still comes back
+    assert _failed(6, _sides("counter 1000\n", "fetched 1000\n", {"RC_COMPARE_SWAP": 1},
+                             ack)) == [
+        "your client sent RC_COMPARE_SWAP; this lesson wants an atomic fetch-and-add: post "
+        "IBV_WR_ATOMIC_FETCH_AND_ADD with the peer's rkey and address and compare_add = ADD",
+        "your client put no fetch-and-add on the wire (it sent RC_COMPARE_SWAP 1): post an "
+        "ibv_send_wr with opcode IBV_WR_ATOMIC_FETCH_AND_ADD",
+        "your server printed `counter 1000`, not `counter 1024`: the fetch-and-add adds "
+        "compare_add (ADD, 24) to the 8 bytes at the peer's address"]
+
+    # the second TODO done, not the first: the server allows no atomics, the add refused
+    obs = _sides("", "", {"RC_FETCH_ADD": 1}, {"RC_ACKNOWLEDGE": 1},
+                 ["NAK: invalid request"], (1, 1))
+    texts = _failed(6, obs)
+    assert texts[2] == (
+        "the server's device sent back no atomic acknowledge (it sent RC_ACKNOWLEDGE 1): it "
+        "runs an atomic only on memory registered with IBV_ACCESS_REMOTE_ATOMIC, at the "
+        "address and with the rkey it gave")
+    assert texts[3].startswith("your client printed no `fetched ...` line, not `fetched 1000`")
+    assert texts[-1].startswith("the server answered NAK: invalid request (1 time): the "
+                                "server's queue pair does not allow that operation")
+
+
+def test_a_printed_line_to_expect_is_one_a_stripped_line_can_equal() -> None:
+    for line in ("", " fetched 1000", "fetched 1000 "):
+        with pytest.raises(catalog.ValidationError):
+            catalog.PrintsCheck(kind="prints", side="client", line=line, says="x")
+
+
+def test_a_printed_line_is_matched_whole_and_a_near_one_is_quoted() -> None:
+    check = catalog.PrintsCheck(kind="prints", side="client", line="fetched 1000",
+                                says="got {found}")
+    obs = _pair("", "fetched 10000\nfetched 1000 \n", {}, 0)
+    assert judge._prints(check, obs)[0].passed  # surrounding blanks do not count
+    obs = _pair("", "fetched 10000\nfetched 7\nother\n", {}, 0)
+    assert judge._prints(check, obs)[0].text == "got `fetched 7`"
+    assert judge._prints(check, _pair("fetched 1000\n", "", {}, 0))[0].text == \
+        "got no `fetched ...` line"  # the server's line is not the client's

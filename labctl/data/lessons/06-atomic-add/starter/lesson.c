@@ -1,0 +1,63 @@
+/* Lesson 6: an atomic fetch-and-add.
+ *
+ *   make
+ *   node1: ./lesson server [-d DEVICE] [-g GID_INDEX]
+ *   node2: ./lesson client SERVER_IP [-d DEVICE] [-g GID_INDEX]
+ *
+ * Fill in the two TODOs; `labctl lesson check 6` says what is still wrong. */
+#include "rdma_common.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The server's buffer: the peer may run atomics on it. */
+/* TODO 1: let the peer run atomics on this buffer too. */
+#define SERVER_ACCESS (IBV_ACCESS_LOCAL_WRITE)
+/* The server's counter: the first 8 bytes of its buffer, starting at START. */
+#define START 1000
+/* What the client adds to it. */
+#define ADD 24
+
+/* The client: add ADD to the server's counter; the counter's value before the add comes
+ * back into the first 8 bytes of the client's own buffer. */
+static void post_fetch_add(struct lab *lab)
+{
+	/* TODO 2: a struct ibv_send_wr with opcode IBV_WR_ATOMIC_FETCH_AND_ADD whose sge is
+	 * the first 8 bytes of the local buffer (where the old value lands), with
+	 * wr.atomic.remote_addr and wr.atomic.rkey from lab->peer and wr.atomic.compare_add =
+	 * ADD, IBV_SEND_SIGNALED, posted on lab->qp. */
+	(void)lab;
+	todo("add ADD to the server's counter (IBV_WR_ATOMIC_FETCH_AND_ADD)");
+}
+
+static uint64_t counter(const struct lab *lab)
+{
+	uint64_t value;
+
+	memcpy(&value, lab->buf, sizeof(value));
+	return value;
+}
+
+int main(int argc, char **argv)
+{
+	struct lab lab;
+	int is_server = argc > 1 && argv[1][0] == 's';
+
+	lab_setup(&lab, argc, argv, is_server ? SERVER_ACCESS : IBV_ACCESS_LOCAL_WRITE);
+	if (lab.is_server) {  /* the counter, there before the client may add to it */
+		uint64_t start = START;
+
+		memcpy(lab.buf, &start, sizeof(start));
+	}
+	lab_connect(&lab);
+	if (lab.is_server) {  /* no receive, no completion: the client says when it is done */
+		expect_line(&lab, "done");
+		printf("counter %llu\n", (unsigned long long)counter(&lab));
+	} else {
+		post_fetch_add(&lab);
+		wait_completion(lab.cq);
+		say(&lab, "done");
+		printf("fetched %llu\n", (unsigned long long)counter(&lab));
+	}
+	return 0;
+}
