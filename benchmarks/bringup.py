@@ -8,6 +8,11 @@ Cold image build:                 python3 benchmarks/bringup.py --cold-image
 Cold boot against restore:        python3 benchmarks/bringup.py --runs 5 --boot cold,restore
   (the modes take turns, run by run: a shared host's load falls on both alike; the saved
   machine is made before the first measured run)
+The curve over lab sizes:
+  python3 benchmarks/bringup.py --lab bench --runs 3 --sizes 2,4,8,16 --plot curve.png
+  (one switch of N restored nodes per size: `up` to every port ACTIVE, PSS per node, and
+  the idle lab's CPU: its qemu processes' CPU time over --idle-window seconds, starting
+  --idle-after seconds after `up`; --plot draws the three against the size, png or svg)
 Prints a Markdown table (min / median / max over the runs) for docs/performance.md, with
 memory measured right after the pingpong and again --settle seconds later (the node has
 reclaimed its page cache after the helper's import, and the balloon has reported the freed
@@ -177,9 +182,19 @@ def main() -> None:
                         help="cold, restore or both (cold,restore): taking turns run by run")
     parser.add_argument("topologies", nargs="*",
                         default=["topologies/two-node.yaml", "topologies/four-node.yaml"])
+    parser.add_argument("--sizes", help="the curve: lab sizes, comma-separated (2,4,8,16); "
+                        "one switch of that many restored nodes each, instead of topologies")
+    parser.add_argument("--idle-after", type=float, default=30.0,
+                        help="the curve: seconds after `up` before the idle CPU is measured")
+    parser.add_argument("--idle-window", type=float, default=20.0,
+                        help="the curve: seconds over which the idle CPU is measured")
+    parser.add_argument("--plot", type=Path, help="the curve: draw it to this .png or .svg")
     args = parser.parse_args()
     if args.cold_image:
         cold_image()
+        return
+    if args.sizes:
+        curve(args)
         return
     print(f"load average at start: {os.getloadavg()[0]:.2f}, runs: {args.runs}")
     rows, profiles = [], {}
@@ -220,6 +235,136 @@ def main() -> None:
         print("| milestone | guest seconds |\n|---|---|")
         for stage, values in sorted(profile.items(), key=lambda kv: statistics.median(kv[1])):
             print(f"| {stage} | {fmt(values)} |")
+
+
+# --- the curve over lab sizes --------------------------------------------------------------
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def sized_topology(nodes: int, lab: str, workdir: Path) -> str:
+    """One switch of `nodes` rxe nodes (the shipped sixteen-node lab's shape), as lab `lab`."""
+    names = [f"node{i}" for i in range(1, nodes + 1)]
+    path = workdir / f"{lab}-{nodes}.yaml"
+    path.write_text(f"name: {lab}\nnodes:\n" + "".join(f"  {n}: {{}}\n" for n in names)
+                    + "links:\n  - name: lan\n    endpoints: ["
+                    + ", ".join(f"{n}:eth1" for n in names) + "]\n")
+    return str(path)
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU time the processes have used so far, every thread's (utime and
+    stime of /proc/PID/stat; a process that ended counts nothing)."""
+    total = 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+        total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15
+    return total / CLOCK_TICKS
+
+
+def idle_cores(lab: str, window: float) -> float:
+    """The lab's qemu processes' CPU over `window` seconds, in cores (1.0: one core busy)."""
+    pids = qemu_pids_in(LabDir(lab).path)
+    before, started = cpu_seconds(pids), time.monotonic()
+    time.sleep(window)
+    return (cpu_seconds(pids) - before) / (time.monotonic() - started)
+
+
+def timed_status(lab: str) -> float:
+    return timed("status", "--lab", lab)
+
+
+def curve_point(lab: str, topology: str, nodes: int, args: argparse.Namespace,
+                figures: dict[str, list[float]]) -> None:
+    labctl("down", "--lab", lab)
+    figures["load"].append(os.getloadavg()[0])
+    figures["up"].append(timed("up", topology, "--boot", "restore"))
+    up_done = time.monotonic()
+    _rss, pss = qemu_memory_mib(lab)
+    if len(pss) != nodes:
+        raise SystemExit(f"lab {lab}: {len(pss)} qemu processes for {nodes} nodes")
+    figures["pss"].append(statistics.median(pss))
+    figures["pss_total"].append(sum(pss))
+    figures["status"].append(timed_status(lab))
+    time.sleep(max(0.0, args.idle_after - (time.monotonic() - up_done)))
+    cores = idle_cores(lab, args.idle_window)
+    figures["idle"].append(cores)
+    figures["idle_per_node"].append(cores / nodes)
+    figures["down"].append(timed("down", "--lab", lab))
+
+
+def curve(args: argparse.Namespace) -> None:
+    sizes = [int(size) for size in args.sizes.split(",")]
+    lab = args.lab or "bench"
+    if args.plot is not None and args.plot.suffix not in (".png", ".svg"):
+        raise SystemExit("--plot: a .png or .svg file")
+    print(f"load average at start: {os.getloadavg()[0]:.2f}, runs: {args.runs}, "
+          f"idle CPU over {args.idle_window:.0f} s from {args.idle_after:.0f} s after up")
+    results: dict[int, dict[str, list[float]]] = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        topologies = {n: sized_topology(n, lab, Path(workdir)) for n in sizes}
+        try:
+            for _ in range(args.runs):  # sizes take turns: a shared host's load falls on all
+                for nodes in sizes:
+                    figures = results.setdefault(nodes, {key: [] for key in (
+                        "up", "pss", "pss_total", "status", "idle", "idle_per_node", "down",
+                        "load")})
+                    curve_point(lab, topologies[nodes], nodes, args, figures)
+        finally:
+            labctl("down", "--lab", lab)
+    print("| nodes | labctl up (restored, to ACTIVE) | per node | qemu PSS per node | "
+          "PSS of the lab | labctl status | idle lab CPU (cores) | idle CPU per node | "
+          "labctl down | load average before up |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for nodes, f in results.items():
+        per_node = [up / nodes for up in f["up"]]
+        print(f"| {nodes} | {fmt(f['up'])} | {fmt2(per_node, 's')} | {fmt(f['pss'], 'MiB')} | "
+              f"{fmt(f['pss_total'], 'MiB')} | {fmt2(f['status'], 's')} | "
+              f"{fmt2(f['idle'], '', 3)} | {fmt2(f['idle_per_node'], '', 4)} | "
+              f"{fmt(f['down'])} | "
+              f"{fmt(f['load'], '')} |")
+    if args.plot is not None:
+        plot_curve(results, args.plot)
+        print(f"plot: {args.plot}")
+
+
+def fmt2(values: list[float], unit: str, digits: int = 2) -> str:
+    return (f"{min(values):.{digits}f} / {statistics.median(values):.{digits}f} / "
+            f"{max(values):.{digits}f} {unit}".rstrip() if values else "-")
+
+
+def plot_curve(results: dict[int, dict[str, list[float]]], path: Path) -> None:
+    """Three panels against the lab's size: up time, PSS per node, idle CPU; the median
+    with the min-max range as error bars."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted(results)
+    panels = [("up", "labctl up, restored (s)"), ("pss", "qemu PSS per node (MiB)"),
+              ("idle", "idle lab CPU (cores)")]
+    figure, axes = plt.subplots(1, len(panels), figsize=(12, 3.6))
+    for axis, (key, title) in zip(axes, panels, strict=True):
+        medians = [statistics.median(results[n][key]) for n in sizes]
+        low = [m - min(results[n][key]) for m, n in zip(medians, sizes, strict=True)]
+        high = [max(results[n][key]) - m for m, n in zip(medians, sizes, strict=True)]
+        axis.errorbar(sizes, medians, yerr=[low, high], marker="o", capsize=3)
+        if key != "pss":  # what linear growth from the smallest lab would give
+            axis.plot(sizes, [medians[0] * n / sizes[0] for n in sizes], ls="--",
+                      color="grey", label="linear from the smallest")
+            axis.legend(fontsize=8)
+        axis.set_title(title, fontsize=10)
+        axis.set_xlabel("nodes")
+        axis.set_xticks(sizes)
+        axis.set_ylim(bottom=0)
+        axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path)
+
 
 if __name__ == "__main__":
     main()

@@ -9,7 +9,7 @@ from typing import Any
 from labctl import bounded, hostproc
 from labctl.errors import LabctlError
 from labctl.node.replies import UnreadableReply, status_reply
-from labctl.nodeside import NODE_CODE
+from labctl.nodeside import NODE_CODE, STATUS_COMMAND
 from labctl.providers import provider_for
 from labctl.providers.base import Provider
 from labctl.store.labdir import LabDir, find_labdir
@@ -106,9 +106,9 @@ class LabHandle:
         return [n.name for n in self.lab.nodes]
 
     def node_status(self, node: str, timeout: float | None = None) -> dict[str, Any]:
-        """What `node` reports of its RDMA devices and interfaces (nodeside/status.py),
+        """What `node` reports of its RDMA devices and interfaces (nodeside/status.sh),
         checked field by field: UnreadableReply when it is not that record."""
-        result, truncated = self._run(node, self.node_python("labctl.nodeside.status"),
+        result, truncated = self._run(node, STATUS_COMMAND,
                                       timeout=timeout or STATUS_SECONDS)
         # More than the bound is an unreadable reply, even when the timeout then ended it.
         if result.returncode != 0 and not truncated:

@@ -19,7 +19,9 @@ before the provider makes anything, and saves it after each step: the provider's
 (phase still creating), its repair (phase repairing) and the wait for readiness (phase up,
 with the seconds it took). Within a step a provider records each node the moment it
 exists through the step's StateRecorder (labctl/store/state_recorder.py), so that a crash half-way
-leaves `status` and `down` a pid or container to find.
+leaves `status` and `down` a pid or container to find; the qemu provider saves its nodes'
+records once they are all started (a qemu's own pidfile names it meanwhile), since each
+save writes the whole lab's state.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a node sends back, checked before labctl uses it.
 
-A node runs the user's code as root: its reply to `python3 -m labctl.nodeside.status` can
+A node runs the user's code as root: its reply to `labctl status` (nodeside/status.sh) can
 be anything (not JSON, a list, 100k-deep, NaN, the wrong types, 300 MB). The reply is read
 bounded (labctl.bounded) and rebuilt here from the fields labctl uses, each of the type
 docs/json.md gives; anything else is a BoundedError whose text says which field is wrong.
@@ -9,6 +9,7 @@ docs/json.md gives; anything else is a BoundedError whose text says which field 
 from __future__ import annotations
 
 import re
+import shlex
 from types import UnionType
 from typing import Any, get_args, get_origin, get_type_hints
 
@@ -16,7 +17,7 @@ from typing_extensions import TypedDict
 
 from labctl import bounded
 from labctl.errors import LabctlError, short_repr
-from labctl.nodeside import NODE_CODE
+from labctl.nodeside import STATUS_COMMAND
 
 
 class UnreadableReply(LabctlError):
@@ -25,14 +26,14 @@ class UnreadableReply(LabctlError):
 
     def __init__(self, node: str, why: str) -> None:
         super().__init__(f"{node} sent an unreadable reply ({why})",
-                         hint=f"see what the node prints: `labctl exec {node} -- env "
-                              f"PYTHONPATH={NODE_CODE} python3 -m labctl.nodeside.status`")
+                         hint=f"see what the node prints: `labctl exec {node} -- "
+                              f"{shlex.join(STATUS_COMMAND)}`")
         self.node = node
         self.why = why
 
 
 class DeviceStatus(TypedDict):
-    """An RDMA device in a node's status reply (labctl/nodeside/status.py writes it)."""
+    """An RDMA device in a node's status reply (labctl/nodeside/status.sh writes it)."""
 
     name: str  # rxe0, siw0, rxe_LAB_NODE (container nodes)
     node_type: str

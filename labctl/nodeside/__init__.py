@@ -8,3 +8,5 @@ NODE_CODE = "/opt/labctl"
 # The one bring-up script (node-init.sh): the image's stage 1 starts it (its argument says
 # the node kind).
 NODE_INIT = f"{NODE_CODE}/labctl/nodeside/node-init.sh"
+# What a node answers `labctl status` with (the shell's: no Python start per status).
+STATUS_COMMAND = ["sh", f"{NODE_CODE}/labctl/nodeside/status.sh"]

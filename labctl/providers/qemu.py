@@ -203,7 +203,10 @@ class QemuProvider(Provider):
             )
             how = "restoring the saved machine" if node.name in saved else "booting"
             progress(f"{node.name}: starting qemu ({accel}, {how})")
-            self._launch(node.name, info, record)
+            # state.json once for every node (below): until then `status` and `down` find
+            # a started node by its qemu's pidfile (destroy_machines, nodes())
+            self._launch(node.name, info, record, save=False)
+        record.save()
         if saved:
             identities = {name: identity_message(
                 plans[name].env, public_key, machines[name].host_key.read_bytes(),
@@ -272,13 +275,15 @@ class QemuProvider(Provider):
         progress(f"{name}: starting qemu ({record.state.accel}, booting)")
         self._launch(name, info, record)
 
-    def _launch(self, node: str, info: NodeState, record: StateRecorder) -> None:
-        """Start (or restart) a node's qemu with fresh taps; record its pid at once."""
+    def _launch(self, node: str, info: NodeState, record: StateRecorder, *,
+                save: bool = True) -> None:
+        """Start (or restart) a node's qemu with fresh taps; record its pid at once (saved
+        at once too, unless the caller saves a batch of nodes)."""
         info.pid = self.machine(node).launch(info.argv, info.taps,
                                              labnet.netns_name(self.lab.name), node)
         info.started = time.time()
         info.clear_ready_facts()
-        record.node(node, info)
+        record.node(node, info, save=save)
         fault_point("launched", node)
 
     def host_link(self, state: LabState, node: str, ifname: str) -> HostLink:

@@ -43,7 +43,7 @@ from labctl.errors import LabctlError
 from labctl.node import ssh
 from labctl.node.ready import NodeRuntime
 from labctl.node.replies import status_reply
-from labctl.nodeside import NODE_CODE  # where the Vagrantfile installs it too
+from labctl.nodeside import STATUS_COMMAND  # where the Vagrantfile installs it too
 from labctl.progress import Progress
 from labctl.providers.base import Provider, UnsupportedError
 from labctl.providers.vagrant_plan import PLUGINS
@@ -474,7 +474,7 @@ class VagrantProvider(Provider):
         device = rdma_device_name(node)
         if not device:
             return {}
-        command = ["env", f"PYTHONPATH={NODE_CODE}", "python3", "-m", "labctl.nodeside.status"]
+        command = STATUS_COMMAND
         try:  # the node's reply is untrusted: bounded, and every field checked
             result = hostproc.run(self.exec_argv(node.name, command), timeout=120, check=False)
             devices = status_reply(result.stdout, result.truncated)["devices"]

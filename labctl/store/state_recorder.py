@@ -21,10 +21,20 @@ class StateRecorder:
         self.state = state  # read by the provider (a repair's recorded nodes); the lifecycle's
         self._lock = threading.Lock()  # a provider may record from one thread per host
 
-    def node(self, name: str, info: NodeState) -> None:
-        """`name`'s record, saved at once."""
+    def node(self, name: str, info: NodeState, *, save: bool = True) -> None:
+        """`name`'s record, saved at once; with save=False only kept, for a save() that
+        records a whole batch: a provider that starts many nodes in a row, each found by
+        a mark of its own meanwhile (a qemu's pidfile), writes state.json once, not once
+        per node (each write is the whole lab's: per node, a lab's writes grew with the
+        square of its nodes)."""
         with self._lock:
             self.state.nodes[name] = info
+            if save:
+                self._save()
+
+    def save(self) -> None:
+        """Save what was recorded."""
+        with self._lock:
             self._save()
 
     def facts(self, *, accel: str | None = None, engine: EngineState | None = None,

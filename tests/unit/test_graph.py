@@ -59,7 +59,7 @@ def _make_lab(state: Path, name: str = "ut-graph", topology: str = "two-node") -
 
 # --- goldens -----------------------------------------------------------------------------
 def test_every_shipped_topology_has_goldens() -> None:
-    assert len(SHIPPED) == 8
+    assert len(SHIPPED) == 9
     assert sorted(p.name for p in GOLDEN.iterdir()) == sorted(f"{t}.{s}" for t, s in CASES)
 
 

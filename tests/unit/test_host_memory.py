@@ -10,6 +10,8 @@ import pytest
 
 from labctl.topology import hostmemory
 from labctl.topology.catalog import find_topology
+from labctl.topology.errors import TopologyError
+from labctl.topology.host import HostFacts
 from labctl.topology.load import load_lab
 from tests.unit.clirun import run_main
 
@@ -74,3 +76,31 @@ def test_validate_is_quiet_when_the_lab_fits(
     code, out, err = run_main(monkeypatch, capsys, "validate", "workloads")
     assert (code, err) == (0, "")
     assert "rxe1  rdma rxe on eth1  1024 MiB" in out
+
+
+def test_the_sixteen_node_lab_against_free_memory(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Sixteen nodes of 512 MiB: 8 GiB together. This host's 23 GiB free says nothing; a
+    laptop with 6 GiB free is warned, with the lab's own total."""
+    lab = load_lab(find_topology("sixteen-node"))
+    assert hostmemory.lab_memory_mib(lab) == 16 * 512
+    monkeypatch.setattr(hostmemory, "available_mib", lambda: 23716904 >> 10)
+    code, out, err = run_main(monkeypatch, capsys, "validate", "sixteen-node")
+    assert (code, err) == (0, "")
+    assert out.startswith("lab sixteen-node: 16 nodes, 1 segment, provider qemu")
+    monkeypatch.setattr(hostmemory, "available_mib", lambda: 6000)
+    code, out, err = run_main(monkeypatch, capsys, "validate", "sixteen-node")
+    assert code == 0
+    assert err.startswith("warning: the nodes ask for 8192 MiB of memory together; this host "
+                          "has 6000 MiB available now")
+
+
+def test_the_sixteen_node_lab_is_refused_on_a_host_smaller_than_it() -> None:
+    """Beyond the host's memory at all it is refused before anything boots (exit 2)."""
+    path = find_topology("sixteen-node")
+    with pytest.raises(TopologyError) as info:
+        load_lab(path, host=HostFacts(memory_mib=8000, cpus=2))
+    assert info.value.exit_code == 2
+    assert info.value.message == (f"{path}:9: nodes: the nodes ask for 8192 MiB of memory "
+                                  "together; this host has 8000 MiB")
+    assert load_lab(path, host=HostFacts(memory_mib=8192, cpus=2)).name == "sixteen-node"

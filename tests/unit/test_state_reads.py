@@ -63,7 +63,7 @@ if "ibv_rc_pingpong" in line:
         deadline = time.monotonic() + 20
         while not os.path.exists(flag) and time.monotonic() < deadline:
             time.sleep(0.02)
-elif "labctl.nodeside.status" in line:
+elif "labctl/nodeside/status.sh" in line:
     sys.stdout.write(open(os.path.join(folder, "status.json")).read())
 elif "statistic show" in line:
     print("[]")

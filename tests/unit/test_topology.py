@@ -88,6 +88,11 @@ def test_shipped_topology_shapes() -> None:
     four = load_lab(TOPOLOGIES / "four-node.yaml")
     assert [s.kind for s in four.segments] == ["switch"]
     assert len(four.segments[0].endpoints) == 4
+    sixteen = load_lab(TOPOLOGIES / "sixteen-node.yaml")
+    assert [s.kind for s in sixteen.segments] == ["switch"]
+    assert [n.name for n in sixteen.nodes] == [f"node{i}" for i in range(1, 17)]
+    assert {(n.rdma, n.memory_mib) for n in sixteen.nodes} == {("rxe", 512)}
+    assert sixteen.node("node16").interfaces[0].ipv4 == "10.77.1.16/24"
     three = load_lab(TOPOLOGIES / "three-node-switch.yaml")
     assert [s.kind for s in three.segments] == ["switch"]
     routed = load_lab(TOPOLOGIES / "routed.yaml")

@@ -424,7 +424,7 @@ def test_code_script_installs_the_node_side_code(scripts: dict[str, str], tmp_pa
         assert bool((dest / rel).stat().st_mode & stat.S_IXUSR) == src_exec, rel
     # The node-side modules import from there (no pyverbs needed for these two).
     check = subprocess.run(
-        [sys.executable, "-c", "import labctl.nodeside.status, labctl.verbs"],
+        [sys.executable, "-c", "import labctl.nodeside.identity, labctl.verbs"],
         env={"PYTHONPATH": str(dest)},
         capture_output=True,
         text=True,
