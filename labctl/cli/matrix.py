@@ -27,10 +27,10 @@ def matrix_command(
         None, metavar="COMMAND", help="A step: a command run on this host in each lab "
         "(after --), with LABCTL_LAB set to the lab's name."),
     kernels: str = typer.Option(
-        ..., "--kernels", metavar="KERNEL,KERNEL...", help="The kernels, one lab each, in "
+        ..., "--kernels", metavar="KERNEL,...", help="The kernels, one lab each, in "
         "turn: image, debian:VERSION or a kernel path (as `labctl up --kernel` takes them)."),
     steps: list[str] = typer.Option(
-        None, "--step", metavar="'COMMAND ARGS'", help="A step before the one after --: "
+        None, "--step", metavar="'CMD'", help="A step before the one after --: "
         "one command line, split as a shell would (never run by one); repeatable."),
     name: str = typer.Option(
         None, "--name", metavar="NAME", help="The matrix's lab name (default: the "

@@ -54,7 +54,7 @@ def up(
         "own), debian:VERSION (a Debian kernel package: debian:6.12), or the path of a "
         "kernel build tree after `make`, or of a folder made by `make modules_install "
         "INSTALL_MOD_PATH=DIR` with the bzImage or vmlinuz in it (docs/kernel.md).",
-        metavar="SOURCE"),
+        metavar="KERNEL"),
     as_json: bool = typer.Option(False, "--json", help="Print JSON once the lab is up: how "
                                  "long it took and its status record (docs/json.md)."),
     name: str = typer.Option(
