@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "bench",
     "image",
     "kernel",
+    "matrix",
     "validate",
     "graph",
     "inspect",

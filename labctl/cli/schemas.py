@@ -55,6 +55,7 @@ from labctl.cli.validate import ValidateProblems
 from labctl.course.shapes import GradeOutput, LessonListOutput, LessonVerdict
 from labctl.lab.counters import CountersRecord
 from labctl.lab.links import LinkShowOutput
+from labctl.lab.matrix import MatrixReport
 from labctl.providers.vagrant_plan import VagrantDocument
 from labctl.rdmafault.apply import FaultAdded, FaultList
 from labctl.runners.bench import BenchReport
@@ -191,6 +192,7 @@ OUTPUTS: tuple[Output, ...] = (
     Output("lesson-list", ("lesson list",), LessonListOutput),
     Output("lesson-check", ("lesson check",), LessonVerdict),
     Output("lesson-grade", ("lesson grade",), GradeOutput),
+    Output("matrix", ("matrix",), MatrixReport),
 )
 
 # Commands with --json and no schema yet: asyncwatch streams its one node's events as the

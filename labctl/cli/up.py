@@ -51,9 +51,10 @@ def up(
     allow_mounts: list[str] = AllowHostMountOption,
     kernel: str = typer.Option(
         None, "--kernel", help="qemu: the kernel every node boots: image (the node image's "
-        "own), or the path of a kernel build tree after `make`, or of a folder made by "
-        "`make modules_install INSTALL_MOD_PATH=DIR` with the bzImage or vmlinuz in it "
-        "(docs/kernel.md).", metavar="DIR"),
+        "own), debian:VERSION (a Debian kernel package: debian:6.12), or the path of a "
+        "kernel build tree after `make`, or of a folder made by `make modules_install "
+        "INSTALL_MOD_PATH=DIR` with the bzImage or vmlinuz in it (docs/kernel.md).",
+        metavar="KERNEL"),
     as_json: bool = typer.Option(False, "--json", help="Print JSON once the lab is up: how "
                                  "long it took and its status record (docs/json.md)."),
     name: str = typer.Option(
@@ -82,7 +83,8 @@ def up(
                                   boot=_boot_choice(boot, cold))
     options.check()
     path = find_topology(topology)
-    resolved = lifecycle.resolve(path, options)
+    with progress_reporter(f"up {path.stem}") as progress:  # a debian: kernel's fetch
+        resolved = lifecycle.resolve(path, options, progress)
     existed = lab_made(resolved.name) and not recreate  # recreate: made anew
     on_interrupt(lambda: up_interrupted(resolved.name, shlex.quote(topology), existed))
     for line in mount_lines(resolved):  # refused here: exit 2

@@ -83,10 +83,17 @@ class KernelFiles:
 class PreparedKernel:
     """A kernel made ready for nodes: what qemu boots and the node's modules disk."""
 
-    files: KernelFiles
-    path: Path  # its cache directory
+    files: KernelFiles | None  # None: only its cache entry is known (PreparedKernel.at)
+    path: Path  # its cache directory, RELEASE-CONTENTHASH
     boot: Path
     modules_disk: Path
+
+    @classmethod
+    def at(cls, path: Path) -> PreparedKernel | None:
+        """The cache entry `path` as `prepare` left it; None when there is none."""
+        if not (path / "modules.ext4").is_file() or path.is_symlink():
+            return None
+        return cls(None, path, _boot_file(path), path / "modules.ext4")
 
     @property
     def digest(self) -> str:

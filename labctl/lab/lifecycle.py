@@ -137,8 +137,10 @@ class LabChangedError(UsageError):
         self.changes = changes
 
 
-def resolve(topology: Path, options: UpOptions) -> Lab:
-    """The topology's lab with the options applied (nothing is made)."""
+def resolve(topology: Path, options: UpOptions, progress: Progress = _quiet) -> Lab:
+    """The topology's lab with the options applied. Nothing of the lab is made; a
+    `debian:VERSION` kernel is fetched into the kernel cache the first time (an unknown
+    version is refused here, exit 2) and named by its folder from here on."""
     from labctl.topology.host import HostFacts, resolve_allowances
     from labctl.topology.kernelsource import with_kernel
     from labctl.topology.load import load_lab
@@ -163,6 +165,9 @@ def resolve(topology: Path, options: UpOptions) -> Lab:
         provider_options["boot"] = "restore"
     if options.name is not None:
         lab = dataclasses.replace(lab, name=check_lab_name(options.name))
+    if for_provider(lab.provider).kernel_choice:  # else _check_supported refuses it
+        from labctl.images.debian_kernels import with_debian_kernels
+        lab = with_debian_kernels(lab, options.mirror, progress)
     return dataclasses.replace(lab, provider_options=provider_options)
 
 
@@ -177,7 +182,7 @@ def up(topology: Path, options: UpOptions | None = None, progress: Progress = _q
     `resolved`: what resolve(topology, options) returned, when the caller has it (the
     topology is then not read again)."""
     options = options or UpOptions()
-    lab = resolved or resolve(topology, options)
+    lab = resolved or resolve(topology, options, progress)
     labdir = LabDir(lab.name)
     started = time.monotonic()
     provider = provider_for(lab, labdir)

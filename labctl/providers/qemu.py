@@ -161,7 +161,7 @@ class QemuProvider(Provider):
         public_key = ssh.make_key(self.labdir.ssh_key)
         ports = {n.name: free_port() for n in self.lab.nodes}
         node_dirs = {n.name: self.labdir.node_dir(n.name) for n in self.lab.nodes}
-        saved = (self._saved_machines(images, accel, progress)
+        saved = (self._saved_machines(images, accel, kernels, progress)
                  if self.lab.provider_options.get("boot") == "restore" else {})
         lab_plan = plan_lab(self.lab, node_dirs, images, accel, ports,
                             {name: m.restore() for name, m in saved.items()}, kernels)
@@ -235,26 +235,25 @@ class QemuProvider(Provider):
         return prepared
 
     def _saved_machines(self, images: dict[str, Image], accel: str,
+                        kernels: dict[str, PreparedKernel],
                         progress: Progress) -> dict[str, SavedMachine]:
-        """The saved machine each node is restored from; a node left out boots cold (one
-        line says why)."""
+        """The saved machine each node is restored from (one per image, kernel and shape);
+        a node left out boots cold (one line says why)."""
         found: dict[str, SavedMachine] = {}
-        by_shape: dict[tuple[str, MachineShape], SavedMachine | None] = {}
+        by_shape: dict[tuple[str, str, MachineShape], SavedMachine | None] = {}
         for node in self.lab.nodes:
             if node.mounts:
                 note(f"{node.name}: booting cold: its host folders are virtio-9p devices, "
                      "which a saved machine does not have")
                 continue
-            if node.kernel_path is not None:
-                note(f"{node.name}: booting cold: saved machines are made for the image's "
-                     "kernel only")
-                continue
             label = image_label(node.image, node.packages)
             shape = MachineShape.of(node, accel)
-            if (label, shape) not in by_shape:
-                by_shape[label, shape] = find_or_make(
-                    images[label], shape, _prefixed(progress, f"{node.name}: "), note)
-            saved = by_shape[label, shape]
+            kernel = kernels.get(node.kernel_path or "")
+            which = (label, "" if kernel is None else kernel.path.name, shape)
+            if which not in by_shape:
+                by_shape[which] = find_or_make(
+                    images[label], shape, _prefixed(progress, f"{node.name}: "), note, kernel)
+            saved = by_shape[which]
             if saved is not None:
                 found[node.name] = saved
         return found

@@ -8,6 +8,7 @@ is read later, before anything boots (labctl.images.kernels)."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,8 +17,16 @@ from labctl.topology.resolved import Lab
 from labctl.topology.workbench import WorkbenchValueError
 
 IMAGE_KERNEL = "image"
+DEBIAN_PREFIX = "debian:"
+# debian:VERSION reaches apt: digits, dots and Debian's own suffixes only
+DEBIAN_VERSION_RE = re.compile(r"^[0-9]{1,2}\.[0-9]{1,3}(\.[0-9]{1,4})?(-[0-9]{1,3})?"
+                               r"(\+deb[0-9]{1,3})?(-amd64)?$")
+DEBIAN_HINT = ("debian:SERIES (debian:6.12), debian:VERSION (debian:6.12.57) or a release "
+               "as `uname -r` says it (debian:6.12.57+deb13-amd64): a kernel package of the "
+               "node image's apt sources (docs/kernel.md)")
 MAX_KERNEL_PATH = 4096
-KERNEL_HINT = ("kernel: image (the node image's own kernel), or the path of a kernel build "
+KERNEL_HINT = ("kernel: image (the node image's own kernel), debian:VERSION (a Debian "
+               "kernel package), or the path of a kernel build "
                "tree after `make`, or of a folder made by `make modules_install "
                "INSTALL_MOD_PATH=DIR` holding the bzImage or vmlinuz too (docs/kernel.md)")
 
@@ -33,19 +42,19 @@ def check_kernel(text: object) -> str:
     if len(text) > MAX_KERNEL_PATH:
         raise WorkbenchValueError(f"the kernel path is longer than {MAX_KERNEL_PATH} "
                                   "characters", KERNEL_HINT)
-    if text.startswith("debian:"):
-        raise WorkbenchValueError(
-            f"{short_repr(text)}: Debian kernel packages by version are not supported yet",
-            "extract the package into a folder and give its path: `apt-get download "
-            "linux-image-VERSION-amd64 && dpkg -x linux-image-*.deb DIR` (docs/kernel.md)")
+    if text.startswith(DEBIAN_PREFIX):
+        version = text.removeprefix(DEBIAN_PREFIX)
+        if not DEBIAN_VERSION_RE.fullmatch(version):
+            raise WorkbenchValueError(f"{short_repr(text)} is not a Debian kernel version",
+                                      DEBIAN_HINT)
     return text
 
 
 def resolve_kernel(text: str, base: Path) -> str:
     """`image`, or the kernel's path made absolute (from `base`), normalized, and checked
     to exist as a folder or a file."""
-    if text == IMAGE_KERNEL:
-        return text
+    if text == IMAGE_KERNEL or text.startswith(DEBIAN_PREFIX):
+        return text  # a Debian kernel is fetched when the lab is made (debian_kernels)
     path = Path(os.path.expanduser(text))
     if not path.is_absolute():
         path = base / path

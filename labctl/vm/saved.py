@@ -1,8 +1,10 @@
 """Saved machines: a node booted once, saved with qemu's own migration, restored per node.
 
-A saved machine is kept per key (image, kernel, qemu's version, labctl's restore format and
-node-side code, accelerator, memory, CPUs, number of data NICs, RDMA kind, the argv's
-shape) in the image cache, beside the image: cache/saved/IMAGE-KEY/ holds
+A saved machine is kept per key (image, kernel (the image's, or a kernel of the node's
+own by its cache entry RELEASE-CONTENTHASH: a rebuilt bzImage is another key), qemu's
+version, labctl's restore format and node-side code, accelerator, memory, CPUs, number
+of data NICs, RDMA kind, the argv's shape) in the image cache, beside the image:
+cache/saved/IMAGE-KEY/ holds
   ram         the machine's RAM: its memory-backend-file while it ran (share=on), which
               every node restored from it maps copy on write (labctl.vm.machine.Restore)
   state       its devices as `migrate` wrote them, RAM left out (x-ignore-shared)
@@ -46,6 +48,7 @@ from typing import Any
 from labctl import bounded, hostproc, safefs
 from labctl.errors import LabctlError
 from labctl.images.builder import CorruptImage, Image
+from labctl.images.kernels import PreparedKernel, kernels_root
 from labctl.images.qcow2 import NotOurQcow2, check_overlay
 from labctl.locks import blocking_lock, try_lock
 from labctl.net import labnet
@@ -61,7 +64,9 @@ from labctl.vm.machine import (
     QemuMachine,
     Restore,
     free_port,
+    kernel_env,
     machine_payload,
+    modules_drive,
 )
 
 # Bump when what a saved machine holds or how it is restored changes: older ones are then
@@ -82,6 +87,7 @@ TEMPLATE_NAME = "labctl-saved"  # the saved machine's host name until a node's i
 TEMPLATE_MGMT_MAC = "02:00:00:00:00:00"
 IGNORE_SHARED = {"capability": "x-ignore-shared", "state": True}
 NETNS_SAVING = "labctl-.saving-"  # + pid: no lab's namespace (a lab name has no dot)
+KERNEL_ENTRY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]{0,63}-[0-9a-f]{16}")
 
 
 def template_mac(index: int) -> str:
@@ -147,12 +153,17 @@ class Unusable(Exception):
 
 
 def template_argv(machine: QemuMachine, image: Image, shape: MachineShape, port: int,
-                  restore: Restore) -> list[str]:
+                  restore: Restore, kernel: PreparedKernel | None = None) -> list[str]:
+    """The saved machine's qemu: a node's devices in a node's order (node_argv), a node on
+    a kernel of its own with that kernel's modules disk after its root disk."""
     nics = [Nic(f"eth{k + 1}", template_mac(k), labnet.tap_name(0, f"eth{k + 1}"))
             for k in range(shape.nics)]
     return machine.argv(accel=shape.accel, memory_mib=shape.memory_mib, cpus=shape.cpus,
-                        kernel=image.kernel, append=KERNEL_APPEND + " labctl.node=saved",
+                        kernel=image.kernel if kernel is None else kernel.boot,
+                        append=KERNEL_APPEND + " labctl.node=saved",
                         ssh_port=port, mgmt_mac=TEMPLATE_MGMT_MAC, nics=nics,
+                        extra_drives=() if kernel is None else (
+                            modules_drive(kernel.modules_disk),),
                         restore=restore)
 
 
@@ -174,21 +185,27 @@ def node_code_digest() -> str:
     return digest.hexdigest()
 
 
-def saved_key(image: Image, shape: MachineShape) -> str:
+def saved_key(image: Image, shape: MachineShape, kernel: PreparedKernel | None = None) -> str:
     """Every input that changes what a saved machine is (its argv with placeholder paths
-    stands for the devices, their order and the kernel's command line)."""
+    stands for the devices, their order and the kernel's command line). A kernel of the
+    node's own is named by its cache entry, RELEASE-CONTENTHASH (kernels.content_digest:
+    its bzImage, configuration and every module), so a rebuilt kernel is a new key."""
     placeholder = QemuMachine(Path("/saved"), "saved")
+    placeholder_kernel = None if kernel is None else PreparedKernel(
+        None, Path("/kernel"), Path("/kernel") / kernel.boot.name, Path("/kernel/modules"))
     inputs = {
         "format": RESTORE_FORMAT, "image": image.path.name,
-        "kernel": str(image.manifest.get("kernel", "")), "qemu": qemu_version(),
+        "kernel": str(image.manifest.get("kernel", "")) if kernel is None else
+        f"own:{kernel.path.name}", "qemu": qemu_version(),
         "node_code": node_code_digest(), "shape": shape.__dict__,
-        "argv": template_argv(placeholder, image, shape, 0, Restore(Path("/saved/ram"), None)),
+        "argv": template_argv(placeholder, image, shape, 0, Restore(Path("/saved/ram"), None),
+                              placeholder_kernel),
     }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def saved_dir(image: Image, shape: MachineShape) -> Path:
-    return cache_root() / "saved" / f"{image.path.name}-{saved_key(image, shape)}"
+def saved_dir(image: Image, shape: MachineShape, kernel: PreparedKernel | None = None) -> Path:
+    return cache_root() / "saved" / f"{image.path.name}-{saved_key(image, shape, kernel)}"
 
 
 def file_sha256(path: Path, deadline: float | None = None) -> str:
@@ -354,8 +371,9 @@ def discard(path: Path) -> None:
 
 
 def find_or_make(image: Image, shape: MachineShape, progress: Progress,
-                 note: Progress) -> SavedMachine | None:
-    """The saved machine for `shape` on `image`, made now when there is none (once per
+                 note: Progress, kernel: PreparedKernel | None = None) -> SavedMachine | None:
+    """The saved machine for `shape` on `image` (and `kernel`, a kernel of the node's own),
+    made now when there is none (once per
     key; concurrent `up`s wait for the one making it). None when it cannot be used or
     made: `note` gets the one line saying why (the caller boots cold)."""
     if not ramguard.supported():
@@ -363,7 +381,7 @@ def find_or_make(image: Image, shape: MachineShape, progress: Progress,
              f"seccomp filter labctl has for x86_64 and aarch64 hosts only, not for "
              f"{platform.machine()[:40]!r}")
         return None
-    path = saved_dir(image, shape)
+    path = saved_dir(image, shape, kernel)
     key = path.name.rsplit("-", 1)[1]
     with blocking_lock(path.with_name(f".{path.name}.lock")):
         try:
@@ -375,7 +393,8 @@ def find_or_make(image: Image, shape: MachineShape, progress: Progress,
                  "again at the next `up`")
             discard(path)
             return None
-        progress(f"saving a machine for restores ({path.name}, once per image and shape)")
+        progress(f"saving a machine for restores ({path.name}, once per image, kernel and "
+                 "shape)")
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
         # a new directory of its own (O_EXCL, as mkdtemp makes it): never one planted
         # under the name (a link would have the template's disk and RAM written elsewhere)
@@ -384,7 +403,7 @@ def find_or_make(image: Image, shape: MachineShape, progress: Progress,
         work = Path(tempfile.mkdtemp(prefix=".make-", suffix=f"-{os.getpid()}",
                                      dir=path.parent))
         try:
-            made = make_saved(path, work, key, image, shape, progress)
+            made = make_saved(path, work, key, image, shape, progress, kernel)
         except (LabctlError, OSError) as exc:
             first = (exc.message if isinstance(exc, LabctlError) else str(exc)).splitlines()
             note(f"could not save a machine for restores ({first[0] if first else '?'}; "
@@ -420,13 +439,14 @@ def list_saved(saved_root: Path) -> list[SavedListing]:
             meta = {}
         image, _, key = path.name.rpartition("-")
         shape = _shape(meta.get("shape"))
+        kernel = meta.get("kernel")
         made = meta.get("made")
         found.append(SavedListing(
             path, image, None if shape is None else dataclasses.asdict(shape),
             _size(meta.get("state_bytes")), _size(meta.get("ram_bytes")),
             float(made) if isinstance(made, (int, float)) and not isinstance(made, bool)
             else None,
-            shape is not None and _current_key(image, shape) == key))
+            shape is not None and _current_key(image, shape, kernel) == key))
     return found
 
 
@@ -446,16 +466,25 @@ def _shape(recorded: object) -> MachineShape | None:
     return shape if types_ok else None
 
 
-def _current_key(image_name: str, shape: MachineShape) -> str | None:
-    """The key this labctl and qemu give `shape` on the cached image `image_name` (None:
-    no such image): a saved machine under another key is one no `up` here restores."""
+def _current_key(image_name: str, shape: MachineShape, kernel_name: object = None
+                 ) -> str | None:
+    """The key this labctl and qemu give `shape` on the cached image `image_name` (and the
+    cached own kernel `kernel_name`, meta.json's: data) (None: no such image or kernel): a
+    saved machine under another key is one no `up` here restores."""
     if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", image_name):
         return None
+    kernel = None
+    if kernel_name is not None:
+        if not isinstance(kernel_name, str) or not KERNEL_ENTRY_RE.fullmatch(kernel_name):
+            return None
+        kernel = PreparedKernel.at(kernels_root() / kernel_name)
+        if kernel is None:
+            return None
     try:
         image = Image.at(cache_root() / "images" / image_name)
     except (FileNotFoundError, NotADirectoryError, CorruptImage):
         return None
-    return saved_key(image, shape)
+    return saved_key(image, shape, kernel)
 
 
 def labctl_inputs() -> dict[str, str]:
@@ -507,18 +536,19 @@ def template_env(shape: MachineShape) -> dict[str, str]:
 
 
 def make_saved(path: Path, work: Path, key: str, image: Image, shape: MachineShape,
-               progress: Progress) -> SavedMachine:
+               progress: Progress, kernel: PreparedKernel | None = None) -> SavedMachine:
     """Boot the template in `work` to its wait for identity, save it, keep its state and
     disk in `path` (`work` stays for diagnosis when that fails)."""
     started = time.monotonic()
     machine = QemuMachine(work, f"labctl-saving-{path.name}", path.parent)
     machine.make_disk(image.rootfs)
-    machine.make_initrd(image.initrd, machine_payload(template_env(shape), None, None))
+    machine.make_initrd(image.initrd if kernel is None else kernel.initrd(image),
+                        machine_payload(template_env(shape) | kernel_env(kernel), None, None))
     ram = work / "ram"
     # empty: qemu sizes it (it is the saved machine's RAM from now on); made here, never
     # a file a link waiting there names
     os.close(safefs.create(ram, path.parent, 0o600, make_parents=False))
-    argv = template_argv(machine, image, shape, free_port(), Restore(ram, None))
+    argv = template_argv(machine, image, shape, free_port(), Restore(ram, None), kernel)
     taps = [TapState(labnet.tap_name(0, f"eth{k + 1}"), "br0", 1500) for k in range(shape.nics)]
     netns = f"{NETNS_SAVING}{os.getpid()}"
     labnet.delete_netns(netns)  # one left by a killed labctl of this pid
@@ -546,7 +576,8 @@ def make_saved(path: Path, work: Path, key: str, image: Image, shape: MachineSha
         else:
             target.unlink(missing_ok=True)
     meta: dict[str, Any] = {"format": RESTORE_FORMAT, "key": key, "inputs": labctl_inputs(),
-                            "image": image.path.name, "shape": dataclasses.asdict(shape)}
+                            "image": image.path.name, "shape": dataclasses.asdict(shape),
+                            "kernel": None if kernel is None else kernel.path.name}
     for name, file in SavedMachine(work).files():
         meta |= {f"{name}_bytes": file.lstat().st_size, f"{name}_sha256": file_sha256(file)}
     meta |= {"made": time.time(), "seconds": round(time.monotonic() - started, 1)}

@@ -1,7 +1,9 @@
-"""A lab on a kernel of the user's own, live: a mixed two-node lab, node1 on the image's
-kernel and node2 on Debian's trixie kernel (6.12, a folder shaped as `make modules_install`
-leaves it, see kernelpkg.py). RC pingpong across the two kernels, each node's modules those
-of its own kernel, and `status` naming both."""
+"""A lab on a kernel other than the image's, live: a mixed two-node lab, node1 on the
+image's kernel (trixie-backports' 7.x) and node2 on `kernel: debian:6.12`, trixie's own
+series, which labctl fetches with the image's apt sources and unpacks into a folder shaped
+as `make modules_install` leaves it. RC pingpong across the two kernels, each node's
+modules those of its own kernel, and `status` naming both; a version Debian lacks is
+refused before anything is made."""
 
 from __future__ import annotations
 
@@ -12,27 +14,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from labctl.data.recipes import node_recipe
-from labctl.images.builder import build_image
+from labctl.images.debian_kernels import debian_root
+from labctl.store.labdir import LabDir
 from tests.integration.conftest import REPO, labctl, passed_run
-from tests.integration.kernelpkg import fetch_other_kernel
 from tests.integration.modulelab import ModuleLab, module_lab
 
 pytestmark = pytest.mark.integration
 KERNEL_LAB = os.environ.get("LABCTL_TEST_KERNEL_LAB", "itest-kernel")
+OTHER_SERIES = "6.12"  # trixie's own; the image boots trixie-backports' 7.x
 
 
 @pytest.fixture(scope="module")
-def other_kernel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    image = build_image(node_recipe("trixie", ()))
-    return fetch_other_kernel(image, tmp_path_factory.mktemp("kernel"))
-
-
-@pytest.fixture(scope="module")
-def topology(tmp_path_factory: pytest.TempPathFactory, other_kernel: Path) -> Path:
+def topology(tmp_path_factory: pytest.TempPathFactory) -> Path:
     data = yaml.safe_load((REPO / "topologies" / "two-node.yaml").read_text())
     data["name"] = KERNEL_LAB
-    data["nodes"]["node2"] = {**(data["nodes"].get("node2") or {}), "kernel": str(other_kernel)}
+    data["nodes"]["node2"] = {**(data["nodes"].get("node2") or {}),
+                              "kernel": f"debian:{OTHER_SERIES}"}
     path = tmp_path_factory.mktemp("kernel-topology") / "two-kernels.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -46,15 +43,19 @@ def test_pingpong_across_two_kernels(kernel_lab: ModuleLab) -> None:
     assert {record["server"], record["client"]} == {"node1", "node2"}
 
 
-def test_status_names_each_nodes_kernel_and_its_source(kernel_lab: ModuleLab,
-                                                        other_kernel: Path) -> None:
+def test_status_names_each_nodes_kernel_and_its_source(kernel_lab: ModuleLab) -> None:
     status = labctl("status", "--lab", kernel_lab.name, "--json", check=True, timeout=120)
     kernels = {n["name"]: n["kernel"] for n in json.loads(status.stdout)["labs"][0]["nodes"]}
     image_release = kernel_lab.handle.run("node1", ["uname", "-r"], timeout=60).stdout.strip()
-    (other_release,) = [d.name for d in (other_kernel / "usr/lib/modules").iterdir()]
+    other_release = kernel_lab.handle.run("node2", ["uname", "-r"], timeout=60).stdout.strip()
+    assert other_release.startswith(OTHER_SERIES + ".")
+    assert not image_release.startswith(OTHER_SERIES + ".")
+    # the debian: kernel is served from the folder it was unpacked in, named by release
+    folder = Path(kernels["node2"]["source"])
+    assert folder.parent == debian_root() and folder.name.startswith(other_release + "_")
+    assert (folder / "usr/lib/modules" / other_release).is_dir()
     assert kernels == {"node1": {"source": "image", "release": image_release},
-                       "node2": {"source": str(other_kernel), "release": other_release}}
-    assert image_release != other_release
+                       "node2": {"source": str(folder), "release": other_release}}
 
 
 def test_node_on_its_own_kernel_loads_that_kernels_modules(kernel_lab: ModuleLab) -> None:
@@ -66,3 +67,15 @@ def test_node_on_its_own_kernel_loads_that_kernels_modules(kernel_lab: ModuleLab
     release = kernel_lab.handle.run("node2", ["uname", "-r"], timeout=60).stdout.strip()
     assert f"/dev/vdb on /usr/lib/modules/{release} type ext4 (ro" in out
     assert out.splitlines()[-1].startswith(release + " ")
+
+
+def test_a_version_debian_lacks_is_refused_before_anything(kernel_lab: ModuleLab) -> None:
+    """Asked after the lab's up: the apt indexes are in the cache, so this costs seconds."""
+    name = f"{KERNEL_LAB}-bad"
+    result = labctl("up", str(REPO / "topologies" / "two-node.yaml"), "--name", name,
+                    "--kernel", "debian:5.4", timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert ("error: debian:5.4: the node image's apt sources have no such kernel (they have "
+            f"{OTHER_SERIES} (") in result.stderr
+    assert "hint: debian:SERIES (debian:6.12)" in result.stderr
+    assert not LabDir(name).exists()

@@ -227,6 +227,7 @@ PLACEHOLDERS = {
     "SECONDS", "TIME", "RATE", "COUNT", "BYTES", "BYTES,...", "PORT", "URL", "IP", "PERCENT", "MIB",
     "DEVICE", "BPF", "TEST", "SRC", "DST", "COMMAND", "COMMAND...", "'CMD'", "'PROBE'",
     "SRC:DST[:ro]", "OPCODE", "QPN", "PSN", "ID", "NODE,...", "MODULE,...", "LESSON", "HINT",
+    "KERNEL", "KERNEL,...",
 }
 VALUE_PARAMS = [(path, cmd, param) for path, cmd in LEAVES for param in cmd.params
                 if not getattr(param, "is_flag", False) and not getattr(param, "count", False)]
