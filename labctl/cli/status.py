@@ -91,7 +91,15 @@ def _kernel_words(kernel: NodeKernel) -> str:
     (the folder's name: `status --json` has its path); "-" for the release when the node
     was not asked."""
     source = kernel["source"]
-    shown = f"own: {PurePath(source).name}" if source.startswith("/") else source
+    shown = source
+    if source.startswith("/"):
+        path = PurePath(source)
+        # a debian:VERSION kernel is served from the kernel cache's debian/RELEASE_VERSION
+        # folder (labctl.images.debian_kernels): the table names the package's version
+        if path.parent.name == "debian" and path.parent.parent.name == "kernels":
+            shown = f"debian: {path.name.partition('_')[2].replace('%', ':')}"
+        else:
+            shown = f"own: {path.name}"
     return f"{kernel['release'] or '-'} ({shown})"
 
 

@@ -65,8 +65,8 @@ def up(
         "(needed when its topology changed)."),
     boot: str = typer.Option(
         None, "--boot", help="qemu: restore (nodes restored from a saved machine, made once "
-        "per image and node shape; cold where one cannot serve) or cold (every node boots); "
-        "also LABCTL_BOOT; default restore.",
+        "per image, kernel and node shape; cold where one cannot serve) or cold (every node "
+        "boots); also LABCTL_BOOT; default restore.",
         metavar=choice_metavar(*BOOTS), autocompletion=choices(*BOOTS)),
     cold: bool = typer.Option(
         False, "--cold", help="qemu: every node boots its kernel (the same as --boot cold)."),

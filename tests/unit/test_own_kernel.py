@@ -331,6 +331,11 @@ def test_status_table_names_the_release_and_its_source() -> None:
     assert _kernel_words({"source": "/src/linux", "release": "6.19.0-rc1+"}) == (
         "6.19.0-rc1+ (own: linux)")
     assert _kernel_words({"source": "provider", "release": None}) == "- (provider)"
+    debian = "/root/.cache/labctl/kernels/debian/6.12.118+deb13-amd64_6.12.118-1"
+    assert _kernel_words({"source": debian, "release": "6.12.118+deb13-amd64"}) == (
+        "6.12.118+deb13-amd64 (debian: 6.12.118-1)")
+    assert _kernel_words({"source": "/src/debian/linux_x", "release": None}) == (
+        "- (own: linux_x)")  # a folder of the user's called debian is not the cache
 
 
 def test_status_names_a_shared_kernel_once_and_differing_ones_per_node() -> None:
