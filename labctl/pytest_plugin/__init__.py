@@ -119,7 +119,8 @@ def _from_markers(session: pytest.Session) -> tuple[Path, str | None] | None:
 
 
 def spec_from_config(config: pytest.Config, session: pytest.Session) -> LabSpec:
-    """The session's LabSpec from the options, else from the tests' rdma_lab markers."""
+    """The session's LabSpec from the options; else the lab LABCTL_LAB names, as it is
+    (`labctl matrix` sets it for its steps); else from the tests' rdma_lab markers."""
     name = config.getoption("rdma_lab_name")
     keep = bool(config.getoption("rdma_lab_keep"))
     option = config.getoption("rdma_lab_topology")
@@ -127,6 +128,12 @@ def spec_from_config(config: pytest.Config, session: pytest.Session) -> LabSpec:
         from labctl.pytest_plugin.session import LabSpec
 
         return LabSpec(_locate(option, config.invocation_params.dir), name, keep)
+    from labctl.store.labdir import default_lab
+
+    if (named := default_lab()) is not None:
+        from labctl.pytest_plugin.session import LabSpec
+
+        return LabSpec(Path(), named, attach=True)
     found = _from_markers(session)
     if found is None:
         raise UsageError("no topology for the rdma_lab fixture",
@@ -158,6 +165,8 @@ def rdma_lab(request: pytest.FixtureRequest, rdma_lab_spec: LabSpec) -> Iterator
         fail(error)
     assert lab is not None
     yield lab
+    if rdma_lab_spec.attach:  # not the session's to remove
+        return
     if rdma_lab_spec.keep:
         request.config.stash[_KEPT].append(lab.name)
         return

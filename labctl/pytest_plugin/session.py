@@ -20,7 +20,7 @@ from labctl.lab.handle import LabHandle
 from labctl.runners.example_spec import Endpoint
 from labctl.runners.execute import RunResult, endpoint, run_example
 from labctl.runners.pairs import select_pairs
-from labctl.store.labdir import LabDir
+from labctl.store.labdir import DEFAULT_LAB_ENV, LabDir
 from labctl.store.state import NodeStatus
 from labctl.topology.catalog import find_topology
 from labctl.topology.lookup import require_node
@@ -58,6 +58,9 @@ class LabSpec:
     # name that is up from the same topology (a kept one), repairing dead nodes.
     fresh: bool = False
     options: lifecycle.UpOptions = field(default_factory=lifecycle.UpOptions)
+    # True: use the lab `name` that is up, as it is, and leave it up (a session inside
+    # `labctl matrix`, which brought the lab up on its kernel and takes it down itself)
+    attach: bool = False
     # Called after the teardown with the lab's name and what destroy removed (checks).
     after_down: Callable[[str, list[str]], None] | None = None
 
@@ -86,8 +89,21 @@ def _same_lab(a: Lab, b: Lab) -> bool:
     return dataclasses.replace(a, source="") == dataclasses.replace(b, source="")
 
 
+def attach_lab(name: str) -> RdmaLab:
+    """The lab `name` that is up, used as it is: the session neither repairs nor removes it."""
+    labdir = LabDir(name)
+    if not labdir.exists():
+        raise UsageError(f"lab {name} ({DEFAULT_LAB_ENV}) is not up",
+                         hint=f"bring it up with `labctl up`, or unset {DEFAULT_LAB_ENV} to "
+                         "have the session make its lab from the topology")
+    return RdmaLab(LabHandle(labdir, per_command=False), None)
+
+
 def start_lab(spec: LabSpec) -> RdmaLab:
-    """The spec's lab, up: made, reused (kept by an earlier session) or repaired."""
+    """The spec's lab, up: made, reused (kept by an earlier session) or repaired; the lab
+    that is up, as it is, for an attached spec."""
+    if spec.attach and spec.name is not None:
+        return attach_lab(spec.name)
     options = spec.up_options()
     wanted = lifecycle.resolve(spec.topology, options)  # bad input refused before anything
     labdir = LabDir(wanted.name)

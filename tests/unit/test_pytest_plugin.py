@@ -137,6 +137,40 @@ def test_a_lab_that_cannot_come_up_fails_cleanly_and_leaves_nothing(tmp_path: Pa
     assert not (tmp_path / "state" / "plug-u").exists()
 
 
+def test_a_session_uses_the_lab_labctl_lab_names_as_it_is_and_leaves_it_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As `labctl matrix` runs `pytest FILE` in the lab it brought up on a kernel: the
+    session's lab is that one (not the marker's topology), and the session removes nothing."""
+    LabDir("two-node", root=tmp_path / "state").create(load_lab(TWO_NODE))
+    (tmp_path / "test_a.py").write_text(
+        'import pytest\n\n@pytest.mark.rdma_lab(topology="no-such-file.yaml")\n'
+        "def test_it(rdma_lab):\n"
+        '    assert rdma_lab.name == "two-node"\n'
+        '    assert rdma_lab.nodes == ["node1", "node2"]\n'
+        "    assert rdma_lab.up_result is None\n")
+    monkeypatch.setenv("LABCTL_LAB", "two-node")
+    code, out = pytest_in(tmp_path)
+    assert code == 0, out
+    assert "1 passed" in out and "was kept up" not in out
+    assert LabDir("two-node", root=tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("gone", ("rdma_lab: lab gone (LABCTL_LAB) is not up",
+              "hint: bring it up with `labctl up`, or unset LABCTL_LAB")),
+    ("../x", ("rdma_lab: LABCTL_LAB: bad lab name", "hint: set LABCTL_LAB to a lab's name")),
+])
+def test_labctl_lab_naming_no_lab_that_is_up_is_a_clean_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str,
+        expected: tuple[str, str]) -> None:
+    (tmp_path / "test_a.py").write_text(USES_THE_LAB)
+    monkeypatch.setenv("LABCTL_LAB", name)
+    code, out = pytest_in(tmp_path)
+    assert code == 1
+    _clean_error(out, "1 error", *expected)
+    assert not (tmp_path / "state" / "gone").exists()  # nothing made
+
+
 # --- the pieces, in process --------------------------------------------------------------
 
 
