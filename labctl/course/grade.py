@@ -16,7 +16,6 @@ import errno
 import os
 import re
 import shutil
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Literal
 from xml.etree import ElementTree
 
-from labctl import hostproc, paths, safefs
+from labctl import safefs
 from labctl.bounded import printable
 from labctl.course import SOURCE
 from labctl.course.catalog import Lesson, files
@@ -33,6 +32,7 @@ from labctl.course.judge import Finding, judge, passed
 from labctl.course.shapes import GradeOutput, GradeRow
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
+from labctl.store import scratch
 
 # A student's name: it becomes a table cell, a JSON string and a JUnit test case's name.
 STUDENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -139,30 +139,16 @@ def read_source(folder: Path, student: str, lang: str) -> bytes | str:
 
 
 def grading_folder(lab: str) -> Path:
-    """The host folder a grading lab mounts at /mnt/lesson: one student's files at a time.
-    labctl's own (inside the state directory, where no lab's name can be: it is hidden)."""
-    return paths.state_root() / ".grading" / lab
+    """The host folder a grading lab mounts at /mnt/lesson: one student's files at a time
+    (the lab's scratch tmpfs: labctl.store.scratch)."""
+    return scratch.scratch_folder(lab)
 
 
 def make_grading_folder(lab: str) -> Path:
     """The grading folder, made, with a tmpfs of GRADING_MIB mounted on it: a student's
     program, root in its node, writes there through the lab's mount, and must not be able
     to fill the host's disk (it gets ENOSPC; the folder is emptied after each student)."""
-    folder = grading_folder(lab)
-    root = paths.state_root()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise LabctlError(f"cannot make {root}: {exc.strerror}",
-                          hint="labctl needs its state directory (run it as root)") from None
-    safefs.make_dirs(folder, root, 0o755)
-    if not os.path.ismount(folder):
-        hostproc.run(["mount", "-t", "tmpfs", "-o",
-                      f"size={GRADING_MIB}m,mode=0755,nosuid,nodev", "labctl-grading",
-                      str(folder)], timeout=HOST_SECONDS,
-                     what=f"mounting a {GRADING_MIB} MiB tmpfs on {folder}",
-                     hint="lesson grade runs as root, on a host that can mount a tmpfs")
-    return folder
+    return scratch.make_scratch(lab, GRADING_MIB)
 
 
 def empty(folder: Path) -> None:
@@ -179,20 +165,9 @@ def empty(folder: Path) -> None:
 
 
 def remove_grading_folder(lab: str) -> None:
-    """The grading folder and its tmpfs, once the lab that mounted it is down."""
-    folder = grading_folder(lab)
-    if os.path.ismount(folder):
-        hostproc.run(["umount", str(folder)], timeout=HOST_SECONDS,
-                     what=f"unmounting the tmpfs on {folder}",
-                     hint=f"`umount {folder}` by hand once nothing uses it")
-    with contextlib.suppress(FileNotFoundError):
-        info = os.lstat(folder)
-        if stat.S_ISDIR(info.st_mode):
-            shutil.rmtree(folder)
-        else:
-            folder.unlink()
-    with contextlib.suppress(OSError):  # the last grading folder: nothing left behind
-        folder.parent.rmdir()
+    """The grading folder and its tmpfs, once the lab that mounted it is down (`down`
+    removes them too)."""
+    scratch.remove_scratch(lab)
 
 
 def _stage(item: Lesson, lang: str, source: bytes, folder: Path) -> None:

@@ -41,6 +41,7 @@ from labctl.net import labnet
 from labctl.progress import Progress
 from labctl.providers import provider_for
 from labctl.providers.base import Provider, UnsupportedError
+from labctl.store import scratch
 from labctl.store.labdir import LabDir, check_lab_name
 from labctl.store.state import CorruptStateError, LabState, NodeStatus, Phase
 from labctl.store.state_recorder import StateRecorder
@@ -373,6 +374,8 @@ def destroy(name: str) -> list[str]:
             removed.append(f"symbolic link {labdir.path} (not followed)")
         if labnet.delete_netns(netns, owner):
             removed.append(f"netns {netns}")
+        if (folder := scratch.remove_scratch(name)) is not None:
+            removed.append(folder)
         return removed
     with labdir.locked("down"):
         lab, providers = _lab_for_down(labdir)
@@ -384,4 +387,6 @@ def destroy(name: str) -> list[str]:
         # Still under the lock: no `up` of the same name starts in a half-removed directory.
         if labdir.remove():
             removed.append(f"lab directory {labdir.path}")
+        if (folder := scratch.remove_scratch(name)) is not None:  # its tmpfs, if it had one
+            removed.append(folder)
     return removed
