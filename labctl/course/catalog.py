@@ -11,7 +11,7 @@ from importlib.resources.abc import Traversable
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from labctl.errors import LabctlError, UsageError
 
@@ -24,10 +24,28 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class ExitExplain(_Strict):
+    """A failed exit whose error output matches `matches` (a regular expression, any case)
+    is a known mistake: `says` names it in the learner's terms."""
+
+    matches: str = Field(min_length=1)
+    says: str
+
+    @field_validator("matches")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+
 class ExitCheck(_Strict):
     """Every program of the lesson exits 0 (always checked, first)."""
 
     kind: Literal["exit"]
+    explains: tuple[ExitExplain, ...] = ()
 
 
 class DevinfoCheck(_Strict):

@@ -96,7 +96,15 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def _exits(obs: Observation) -> list[Finding]:
+def _explained(check: ExitCheck, run: ProgramRun) -> str:
+    """What the lesson says of this failed run's error output, if it names a known mistake."""
+    for explain in check.explains:
+        if re.search(explain.matches, run.stderr + "\n" + run.stdout, re.IGNORECASE):
+            return f": {explain.says}"
+    return ""
+
+
+def _exits(check: ExitCheck, obs: Observation) -> list[Finding]:
     findings = []
     for run in obs.runs:
         who = "your program" if run.role == "program" else f"your {run.role}"
@@ -107,7 +115,8 @@ def _exits(obs: Observation) -> list[Finding]:
                                     f"{run.reason or 'no exit status'}"))
         else:
             why = _last_line(run.stderr) or _last_line(run.stdout) or "no output"
-            findings.append(Finding("exit", False, f"{who} exited {run.exit}: {why}"))
+            findings.append(Finding("exit", False, f"{who} exited {run.exit}: {why}"
+                                    + _explained(check, run)))
     return findings
 
 
@@ -219,7 +228,7 @@ def judge(lesson: Lesson, obs: Observation) -> list[Finding]:
     findings: list[Finding] = []
     for check in lesson.checks:
         if isinstance(check, ExitCheck):
-            findings += _exits(obs)
+            findings += _exits(check, obs)
         elif isinstance(check, DevinfoCheck):
             findings += _devinfo(check, obs)
         elif isinstance(check, OpcodesCheck):

@@ -44,6 +44,9 @@ WRONG = {
                              "wr.imm_data = IMMEDIATE;"),
     "compare-swap-instead": ("06-atomic-add", ".opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,",
                              ".opcode = IBV_WR_ATOMIC_CMP_AND_SWP,"),
+    "no-grh": ("07-ud-address-handle", ".is_global = 1,", ".is_global = 0,"),
+    "receive-without-grh": ("07-ud-address-handle", ".length = GRH_BYTES + sizeof(MESSAGE),",
+                            ".length = sizeof(MESSAGE),"),
 }
 
 
@@ -259,4 +262,44 @@ def test_lesson_6_atomic_fetch_and_add(folder: Path) -> None:
 
     use(folder, solution("06-atomic-add", "python"))
     code, findings, _ = check(6, "python")
+    assert code == 0, "\n".join(failed(findings))
+
+
+def test_lesson_7_ud_address_handle(folder: Path) -> None:
+    take_over(folder, 7, "07-ud-address-handle")
+
+    code, findings, _ = check(7)
+    assert code == 1
+    texts = failed(findings)
+    assert ("your client exited 1: TODO: an address handle for the server (ibv_create_ah)"
+            in texts), texts
+    assert any(t.startswith("your client put no datagram on the wire") for t in texts), texts
+
+    # the address handle without the GRH: rxe refuses it on RoCE
+    use_wrong(folder, "no-grh")
+    code, findings, _ = check(7)
+    assert code == 1
+    texts = failed(findings)
+    assert (
+        "your client exited 1: lesson: ibv_create_ah: Invalid argument: the address handle "
+        "was refused: on RoCE it needs the GRH (is_global = 1, grh.dgid = the server's GID, "
+        "grh.sgid_index = your GID index)") in texts, texts
+
+    # a receive as long as the message: no room for the GRH
+    use_wrong(folder, "receive-without-grh")
+    code, findings, _ = check(7)
+    assert code == 1
+    texts = failed(findings)
+    assert (
+        "your server exited 1: lesson: a work request completed with local length error: "
+        "the datagram did not fit the server's receive: a UD receive holds the 40-byte GRH "
+        "before the payload, so make it GRH_BYTES longer than the message") in texts, texts
+
+    use(folder, solution("07-ud-address-handle"))
+    code, findings, verdict = check(7)
+    assert code == 0, "\n".join(failed(findings))
+    assert set(verdict["sent"]["client"]) == {"UD_SEND_ONLY"}
+
+    use(folder, solution("07-ud-address-handle", "python"))
+    code, findings, _ = check(7, "python")
     assert code == 0, "\n".join(failed(findings))

@@ -160,7 +160,8 @@ static void usage(void)
 
 static const char *server_ip, *tcp_port = "18515";
 
-void lab_setup(struct lab *lab, int argc, char **argv, unsigned int access)
+static void setup(struct lab *lab, int argc, char **argv, unsigned int access,
+		  enum ibv_qp_type qp_type)
 {
 	const char *device = NULL;
 	int opt;
@@ -206,16 +207,41 @@ void lab_setup(struct lab *lab, int argc, char **argv, unsigned int access)
 		check(-1, "ibv_reg_mr");
 
 	struct ibv_qp_init_attr init = {
-		.send_cq = lab->cq, .recv_cq = lab->cq, .qp_type = IBV_QPT_RC,
+		.send_cq = lab->cq, .recv_cq = lab->cq, .qp_type = qp_type,
 		.cap = { .max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1 },
 	};
 	lab->qp = ibv_create_qp(lab->pd, &init);
 	if (!lab->qp)
 		check(-1, "ibv_create_qp");
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_INIT, .port_num = IB_PORT,
-				    .qp_access_flags = access & ~IBV_ACCESS_LOCAL_WRITE };
+				    .qp_access_flags = access & ~IBV_ACCESS_LOCAL_WRITE,
+				    .qkey = LAB_QKEY };
 	check(ibv_modify_qp(lab->qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-			    IBV_QP_ACCESS_FLAGS), "modify the QP to INIT");
+			    (qp_type == IBV_QPT_UD ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS)),
+	      "modify the QP to INIT");
+}
+
+void lab_setup(struct lab *lab, int argc, char **argv, unsigned int access)
+{
+	setup(lab, argc, argv, access, IBV_QPT_RC);
+}
+
+void lab_setup_ud(struct lab *lab, int argc, char **argv)
+{
+	setup(lab, argc, argv, IBV_ACCESS_LOCAL_WRITE, IBV_QPT_UD);
+}
+
+/* A UD QP: RTR and RTS with no peer in them; each send names its own (an address handle,
+ * the remote QPN and Q_Key). */
+static void ud_ready(struct lab *lab)
+{
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_RTR };
+
+	check(ibv_modify_qp(lab->qp, &attr, IBV_QP_STATE), "modify the QP to RTR");
+	attr.qp_state = IBV_QPS_RTS;
+	attr.sq_psn = lab->me.psn;
+	check(ibv_modify_qp(lab->qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN),
+	      "modify the QP to RTS");
 }
 
 static void send_me(struct lab *lab)
@@ -249,24 +275,9 @@ static void recv_peer(struct lab *lab)
 	}
 }
 
-void lab_connect(struct lab *lab)
+/* An RC QP: connected to the peer's in RTR, able to send in RTS. */
+static void rc_ready(struct lab *lab)
 {
-	lab->me.qpn = lab->qp->qp_num;
-	srand48(getpid() * time(NULL));
-	lab->me.psn = (uint32_t)lrand48() & 0xffffff;
-	lab->me.addr = (uintptr_t)lab->buf;
-	lab->me.rkey = lab->mr->rkey;
-	check(ibv_query_gid(lab->ctx, IB_PORT, lab->gid_index, &lab->me.gid), "ibv_query_gid");
-
-	lab->fd = tcp_connection(lab->is_server ? NULL : server_ip, tcp_port);
-	if (lab->is_server) {
-		recv_peer(lab);
-		send_me(lab);
-	} else {
-		send_me(lab);
-		recv_peer(lab);
-	}
-
 	struct ibv_qp_attr attr = {
 		.qp_state = IBV_QPS_RTR,
 		.path_mtu = lab->port.active_mtu,
@@ -295,6 +306,29 @@ void lab_connect(struct lab *lab)
 	check(ibv_modify_qp(lab->qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 			    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
 	      "modify the QP to RTS");
+}
+
+void lab_connect(struct lab *lab)
+{
+	lab->me.qpn = lab->qp->qp_num;
+	srand48(getpid() * time(NULL));
+	lab->me.psn = (uint32_t)lrand48() & 0xffffff;
+	lab->me.addr = (uintptr_t)lab->buf;
+	lab->me.rkey = lab->mr->rkey;
+	check(ibv_query_gid(lab->ctx, IB_PORT, lab->gid_index, &lab->me.gid), "ibv_query_gid");
+
+	lab->fd = tcp_connection(lab->is_server ? NULL : server_ip, tcp_port);
+	if (lab->is_server) {
+		recv_peer(lab);
+		send_me(lab);
+	} else {
+		send_me(lab);
+		recv_peer(lab);
+	}
+	if (lab->qp->qp_type == IBV_QPT_UD)
+		ud_ready(lab);
+	else
+		rc_ready(lab);
 	if (lab->is_server)
 		say(lab, "ready");
 	else

@@ -17,6 +17,10 @@
 #include <stdint.h>
 
 #define IB_PORT 1
+/* The Q_Key of the lessons' UD queue pairs: a datagram is taken only with its QP's Q_Key. */
+#define LAB_QKEY 0x11111111
+/* A UD receive starts with the 40 bytes of the Global Route Header before the payload. */
+#define GRH_BYTES 40
 
 struct peer {
 	uint32_t qpn;
@@ -51,7 +55,10 @@ void todo(const char *what);
 struct ibv_context *open_device(const char *name);
 /* argv: server|client SERVER_IP [-d DEVICE] [-g GID_INDEX] [-p PORT] [-n BYTES] */
 void lab_setup(struct lab *lab, int argc, char **argv, unsigned int access);
-/* Swap QP lines with the peer, connect the QP (RTR, RTS); the server then says "ready". */
+/* The same with a UD QP (Q_Key LAB_QKEY) in place of the RC one. */
+void lab_setup_ud(struct lab *lab, int argc, char **argv);
+/* Swap QP lines with the peer, connect the QP (RTR, RTS); the server then says "ready".
+ * A UD QP is connected to nobody: it only swaps the lines and moves to RTR and RTS. */
 void lab_connect(struct lab *lab);
 struct ibv_wc wait_completion(struct ibv_cq *cq);
 /* The out-of-band channel: one line each way. */

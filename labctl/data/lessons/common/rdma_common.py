@@ -24,6 +24,8 @@ from pyverbs.pd import PD
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 
 IB_PORT = 1
+LAB_QKEY = 0x11111111  # the lessons' UD QPs take a datagram only with this Q_Key
+GRH_BYTES = 40  # a UD receive starts with the Global Route Header, before the payload
 MAX_BYTES = 1 << 20
 WAIT_SECONDS = 30
 
@@ -70,9 +72,10 @@ class Peer:
 
 
 class Lab:
-    """Device, PD, CQ, a registered buffer and an RC QP in INIT; connect() does the rest."""
+    """Device, PD, CQ, a registered buffer and an RC QP in INIT (or a UD one, Q_Key
+    LAB_QKEY, with `qp_type=e.IBV_QPT_UD`); connect() does the rest."""
 
-    def __init__(self, access: int) -> None:
+    def __init__(self, access: int, qp_type: int = e.IBV_QPT_RC) -> None:
         p = argparse.ArgumentParser(prog="lesson")
         p.add_argument("role", choices=("server", "client"))
         p.add_argument("server_ip", nargs="?")
@@ -96,12 +99,14 @@ class Lab:
         self.cq = CQ(self.ctx, 4, None, None, 0)
         self.mr = MR(self.pd, self.bytes, access)
         cap = QPCap(max_send_wr=2, max_recv_wr=2, max_send_sge=1, max_recv_sge=1)
-        self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq,
+        self.qp = QP(self.pd, QPInitAttr(qp_type=qp_type, scq=self.cq, rcq=self.cq,
                                          cap=cap))
+        self.is_ud = qp_type == e.IBV_QPT_UD
         attr = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=IB_PORT)
         attr.qp_access_flags = access & ~e.IBV_ACCESS_LOCAL_WRITE
+        attr.qkey = LAB_QKEY
         self.qp.modify(attr, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT
-                       | e.IBV_QP_ACCESS_FLAGS)
+                       | (e.IBV_QP_QKEY if self.is_ud else e.IBV_QP_ACCESS_FLAGS))
         self.conn: socket.socket | None = None
         self.peer: Peer | None = None
 
@@ -141,9 +146,34 @@ class Lab:
             self.conn = socket.create_connection((self.server_ip, self.port_number))
             self.say(mine)
             self.peer = self._parse(self.read_line())
+        if self.is_ud:
+            self._ud_ready(psn)
+        else:
+            self._rc_ready(psn)
+        if self.is_server:
+            self.say("ready")
+        else:
+            self.expect_line("ready")
+
+    def peer_gid(self) -> GID:
+        """The peer's GID, as pyverbs takes it."""
+        assert self.peer is not None
         words = self.peer.gid.hex()
-        route = GlobalRoute(dgid=GID(":".join(words[i:i + 4] for i in range(0, 32, 4))),
-                            sgid_index=self.gid_index, hop_limit=1)
+        return GID(":".join(words[i:i + 4] for i in range(0, 32, 4)))
+
+    def _ud_ready(self, psn: int) -> None:
+        """A UD QP: RTR and RTS with no peer in them; each send names its own (an address
+        handle, the remote QPN and Q_Key)."""
+        attr = QPAttr(qp_state=e.IBV_QPS_RTR)
+        self.qp.modify(attr, e.IBV_QP_STATE)
+        attr.qp_state = e.IBV_QPS_RTS
+        attr.sq_psn = psn
+        self.qp.modify(attr, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN)
+
+    def _rc_ready(self, psn: int) -> None:
+        """An RC QP: connected to the peer's in RTR, able to send in RTS."""
+        assert self.peer is not None
+        route = GlobalRoute(dgid=self.peer_gid(), sgid_index=self.gid_index, hop_limit=1)
         attr = QPAttr(qp_state=e.IBV_QPS_RTR, port_num=IB_PORT, path_mtu=self.port.active_mtu)
         attr.dest_qp_num = self.peer.qpn
         attr.rq_psn = self.peer.psn
@@ -160,10 +190,6 @@ class Lab:
         attr.max_rd_atomic = 1
         self.qp.modify(attr, e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT
                        | e.IBV_QP_RNR_RETRY | e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
-        if self.is_server:
-            self.say("ready")
-        else:
-            self.expect_line("ready")
 
     @staticmethod
     def _parse(line: str) -> Peer:
