@@ -26,7 +26,7 @@ COMMON = {"Makefile", "rdma_common.c", "rdma_common.h", "rdma_common.py"}
 
 def test_the_shipped_lessons_load_in_order_with_their_parts() -> None:
     lessons = catalog.lessons()
-    assert [x.number for x in lessons] == [1, 2, 3, 4, 5, 6]
+    assert [x.number for x in lessons] == [1, 2, 3, 4, 5, 6, 7]
     for item in lessons:
         assert catalog.text(item).startswith(f"# Lesson {item.number}: ")
         for part in ("starter", "solution"):
@@ -51,14 +51,15 @@ def test_every_opcode_a_lesson_names_is_one_the_decoder_gives() -> None:
             if isinstance(check, catalog.OpcodesCheck | catalog.PrintsCheck):
                 check.says.format(found="x")  # no placeholder but {found}
     assert named - known == set()
-    assert {"RC_RDMA_READ_REQUEST", "RC_FETCH_ADD", "RC_ATOMIC_ACKNOWLEDGE"} <= named
+    assert {"RC_RDMA_READ_REQUEST", "RC_FETCH_ADD", "RC_ATOMIC_ACKNOWLEDGE",
+            "UD_SEND_ONLY"} <= named
 
 
 def test_a_lesson_that_does_not_exist_names_the_ones_there_are() -> None:
     with pytest.raises(UsageError) as caught:
         catalog.lesson(9)
     assert caught.value.message == "there is no lesson 9"
-    assert caught.value.hint == "the lessons are 1, 2, 3, 4, 5, 6: `labctl lesson list`"
+    assert caught.value.hint == "the lessons are 1, 2, 3, 4, 5, 6, 7: `labctl lesson list`"
 
 
 def test_the_pattern_digest_is_the_one_the_programs_print() -> None:
@@ -174,11 +175,11 @@ def test_cli_list_show_and_refusals(monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, _ = run_main(monkeypatch, capsys, "lesson", "list", "--json")
     assert code == 0 and [x.number for x in parsed("lesson-list", out).lessons] == [
-        1, 2, 3, 4, 5, 6]
+        1, 2, 3, 4, 5, 6, 7]
     code, out, _ = run_main(monkeypatch, capsys, "lesson", "show", "3")
     assert code == 0 and out.startswith("# Lesson 3: one-sided RDMA WRITE")
     for args, message in [
-            (("show", "7"), "error: there is no lesson 7"),
+            (("show", "8"), "error: there is no lesson 8"),
             (("hint", "2", "--number", "9"), "error: lesson 2 has hints 1 to 4 (got 9)"),
             (("check", "1", "--lang", "rust"), "error: --lang must be c or python (got 'rust')"),
             (("check", "1", "--ladder", "x.txt"),
@@ -385,3 +386,65 @@ def test_a_printed_line_is_matched_whole_and_a_near_one_is_quoted() -> None:
     assert judge._prints(check, obs)[0].text == "got `fetched 7`"
     assert judge._prints(check, _pair("fetched 1000\n", "", {}, 0))[0].text == \
         "got no `fetched ...` line"  # the server's line is not the client's
+
+
+def _with_errors(obs: judge.Observation, server_err: str, client_err: str,
+                 ) -> judge.Observation:
+    obs.runs[0].stderr, obs.runs[1].stderr = server_err, client_err
+    return obs
+
+
+UD_MESSAGE = "message: hello through an address handle\n"
+PEER_GONE = "lesson: the peer closed the TCP connection\n"
+
+
+def test_lesson_7_wants_a_datagram_and_names_an_address_handle_without_the_grh() -> None:
+    findings = judge.judge(catalog.lesson(7), _sides(
+        UD_MESSAGE, "sent 32 bytes\n", {"UD_SEND_ONLY": 1}, {}))
+    assert judge.passed(findings)
+
+    # is_global = 0: rxe refuses the address handle; C's message and pyverbs' exception
+    for client_err in ("lesson: ibv_create_ah: Invalid argument\n",
+                       "Traceback (most recent call last):\n  ...\npyverbs.pyverbs_error."
+                       "PyverbsRDMAError: Failed to create AH. Errno: 22, Invalid argument\n"):
+        obs = _with_errors(_sides("", "", {}, {}, codes=(1, 1)), PEER_GONE, client_err)
+        texts = _failed(7, obs)
+        assert texts[0] == "your server exited 1: lesson: the peer closed the TCP connection"
+        assert texts[1].startswith("your client exited 1: ")
+        assert texts[1].endswith(": the address handle was refused: on RoCE it needs the "
+                                 "GRH (is_global = 1, grh.dgid = the server's GID, "
+                                 "grh.sgid_index = your GID index)")
+        assert texts[2].startswith("your client put no datagram on the wire (it sent "
+                                   "nothing)")
+
+    # a receive with no room for the 40-byte GRH (C names the status, pyverbs numbers it)
+    for server_err in ("lesson: a work request completed with local length error\n",
+                       "lesson: a work request completed with status 1\n"):
+        obs = _with_errors(_sides("", "sent 32 bytes\n", {"UD_SEND_ONLY": 1}, {},
+                                  codes=(1, 0)), server_err, "")
+        assert _failed(7, obs)[0].endswith(
+            ": the datagram did not fit the server's receive: a UD receive holds the 40-byte "
+            "GRH before the payload, so make it GRH_BYTES longer than the message")
+    # status 10 is not status 1
+    obs = _with_errors(_sides("", "", {}, {}, codes=(1, 0)),
+                       "lesson: a work request completed with status 10\n", "")
+    assert _failed(7, obs)[0] == ("your server exited 1: lesson: a work request completed "
+                                  "with status 10")
+
+    # an RC SEND where a datagram is wanted; the payload read at the buffer's start
+    texts = _failed(7, _sides("message: \n", "", {"RC_SEND_ONLY": 1}, {}))
+    assert texts == [
+        "your client sent RC_SEND_ONLY, on a connected (RC) queue pair; this lesson wants a "
+        "datagram: a UD queue pair (IBV_QPT_UD, lab_setup_ud) and a send through an address "
+        "handle",
+        "your client put no datagram on the wire (it sent RC_SEND_ONLY 1): post an "
+        "IBV_WR_SEND on the UD queue pair with wr.wr.ud.ah, remote_qpn and remote_qkey",
+        "your server printed `message:`, not `message: hello through an address handle`: "
+        "the payload starts GRH_BYTES (40) into the receive buffer, after the GRH"]
+
+
+def test_an_exit_explanation_is_a_regular_expression_checked_when_loaded() -> None:
+    with pytest.raises(catalog.ValidationError, match="not a regular expression"):
+        catalog.ExitExplain(matches="ibv_create_ah(", says="x")
+    with pytest.raises(catalog.ValidationError):
+        catalog.ExitExplain(matches="", says="x")

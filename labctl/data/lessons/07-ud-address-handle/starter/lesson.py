@@ -37,7 +37,7 @@ def post_datagram(lab: Lab, ah: AH) -> None:
     """The client: SEND the message to the server's QP through the address handle."""
     assert lab.peer is not None
     sge = SGE(lab.mr.buf, len(MESSAGE), lab.mr.lkey)
-    wr = SendWR(wr_id=7, opcode=e.IBV_WR_SEND, num_sge=1, sg=[sge],
+    wr = SendWR(wr_id=7, opcode=e.IBV_WR_SEND, num_sge=1, sg=[sge],  # noqa: F841 (TODO 2)
                 send_flags=e.IBV_SEND_SIGNALED)
     # TODO 2: a UD send names its peer in the work request: wr.set_wr_ud(ah, the server's
     # QP number (lab.peer.qpn), LAB_QKEY); then post it on lab.qp.
