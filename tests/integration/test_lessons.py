@@ -45,6 +45,7 @@ WRONG = {
     "compare-swap-instead": ("06-atomic-add", ".opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,",
                              ".opcode = IBV_WR_ATOMIC_CMP_AND_SWP,"),
     "no-grh": ("07-ud-address-handle", ".is_global = 1,", ".is_global = 0,"),
+    "no-grh-python": ("07-ud-address-handle", "is_global=1", "is_global=0"),
     "receive-without-grh": ("07-ud-address-handle", ".length = GRH_BYTES + sizeof(MESSAGE),",
                             ".length = sizeof(MESSAGE),"),
 }
@@ -92,12 +93,13 @@ def use(folder: Path, source: Path) -> None:
     shutil.copyfile(source, folder / source.name)
 
 
-def use_wrong(folder: Path, name: str) -> None:
-    """The solution's lesson.c with the mistake `name` made in it (exactly once)."""
+def use_wrong(folder: Path, name: str, lang: str = "c") -> None:
+    """The solution's lesson.c (or lesson.py) with the mistake `name` made in it (exactly
+    once)."""
     lesson, right, wrong = WRONG[name]
-    text = solution(lesson).read_text()
+    text = solution(lesson, lang).read_text()
     assert text.count(right) == 1, f"{name}: the solution changed"
-    (folder / "lesson.c").write_text(text.replace(right, wrong))
+    (folder / solution(lesson, lang).name).write_text(text.replace(right, wrong))
 
 
 def failed(findings: list[dict[str, Any]]) -> list[str]:
@@ -273,7 +275,8 @@ def test_lesson_7_ud_address_handle(folder: Path) -> None:
     texts = failed(findings)
     assert ("your client exited 1: TODO: an address handle for the server (ibv_create_ah)"
             in texts), texts
-    assert any(t.startswith("your client put no datagram on the wire") for t in texts), texts
+    assert ("your client put no datagram on the wire (it sent nothing): post an IBV_WR_SEND "
+            "on the UD queue pair with wr.wr.ud.ah, remote_qpn and remote_qkey") in texts, texts
 
     # the address handle without the GRH: rxe refuses it on RoCE
     use_wrong(folder, "no-grh")
@@ -285,15 +288,26 @@ def test_lesson_7_ud_address_handle(folder: Path) -> None:
         "was refused: on RoCE it needs the GRH (is_global = 1, grh.dgid = the server's GID, "
         "grh.sgid_index = your GID index)") in texts, texts
 
-    # a receive as long as the message: no room for the GRH
-    use_wrong(folder, "receive-without-grh")
-    code, findings, _ = check(7)
+    use_wrong(folder, "no-grh-python", "python")
+    code, findings, _ = check(7, "python")
     assert code == 1
     texts = failed(findings)
-    assert (
-        "your server exited 1: lesson: a work request completed with local length error: "
-        "the datagram did not fit the server's receive: a UD receive holds the 40-byte GRH "
-        "before the payload, so make it GRH_BYTES longer than the message") in texts, texts
+    assert any(t.startswith("your client exited 1: pyverbs.pyverbs_error.PyverbsRDMAError: "
+                            "Failed to create AH") and t.endswith(
+        ": the address handle was refused: on RoCE it needs the GRH (is_global = 1, "
+        "grh.dgid = the server's GID, grh.sgid_index = your GID index)") for t in texts), texts
+
+    # a receive as long as the message: no room for the GRH, rxe drops the datagram
+    use_wrong(folder, "receive-without-grh")
+    code, findings, verdict = check(7)
+    assert code == 1
+    texts = failed(findings)
+    assert texts[0] == (
+        "your server exited 1: lesson: no completion within 10 s: no datagram reached the "
+        "server's receive: the device drops one that does not fit the receive (the 40-byte "
+        "GRH and the payload: GRH_BYTES longer than the message) or that names another QP "
+        "number or Q_Key, and says nothing"), texts
+    assert verdict["sent"]["client"] == {"UD_SEND_ONLY": 1}
 
     use(folder, solution("07-ud-address-handle"))
     code, findings, verdict = check(7)

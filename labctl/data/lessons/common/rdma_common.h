@@ -60,7 +60,9 @@ void lab_setup_ud(struct lab *lab, int argc, char **argv);
 /* Swap QP lines with the peer, connect the QP (RTR, RTS); the server then says "ready".
  * A UD QP is connected to nobody: it only swaps the lines and moves to RTR and RTS. */
 void lab_connect(struct lab *lab);
+/* One completion, successful, within 30 s (or `seconds`); else exit 1. */
 struct ibv_wc wait_completion(struct ibv_cq *cq);
+struct ibv_wc wait_completion_within(struct ibv_cq *cq, int seconds);
 /* The out-of-band channel: one line each way. */
 void say(struct lab *lab, const char *line);
 void expect_line(struct lab *lab, const char *line);

@@ -202,8 +202,8 @@ class Lab:
         except ValueError:
             fail("the peer's line is not QPN:PSN:GID:ADDR:RKEY")
 
-    def wait_completion(self) -> Any:
-        deadline = time.monotonic() + WAIT_SECONDS
+    def wait_completion(self, seconds: int = WAIT_SECONDS) -> Any:
+        deadline = time.monotonic() + seconds
         while True:
             count, wcs = self.cq.poll(1)
             if count:
@@ -212,4 +212,4 @@ class Lab:
                     fail(f"a work request completed with status {wc.status}")
                 return wc
             if time.monotonic() > deadline:
-                fail(f"no completion within {WAIT_SECONDS} s")
+                fail(f"no completion within {seconds} s")
