@@ -210,12 +210,28 @@ def up(topology: Path, options: UpOptions | None = None, progress: Progress = _q
             labdir.save_state(state)
             _wait_ready(provider, labdir, state, options.timeout, progress)
         except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt | LabctlError):
+            if _under_ctrl_c(exc):  # Ctrl-C, or a cleanup that failed under it
+                raise KeyboardInterrupt from exc
+            if isinstance(exc, LabctlError):
                 raise
             raise LabctlError(
                 f"up failed: {exc!r}",
                 hint=f"`labctl down --lab {lab.name}` removes what was made") from exc
     return up_result(labdir, time.monotonic() - started, removed=removed)
+
+
+def _under_ctrl_c(exc: BaseException) -> bool:
+    """`exc` is Ctrl-C, or was raised while one was being handled: seen live, a Ctrl-C
+    landing inside a qemu's start made a file descriptor's cleanup fail with EBADF, and
+    `up` said "up failed: OSError(9, ...)" instead of what was interrupted."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__context__
+    return False
 
 
 def _check_supported(lab: Lab, provider: Provider) -> None:

@@ -3,6 +3,8 @@ every step with its phase; providers only record nodes and facts through the rec
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import ClassVar
 
@@ -53,6 +55,11 @@ class StepProvider(QemuProvider):
             self._saw(f"started {name}")
             if self.fail_in == f"create {name}":
                 raise KeyboardInterrupt
+            if self.fail_in == f"cleanup under ctrl-c {name}":
+                try:
+                    raise KeyboardInterrupt
+                except KeyboardInterrupt:  # a cleanup that fails while Ctrl-C unwinds
+                    raise OSError(errno.EBADF, "Bad file descriptor") from None
 
     def repair(self, record: StateRecorder, nodes: list[str], progress: Progress) -> None:
         self._saw("repair")
@@ -115,6 +122,25 @@ def test_an_up_interrupted_half_way_leaves_the_started_node_recorded(
     state = LabDir("ut-phases").load_state()
     assert state.phase == Phase.CREATING and list(state.nodes) == ["node1"]
     assert state.nodes["node1"].pid == 1000
+
+
+def test_a_cleanup_failing_under_ctrl_c_is_still_the_interrupt(
+        tmp_path: Path, steps: type[StepProvider], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`from None` hides the context from a traceback, not from __context__: the error
+    raised while Ctrl-C unwound is the interrupt (exit 130, "interrupted; ..."), not "up
+    failed: OSError(9, ...)"."""
+    monkeypatch.setattr(StepProvider, "fail_in", "cleanup under ctrl-c node1")
+    with pytest.raises(KeyboardInterrupt) as caught:
+        _up(tmp_path)
+    assert isinstance(caught.value.__cause__, OSError)
+    assert list(LabDir("ut-phases").load_state().nodes) == ["node1"]
+
+
+def test_an_error_of_its_own_is_still_up_failed(
+        tmp_path: Path, steps: type[StepProvider], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(StepProvider, "create", lambda *_: os.close(-1))
+    with pytest.raises(LabctlError, match=r"up failed: OSError\(9, 'Bad file descriptor'\)"):
+        _up(tmp_path)
 
 
 def test_a_failed_wait_leaves_phase_creating(tmp_path: Path, steps: type[StepProvider],
