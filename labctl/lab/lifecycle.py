@@ -33,7 +33,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labctl.capabilities import ACCELS, ENGINES, either, for_provider, offering, providers
+from labctl.capabilities import (
+    ACCELS,
+    ENGINES,
+    Capabilities,
+    either,
+    for_provider,
+    offering,
+    providers,
+)
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
 from labctl.lab.status import LabStatusRecord, collect_status
@@ -243,12 +251,19 @@ def _check_supported(lab: Lab, provider: Provider) -> None:
             f"host folders (mounts) are not supported for {provider.capabilities.kind} labs "
             f"(nodes {', '.join(mounted)})",
             hint="drop mounts: and --mount; `labctl cp` copies files into a node")
+    check_own_kernels(lab, provider.capabilities)
+
+
+def check_own_kernels(lab: Lab, capabilities: Capabilities) -> None:
+    """Refuse (exit 2, nothing made) a kernel of the nodes' own that their provider cannot
+    boot, or whose configuration lacks what the nodes need (`up`, and `matrix` for every
+    kernel before its first lab)."""
     own = [n.name for n in lab.nodes if n.kernel_path is not None]
-    if own and not provider.capabilities.kernel_choice:
+    if own and not capabilities.kernel_choice:
         raise UnsupportedError(
-            f"{provider.capabilities.kind} nodes cannot boot a kernel of their own (nodes "
+            f"{capabilities.kind} nodes cannot boot a kernel of their own (nodes "
             f"{', '.join(own)})", hint="use --provider qemu, or drop kernel: and --kernel")
-    if own:  # its configuration against what the nodes need: exit 2, nothing made
+    if own:  # its configuration against what the nodes need
         from labctl.images.kernels import check_kernels
         check_kernels(lab.nodes)
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labctl import hostproc
+from labctl.capabilities import for_provider
 from labctl.errors import LabctlError, UsageError, short_repr
-from labctl.images.kernels import check_kernels
 from labctl.lab import lifecycle
 from labctl.lab.labs import lab_made
 from labctl.progress import Progress
@@ -142,9 +142,8 @@ def run_matrix(topology: Path, kernels: list[str], steps: list[list[str]],
         progress(f"kernel {kernel}: checking")
         resolved.append(lifecycle.resolve(topology, dataclasses.replace(options, kernel=kernel),
                                           progress))
-    for lab in resolved:  # each kernel's configuration against what the nodes need
-        if any(n.kernel_path is not None for n in lab.nodes):
-            check_kernels(lab.nodes)
+    for lab in resolved:  # each kernel against its provider and what the nodes need
+        lifecycle.check_own_kernels(lab, for_provider(lab.provider))
     name = resolved[0].name
     if lab_made(name):
         raise UsageError(f"lab {name} exists: the matrix makes and removes its own lab",

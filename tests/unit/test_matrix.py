@@ -146,6 +146,27 @@ def test_a_lab_of_the_matrixs_name_that_exists_is_not_touched(
     assert [c[0] for c in service.calls] == ["resolve"]
 
 
+def test_a_kernel_the_provider_cannot_boot_is_refused_before_the_first_lab(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The check `up` makes (lifecycle.check_own_kernels), made for every kernel first: a
+    Docker lab on a kernel of its own is bad input, not a table of failed `up` cells."""
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(tmp_path))
+    service = Service(monkeypatch)
+
+    def on_docker(topology: Path, options: lifecycle.UpOptions, progress: Any) -> Any:
+        lab = service.resolve(topology, options, progress)
+        kernel = "image" if options.kernel == "image" else "/src/linux"
+        return dataclasses.replace(lab, provider="docker", nodes=tuple(
+            dataclasses.replace(n, kernel=kernel) for n in lab.nodes))
+
+    monkeypatch.setattr(lifecycle, "resolve", on_docker)
+    with pytest.raises(UsageError, match=r"docker nodes cannot boot a kernel of their own "
+                       r"\(nodes node1, node2\)"):
+        matrix.run_matrix(TOPOLOGY, ["image", "/src/linux"], [["true"]],
+                          lifecycle.UpOptions(name="m-lab"), lambda _m: None)
+    assert [c[0] for c in service.calls] == ["resolve", "resolve"]  # no lab made
+
+
 def test_the_cli_prints_json_of_its_schema_and_exits_1_on_a_failed_cell(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
