@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import PurePath
 from typing import Any
 
 import typer
@@ -19,6 +18,7 @@ from labctl.lab.status import (
     NodeKernel,
     is_finished,
     is_healthy,
+    kernel_source_words,
     labs_status,
 )
 
@@ -90,17 +90,7 @@ def _kernel_words(kernel: NodeKernel) -> str:
     """"7.3.4+deb13-amd64 (image)", or for a kernel of the user's "6.12.1 (own: linux)"
     (the folder's name: `status --json` has its path); "-" for the release when the node
     was not asked."""
-    source = kernel["source"]
-    shown = source
-    if source.startswith("/"):
-        path = PurePath(source)
-        # a debian:VERSION kernel is served from the kernel cache's debian/RELEASE_VERSION
-        # folder (labctl.images.debian_kernels): the table names the package's version
-        if path.parent.name == "debian" and path.parent.parent.name == "kernels":
-            shown = f"debian: {path.name.partition('_')[2].replace('%', ':')}"
-        else:
-            shown = f"own: {path.name}"
-    return f"{kernel['release'] or '-'} ({shown})"
+    return f"{kernel['release'] or '-'} ({kernel_source_words(kernel['source'])})"
 
 
 def print_status(status: LabStatusRecord) -> None:

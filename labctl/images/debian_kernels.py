@@ -135,6 +135,20 @@ def debian_root() -> Path:
     return kernels_root() / "debian"
 
 
+def _folder_name(release: str, package_version: str) -> str:
+    """RELEASE_PKGVERSION (an epoch's ':' written '%')."""
+    return f"{release}_{package_version.replace(':', '%')}"
+
+
+def package_version_of(folder: str) -> str | None:
+    """The package version the kernel in `folder` was unpacked from, when `folder` is one
+    of this cache's debian:VERSION kernels; None for any other folder."""
+    path = Path(folder)
+    if path.parent != debian_root():
+        return None
+    return path.name.partition("_")[2].replace("%", ":")
+
+
 def fetch(text: str, image: Image, progress: Progress) -> Path:
     """The folder of the kernel `debian:VERSION` names, fetched and unpacked the first
     time (under a lock: a second `up` waits for the first)."""
@@ -147,7 +161,7 @@ def fetch(text: str, image: Image, progress: Progress) -> Path:
         apt.refresh(progress)
         chosen = choose(version, candidates(apt.package_names()))
         package_version = apt.version(chosen.package)
-        folder = root / f"{chosen.release}_{package_version.replace(':', '%')}"
+        folder = root / _folder_name(chosen.release, package_version)
         if not folder.is_dir():
             progress(f"kernel debian:{version}: fetching {chosen.package} {package_version} "
                      "(once)")

@@ -6,6 +6,7 @@ the provider."""
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Any, Literal, NotRequired
 
 from typing_extensions import TypedDict
@@ -42,6 +43,18 @@ class NodeKernel(TypedDict):
     # node's container engine or Vagrant box, which labctl does not choose
     source: str
     release: str | None  # `uname -r` in the node; None unless it is running and answered
+
+
+def kernel_source_words(source: str) -> str:
+    """How a table names a node's kernel source: `image`, `provider`, `debian: PKGVERSION`
+    (a debian:VERSION kernel, whose source in the JSON is its cache folder) or `own:
+    FOLDER` (a kernel of the user's)."""
+    if not source.startswith("/"):
+        return source
+    from labctl.images.debian_kernels import package_version_of  # only for such a kernel
+
+    version = package_version_of(source)
+    return f"debian: {version}" if version is not None else f"own: {PurePath(source).name}"
 
 
 class NodeRecord(TypedDict):

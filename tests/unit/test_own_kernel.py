@@ -331,10 +331,15 @@ def test_status_table_names_the_release_and_its_source() -> None:
     assert _kernel_words({"source": "/src/linux", "release": "6.19.0-rc1+"}) == (
         "6.19.0-rc1+ (own: linux)")
     assert _kernel_words({"source": "provider", "release": None}) == "- (provider)"
-    debian = "/root/.cache/labctl/kernels/debian/6.12.118+deb13-amd64_6.12.118-1"
+    from labctl.images.debian_kernels import debian_root
+
+    debian = str(debian_root() / "6.12.118+deb13-amd64_1%6.12.118-1")  # an epoch's ':'
+    assert _kernel_words({"source": debian, "release": "6.12.118+deb13-amd64"}) == (
+        "6.12.118+deb13-amd64 (debian: 1:6.12.118-1)")
+    debian = str(debian_root() / "6.12.118+deb13-amd64_6.12.118-1")
     assert _kernel_words({"source": debian, "release": "6.12.118+deb13-amd64"}) == (
         "6.12.118+deb13-amd64 (debian: 6.12.118-1)")
-    assert _kernel_words({"source": "/src/debian/linux_x", "release": None}) == (
+    assert _kernel_words({"source": "/src/kernels/debian/linux_x", "release": None}) == (
         "- (own: linux_x)")  # a folder of the user's called debian is not the cache
 
 
