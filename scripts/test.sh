@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: set up, lint and type-check, then the unit tests (in parallel) and
-# the integration tests (one at a time: they boot real qemu nodes with real rxe devices).
+# The whole test suite: set up, lint and type-check, then the unit tests and the
+# integration tests (they boot real qemu nodes with real rxe devices), each in parallel.
 # Prints how long each stage took at the end, also when a stage fails.
 #   scripts/test.sh [PYTEST ARGS...]   paths pick the run (unit, integration) they belong to
 set -euo pipefail
@@ -9,9 +9,12 @@ report=$(mktemp -d)
 stages=()
 started=$SECONDS
 # The unit tests run in TEST_WORKERS processes (pytest-xdist; 0: in pytest's own process),
-# the integration tests after them, one at a time: they boot VMs, share lab names and need
-# the CPU. The images the integration tests boot are built beside lint, types and unit.
+# the integration tests after them in INTEGRATION_WORKERS (1: one module at a time): a
+# module at a time in each, with its own lab names (tests/integration/conftest.py), the
+# longest first. A lab waits for its guests much of the time, so two share 2 cores well.
+# The images the integration tests boot are built beside lint, types and unit.
 workers=${TEST_WORKERS:-2}
+live_workers=${INTEGRATION_WORKERS:-2}
 images_pid=""
 
 print_timings() {
@@ -181,7 +184,11 @@ fi
 # needed later overlap the first modules' labs.
 if [ "${#integration[@]}" -gt 0 ]; then
     rc=0
-    stage integration "${pytest[@]}" --junitxml="$report/integration.xml" \
+    lanes=()
+    if [ "$live_workers" -gt 1 ]; then
+        lanes=(-n "$live_workers" --dist loadscope)  # the conftest groups and orders
+    fi
+    stage integration "${pytest[@]}" "${lanes[@]}" --junitxml="$report/integration.xml" \
         "${common[@]}" "${integration[@]}" || rc=$?
     codes+=("$rc")
 fi

@@ -31,7 +31,10 @@ from labctl.topology.lookup import require_node
 from labctl.topology.resolved import Interface, Node
 from labctl.wire.capture_record import CaptureRecord
 
-READY_WAIT_SECONDS = 30.0
+# How long a server may take to listen. A Python (pyverbs) server's import alone is 16-26 s
+# on a quiet TCG guest and over 30 s on a busy host; the wait ends as soon as the server
+# listens, or exits, so a long bound costs only the runs that would have failed anyway.
+READY_WAIT_SECONDS = 60.0
 # Reading a node's counters around a run (a courtesy of the record): a node that does not
 # answer within this is recorded as not read, not waited for.
 COUNTERS_SECONDS = 10.0

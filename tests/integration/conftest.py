@@ -30,8 +30,36 @@ from labctl.pytest_plugin import LabSpec, RdmaLab
 from tests.integration.leftovers import lab_leftovers
 
 REPO = Path(__file__).resolve().parents[2]
+# scripts/test.sh runs the integration modules in two pytest-xdist workers at once (a lab
+# spends much of its time waiting for its guests: one run alone kept the 2 cores about 60 %
+# busy). Each worker has its own session lab and lab names: worker gwN adds N to
+# LABCTL_TEST_LAB, before any test module reads it. Labs of other names may share a state
+# directory (that is what labctl supports), and every leftover check is per lab.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER:
+    os.environ["LABCTL_TEST_LAB"] = (os.environ.get("LABCTL_TEST_LAB", "itest")
+                                     + _WORKER.removeprefix("gw"))
 # Not the file's own name, so a developer's two-node lab is left alone.
 LAB_NAME = os.environ.get("LABCTL_TEST_LAB", "itest")
+
+# Modules that share something bigger than a lab run in one worker, one after the other:
+# the Docker host VM (one per state directory) and the workloads package's lab.
+SHARED_GROUPS = {
+    "tests/integration/test_docker_provider.py": "docker-host",
+    "tests/integration/test_multihost.py": "docker-host",
+    "tests/integration/workloads/": "workloads",
+}
+# Seconds each group took in a full run (scripts/test.sh prints them at its end): the
+# longest go first, so that the two workers end together (unknown modules count 60 s).
+GROUP_SECONDS = {
+    "docker-host": 353, "workloads": 301, "test_lessons": 292, "test_examples": 236,
+    "test_lesson_grade": 194, "test_reliability": 152, "test_faults": 136,
+    "test_inspector": 133, "test_reliability_lifecycle": 109, "test_siw": 106,
+    "test_node_control": 100, "test_restore": 87, "test_workbench_example": 77,
+    "test_vagrant_live": 76, "test_package": 59, "test_workbench": 59,
+    "test_learning_path": 58, "test_own_kernel": 53, "test_routed": 42, "test_capture": 37,
+    "test_lab_core": 32, "test_pairs": 32,
+}
 
 
 def labctl(
@@ -81,12 +109,40 @@ def in_ci() -> bool:
     return bool(os.environ.get("CI")) and os.geteuid() == 0
 
 
+def worker_group(path: str) -> str:
+    """The group of the integration test module at `path` (relative to the repository):
+    the module's own name, or the group it shares with others."""
+    for prefix, group in SHARED_GROUPS.items():
+        if path.startswith(prefix):
+            return group
+    return Path(path).stem
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """In pytest-xdist's workers, a group at a time per worker, in the order the workers
+    collected them (the longest first: below), whatever --dist says: a module's tests share
+    its lab. xdist's `loadgroup` cannot say this under this pytest (it renames a test's
+    node id through an attribute pytest 9 no longer reads), so a scheduler of our own."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid.split("::", 1)[0])
+
+    config.option.loadscopereorder = False
+    return ByGroup(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # One at a time: they share lab names (and the session lab) and need the CPU. Only the
-    # unit tests run in pytest-xdist's workers (scripts/test.sh).
-    if os.environ.get("PYTEST_XDIST_WORKER") and any("integration" in i.keywords for i in items):
-        raise pytest.UsageError("the integration tests run one at a time, not in pytest-xdist "
-                                "workers: run them without -n (scripts/test.sh does)")
+    if _WORKER:  # the longest groups first; a module's tests stay together, in their order
+        order = {id(item): n for n, item in enumerate(items)}
+
+        def key(item: pytest.Item) -> tuple[int, str, int]:
+            group = worker_group(item.nodeid.split("::", 1)[0])
+            return -GROUP_SECONDS.get(group, 60), group, order[id(item)]
+
+        items.sort(key=key)
     if os.geteuid() != 0:
         skip = pytest.mark.skip(reason="integration tests boot VMs and need root")
         for item in items:

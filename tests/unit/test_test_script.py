@@ -113,3 +113,35 @@ def test_a_run_that_stops_early_stops_the_image_builds_too(tmp_path: Path) -> No
         time.sleep(0.1)
     assert not Path(f"/proc/{build}").exists(), "the image build outlived the script"
     assert "lint" in result.stdout.split("stage timings (seconds):")[1]
+
+
+def test_the_integration_modules_run_in_two_workers_unless_told_one(tmp_path: Path) -> None:
+    """Two pytest-xdist workers, a module (or a group that shares a lab or the Docker host)
+    at a time each, in the order the conftest gives (longest first); INTEGRATION_WORKERS=1
+    runs one module at a time in pytest's own process."""
+    script, log = _tree(tmp_path)
+    assert _run(script, "tests/integration").returncode == 0
+    runs = [c for c in log.read_text().splitlines() if c.startswith("python -m pytest")]
+    assert len(runs) == 1 and "-n 2 --dist loadscope " in runs[0]
+    log.unlink()
+    one = subprocess.run(["bash", str(script), "tests/integration"], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "INTEGRATION_WORKERS": "1"})
+    assert one.returncode == 0, one.stdout + one.stderr
+    runs = [c for c in log.read_text().splitlines() if c.startswith("python -m pytest")]
+    assert len(runs) == 1 and " -n " not in runs[0] and "--dist" not in runs[0]
+
+
+def test_integration_groups_keep_shared_labs_in_one_worker_and_know_every_module() -> None:
+    """The Docker host VM's modules share a worker, the workloads package's modules too
+    (their lab is the package's); every other module is a group of its own, and the table
+    of group seconds that orders them names only groups that exist."""
+    from tests.integration.conftest import GROUP_SECONDS, worker_group
+
+    assert worker_group("tests/integration/test_docker_provider.py") == \
+        worker_group("tests/integration/test_multihost.py") == "docker-host"
+    assert worker_group("tests/integration/workloads/test_storage.py") == \
+        worker_group("tests/integration/workloads/test_ucx_mpi.py") == "workloads"
+    assert worker_group("tests/integration/test_lessons.py") == "test_lessons"
+    modules = [p.relative_to(ROOT).as_posix()
+               for p in (ROOT / "tests" / "integration").rglob("test_*.py")]
+    assert set(GROUP_SECONDS) <= {worker_group(m) for m in modules}
