@@ -88,7 +88,7 @@ def test_a_version_debian_lacks_is_refused_before_anything(kernel_lab: ModuleLab
 LOST_SEND_STEP = (
     "labctl fault add node2:eth1 drop --opcode send --nth 1 >/dev/null && "
     "labctl run pingpong -n 5 --json | {python} -c 'import json, sys; "
-    "r = json.load(sys.stdin)[0]; c = r[\"counters\"][\"node2\"][\"rxe0/1\"]; "
+    "r = json.load(sys.stdin)[\"records\"][0]; c = r[\"counters\"][\"node2\"][\"rxe0/1\"]; "
     "sys.exit(0 if r[\"status\"] == \"passed\" and c.get(\"completer_retry_err\", 0) >= 1 "
     "else 1)'")
 
