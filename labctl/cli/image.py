@@ -175,12 +175,13 @@ def list_images(
 KIND_NAMES = {cache.IMAGE: "images", cache.LOG: "build logs", cache.SAVED: "saved machines",
               cache.BOX: "boxes", cache.DOCKER_DISK: "Docker data disks",
               cache.BUILT: "compiled modules", cache.PACKAGE: "packages",
-              cache.OTHER: "other"}
+              cache.KERNEL: "kernels", cache.OTHER: "other"}
 
 
 KIND_ONE = {cache.IMAGE: "image", cache.LOG: "build log", cache.SAVED: "saved machine",
             cache.BOX: "box", cache.DOCKER_DISK: "Docker data disk",
-            cache.BUILT: "compiled modules", cache.PACKAGE: "package", cache.OTHER: "entry"}
+            cache.BUILT: "compiled modules", cache.PACKAGE: "package", cache.KERNEL: "kernel",
+            cache.OTHER: "entry"}
 
 
 def kinds_summary(entries: list[cache.Entry]) -> str:

@@ -99,7 +99,8 @@ class SavedRecord(TypedDict):
 class CacheEntry(TypedDict):
     """An entry of the image cache, with what it takes on disk."""
 
-    kind: Literal["image", "log", "saved", "box", "docker-disk", "built", "package", "other"]
+    kind: Literal["image", "log", "saved", "box", "docker-disk", "built", "package", "kernel",
+                  "other"]
     path: str
     image: str | None  # the image key it was made from; None: shared or unknown
     disk_bytes: int  # allocated blocks (st_blocks * 512), links not followed

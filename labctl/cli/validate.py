@@ -112,9 +112,12 @@ def register(app: typer.Typer) -> None:
         allow_mounts: list[str] = AllowHostMountOption,
     ) -> None:
         """Check a topology (a file or a shipped one) and show the lab it describes
-        (addresses, MACs, devices). qemu nodes that need more memory together than the
+        (addresses, MACs, devices). A kernel of the nodes' own (a path) is checked for the
+        options they need, as `up` checks it. qemu nodes that need more memory together than the
         host has are refused; more than it has free now (MemAvailable) is warned about."""
+        from labctl.capabilities import for_provider
         from labctl.errors import LabctlError, UsageError
+        from labctl.lab.lifecycle import check_own_kernels
         from labctl.providers import vagrant_plan
         from labctl.topology.catalog import find_topology
         from labctl.topology.errors import TopologyError
@@ -129,6 +132,8 @@ def register(app: typer.Typer) -> None:
             lab = load_lab(find_topology(topology),
                            allowances=resolve_allowances(allow_mounts or []),
                            host=HostFacts.this())
+            # A kernel of the nodes' own against what they need, as `up` checks it first.
+            check_own_kernels(lab, for_provider(lab.provider))
             text = (vagrant_plan.document(lab, None, os.environ) if vagrant
                     else lab.to_json() if as_json else summary(lab))
         except LabctlError as exc:

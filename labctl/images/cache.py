@@ -8,6 +8,8 @@ The cache (labctl.paths.cache_root()) holds:
   saved/IMAGE-KEY-HASH/     saved machines restored nodes start from (labctl/vm/saved.py)
   boxes/IMAGE-KEY-HASH/     Vagrant boxes (labctl/images/box.py)
   docker-host/IMAGE-KEY[.VM].docker.ext4  the Docker engine's data disks
+  kernels/RELEASE-HASH/     a kernel of the nodes' own, made ready (labctl/images/kernels.py)
+  kernels/debian/RELEASE_VERSION/  a Debian kernel package unpacked (debian_kernels.py)
 
 An entry is current when labctl of today still makes or reads it: an image whose key is
 the one its recipe (and its recorded added packages) gives now, and what was made from
@@ -40,8 +42,8 @@ from labctl.store.labdir import LabDir, running_labs
 from labctl.store.state import read_state
 
 # kinds of entries, as `image list --json` and `image prune --json` name them
-IMAGE, LOG, SAVED, BOX, DOCKER_DISK, BUILT, PACKAGE, OTHER = (
-    "image", "log", "saved", "box", "docker-disk", "built", "package", "other")
+IMAGE, LOG, SAVED, BOX, DOCKER_DISK, BUILT, PACKAGE, KERNEL, OTHER = (
+    "image", "log", "saved", "box", "docker-disk", "built", "package", "kernel", "other")
 # The kinds an image's or a build's key names: old ones go with `image prune`.
 KEYED = (IMAGE, LOG, SAVED, BOX, DOCKER_DISK, BUILT)
 # An image's key: its recipe's name, a dash, 16 hex digits (builder.image_key).
@@ -67,11 +69,17 @@ class InUse:
     every image counts as used)."""
 
     keys: set[str] = field(default_factory=set)
+    kernels: set[Path] = field(default_factory=set)  # entries below kernels/ they boot
     everything: bool = False
     why: list[str] = field(default_factory=list)
 
     def uses(self, image: str | None) -> bool:
         return image is not None and (self.everything or image in self.keys)
+
+    def boots(self, entry: Entry) -> bool:
+        """Whether a lab that is up boots the kernel entry `entry` (every one when a lab's
+        files could not be read)."""
+        return entry.kind == KERNEL and (self.everything or entry.path in self.kernels)
 
 
 def checked_root() -> Path:
@@ -184,10 +192,28 @@ def entries(root: Path | None = None) -> list[Entry]:
         key = e.name.partition(".")[0]  # IMAGE-KEY[.VM].docker.ext4
         image = key if IMAGE_KEY_RE.fullmatch(key) else None
         found.append(_entry(DOCKER_DISK, Path(e.path), image, image in current_keys))
-    known = {"images", "saved", "boxes", "docker-host"}
+    found += _kernel_entries(root / "kernels")
+    known = {"images", "saved", "boxes", "docker-host", "kernels"}
     for e in _scan(root):
         if e.name not in known or e.is_symlink():  # a linked folder is not looked into
             found.append(_entry(OTHER, Path(e.path), None, False))
+    return found
+
+
+def _kernel_entries(kernels: Path) -> list[Entry]:
+    """The kernels of the nodes' own made ready, and the Debian kernels fetched: labctl
+    makes each from its source again when it is gone, so `image prune --all` may remove
+    them, and plain `image prune` leaves them (no recipe's key names them). Hidden names
+    are locks and work in progress."""
+    found = []
+    for e in _scan(kernels):
+        if e.name.startswith("."):
+            continue
+        if e.name == "debian" and e.is_dir(follow_symlinks=False):
+            found += [_entry(KERNEL, Path(d.path), None, True) for d in _scan(Path(e.path))
+                      if not d.name.startswith(".")]
+        else:
+            found.append(_entry(KERNEL, Path(e.path), None, True))
     return found
 
 
@@ -212,8 +238,11 @@ def in_use() -> InUse:
             except LabctlError:
                 used.everything = True
                 used.why.append(f"lab {name}'s node {node.name} has an unknown image")
+            if node.kernel_path is not None:  # a Debian kernel's folder is in the cache
+                used.kernels.update(_kernels_named([node.kernel_path], cache_root()))
         for info in state.nodes.values():
             used.keys.update(_keys_named(info.argv, cache_root()))
+            used.kernels.update(_kernels_named(info.argv, cache_root()))
     _docker_host_images(used)
     return used
 
@@ -235,6 +264,24 @@ def _keys_named(argv: list[str], root: Path) -> set[str]:
                     keys.add(key)
                 start = arg.find(marker, start + 1)
     return keys
+
+
+def _kernels_named(argv: list[str], root: Path) -> set[Path]:
+    """The entries below the cache's kernels/ that these arguments name (a node boots a
+    made-ready kernel's files: kernels/RELEASE-HASH/...; a lab's node records the Debian
+    kernel it was made from: kernels/debian/RELEASE_VERSION)."""
+    found = set()
+    marker = f"{root}/kernels/"
+    for arg in argv:
+        start = arg.find(marker)
+        while start != -1:
+            parts = re.split(r"[/,:]", arg[start + len(marker):])
+            if parts[0] == "debian" and len(parts) > 1:
+                found.add(root / "kernels" / "debian" / parts[1])
+            elif parts[0] and not parts[0].startswith("."):
+                found.add(root / "kernels" / parts[0])
+            start = arg.find(marker, start + 1)
+    return found
 
 
 def _docker_host_images(used: InUse) -> None:
@@ -269,6 +316,10 @@ def _lock_paths(root: Path, entry: Entry) -> list[Path]:
         paths.append(entry.path.with_name(f".{entry.path.name}.lock"))
     elif entry.kind == BOX:
         paths.append(entry.path.with_name(f".lock-{entry.path.name}"))
+    elif entry.kind == KERNEL and entry.path.parent.name == "debian":
+        paths.append(entry.path.parent / ".lock")  # one for every Debian kernel's fetch
+    elif entry.kind == KERNEL:
+        paths.append(entry.path.with_name(f".{entry.path.name}.lock"))
     return paths
 
 
@@ -342,6 +393,6 @@ def prune_choice(all_entries: list[Entry], used: InUse, everything: bool) -> lis
     one), never one a lab that is up uses."""
     return [e for e in all_entries
             if (everything or (not e.current and e.kind in KEYED))
-            and not used.uses(e.image)
+            and not used.uses(e.image) and not used.boots(e)
             and not (used.everything and e.kind in KEYED)]
 

@@ -174,7 +174,7 @@ def _one_kernel(topology: Path, kernel: str, lab: Lab, steps: list[list[str]],
             return row
         row.cells.append(Cell("up", PASSED, round(up.seconds, 1)))
         row.release = _releases(up.lab.name)
-        env = {**os.environ, DEFAULT_LAB_ENV: lab.name}
+        env = step_env(lab.name)
         for step in steps:
             progress(f"kernel {kernel}: {shlex.join(step)[:60]}")
             began = time.monotonic()
@@ -207,6 +207,15 @@ def _releases(name: str) -> str:
     releases = sorted({release for n in record["nodes"]
                        if (release := n["kernel"]["release"])})
     return ", ".join(releases)
+
+
+def step_env(lab: str) -> dict[str, str]:
+    """A step's environment: LABCTL_LAB names the matrix's lab, and the folder of the
+    Python running labctl comes first on PATH, so that `labctl` inside a step's shell
+    (`sh -c 'labctl ...'`) is this labctl too when it was installed in a virtualenv."""
+    path = os.environ.get("PATH", os.defpath)
+    return {**os.environ, DEFAULT_LAB_ENV: lab,
+            "PATH": os.pathsep.join([os.path.dirname(sys.executable), path])}
 
 
 def step_argv(argv: list[str]) -> list[str]:

@@ -20,7 +20,13 @@ from labctl.capabilities import QEMU
 from labctl.data.recipes import image_label, node_recipe
 from labctl.errors import LabctlError
 from labctl.images.builder import Image, build_image, cached_image
-from labctl.images.kernels import PreparedKernel, check_kernels, fault_notes, prepare
+from labctl.images.kernels import (
+    PreparedKernel,
+    check_kernels,
+    fault_notes,
+    find_kernel,
+    prepare,
+)
 from labctl.net import labnet
 from labctl.node import ssh
 from labctl.node.env import node_env, rdma_device_name
@@ -218,9 +224,12 @@ class QemuProvider(Provider):
 
     def _prepare_kernels(self, images: dict[str, Image],
                          progress: Progress) -> dict[str, PreparedKernel]:
-        """The own kernels the nodes boot (by path), checked and made ready for their
-        images (cached per kernel: the first `up` on a kernel makes its modules disk)."""
-        found = check_kernels(self.lab.nodes)
+        """The own kernels the nodes boot (by path), made ready for their images (cached
+        per kernel: the first `up` on a kernel makes its modules disk). The lab service
+        checked their configuration before anything was made (lifecycle.check_own_kernels):
+        here they are only found, not read and checked a second time."""
+        found = {n.kernel_path: find_kernel(Path(n.kernel_path))
+                 for n in self.lab.nodes if n.kernel_path is not None}
         prepared: dict[str, PreparedKernel] = {}
         for node in self.lab.nodes:
             path = node.kernel_path

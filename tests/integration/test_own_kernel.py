@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,4 +80,37 @@ def test_a_version_debian_lacks_is_refused_before_anything(kernel_lab: ModuleLab
     assert ("error: debian:5.4: the node image's apt sources have no such kernel (they have "
             f"{OTHER_SERIES} (") in result.stderr
     assert "hint: debian:SERIES (debian:6.12)" in result.stderr
+    assert not LabDir(name).exists()
+
+
+# The lost-SEND fault lesson (docs/faults.md) as one matrix step: the fault on the client's
+# link, a pingpong that must pass, and the sender's retry counted (its record's counters).
+LOST_SEND_STEP = (
+    "labctl fault add node2:eth1 drop --opcode send --nth 1 >/dev/null && "
+    "labctl run pingpong -n 5 --json | {python} -c 'import json, sys; "
+    "r = json.load(sys.stdin)[\"records\"][0]; c = r[\"counters\"][\"node2\"][\"rxe0/1\"]; "
+    "sys.exit(0 if r[\"status\"] == \"passed\" and c.get(\"completer_retry_err\", 0) >= 1 "
+    "else 1)'")
+
+
+def test_matrix_runs_the_pingpong_and_a_fault_lesson_on_both_kernels(
+        kernel_lab: ModuleLab) -> None:
+    """`labctl matrix` over the image's kernel and debian:6.12 (both restored from their
+    saved machines: the module's lab made 6.12's), the RC pingpong and the lost-SEND
+    lesson passing on each, its lab taken down after each kernel."""
+    name = f"{KERNEL_LAB}-mx"[:20]
+    step = LOST_SEND_STEP.format(python=shlex.quote(sys.executable))
+    result = labctl("matrix", "--kernels", f"image,debian:{OTHER_SERIES}", "--name", name,
+                    "--step", "labctl run pingpong --iters 20", "--json",
+                    str(REPO / "topologies" / "two-node.yaml"), "--", "sh", "-c", step,
+                    timeout=900)
+    table = json.loads(result.stdout)
+    cells = {k["kernel"]: {c["step"]: (c["result"], c["reason"]) for c in k["cells"]}
+             for k in table["kernels"]}
+    assert result.returncode == 0 and table["passed"], cells
+    assert list(cells) == ["image", f"debian:{OTHER_SERIES}"]
+    assert all(len(row) == 3 and {r for r, _ in row.values()} == {"passed"}
+               for row in cells.values()), cells
+    releases = [k["release"] for k in table["kernels"]]
+    assert releases[1].startswith(OTHER_SERIES + ".") and releases[0] != releases[1]
     assert not LabDir(name).exists()

@@ -465,3 +465,55 @@ def test_version_bad_option_is_bad_input(monkeypatch: pytest.MonkeyPatch,
     code, _, err = run_main(monkeypatch, capsys, "version", "--yaml")
     assert code == 2
     assert "error: no such option: --yaml" in err and "hint:" in err
+
+
+def _kernel_entries(cache_dir: Path) -> dict[str, Path]:
+    """Two own kernels made ready and two Debian kernels fetched, with their locks."""
+    kernels = cache_dir / "kernels"
+    made = {"booted": kernels / "6.19.0-rc1+-00000000000000aa",
+            "idle": kernels / "6.12.118+deb13-amd64-00000000000000bb",
+            "debian booted": kernels / "debian" / "6.12.118+deb13-amd64_6.12.118-1",
+            "debian idle": kernels / "debian" / "6.12.117+deb13-amd64_6.12.117-1"}
+    for path in made.values():
+        path.mkdir(parents=True)
+        (path / "modules.ext4").write_bytes(b"m" * 8192)
+    (kernels / f".{made['booted'].name}.lock").write_text("")
+    (kernels / "debian" / ".lock").write_text("")
+    return made
+
+
+def test_kernels_are_listed_kept_by_prune_and_removed_by_prune_all_unless_booted(
+        dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The cache's kernels (own ones made ready, Debian ones fetched) are `kernel` entries
+    with their size; plain prune leaves them; --all removes all but those a lab that is up
+    boots (its node's command line names the made-ready one, its lab file the Debian one),
+    and never a lock."""
+    cache_dir, state_dir = dirs
+    made = _kernel_entries(cache_dir)
+    listed = _json(monkeypatch, capsys, "image-list", "image", "list")
+    kinds = {e.path: e.kind for e in listed.cache.entries}  # type: ignore[attr-defined]
+    assert {p: kinds.get(str(p)) for p in made.values()} == {p: "kernel" for p in made.values()}
+    assert not any("/." in p for p in kinds)  # locks are no entries
+    code, out, _ = run_main(monkeypatch, capsys, "image", "list")
+    assert code == 0 and "kernels " in out.split("cache total:")[1]
+
+    code, _, err = run_main(monkeypatch, capsys, "image", "prune")
+    assert code == 0, err
+    assert all(p.exists() for p in made.values())
+
+    lab = load_lab(ROOT / "topologies" / "two-node.yaml")
+    node = dataclasses.replace(lab.nodes[0], kernel=str(made["debian booted"]))
+    lab = dataclasses.replace(lab, name="uplab", nodes=(node, *lab.nodes[1:]))
+    labdir = LabDir("uplab", state_dir)
+    labdir.create(lab)
+    labdir.save_state(LabState(provider="qemu", nodes={node.name: NodeState(argv=[
+        "qemu-system-x86_64", "-kernel", f"{made['booted']}/vmlinux", "-drive",
+        f"file={made['booted']}/modules.ext4,if=virtio,readonly=on"])}))
+    code, out, err = run_main(monkeypatch, capsys, "image", "prune", "--all")
+    assert code == 0, err
+    assert made["booted"].exists() and made["debian booted"].exists()
+    assert not made["idle"].exists() and not made["debian idle"].exists()
+    assert (cache_dir / "kernels" / f".{made['booted'].name}.lock").exists()
+    assert (cache_dir / "kernels" / "debian" / ".lock").exists()
+    assert "removed kernel" in out, out

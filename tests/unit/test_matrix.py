@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,17 @@ def test_labctl_in_a_step_is_this_labctl() -> None:
     assert matrix.step_argv(["labctl", "status"]) == [sys.executable, "-m", "labctl",
                                                       "status"]
     assert matrix.step_argv(["pytest", "labctl"]) == ["pytest", "labctl"]
+
+
+def test_labctl_inside_a_steps_shell_is_this_labctl_too(tmp_path: Path) -> None:
+    """A step's shell finds `labctl` beside the Python running the matrix (a virtualenv's
+    bin folder) before any other on PATH, and LABCTL_LAB names the matrix's lab."""
+    env = matrix.step_env("m-lab")
+    assert env["LABCTL_LAB"] == "m-lab"
+    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
+    ok, reason = matrix._run_step(["sh", "-c", 'test "$LABCTL_LAB" = m-lab && '
+                                   'command -v python3 >/dev/null'], env, 30)
+    assert ok, reason
 
 
 class Service:

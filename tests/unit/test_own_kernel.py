@@ -354,3 +354,26 @@ def test_status_names_a_shared_kernel_once_and_differing_ones_per_node() -> None
     assert _shared_kernel([silent, silent]) == silent
     assert _shared_kernel([image, own]) is None
     assert _shared_kernel([own, {**own, "release": "6.19.0-rc2+"}]) is None
+
+
+def test_validate_checks_the_kernels_config_as_up_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`validate` of a topology on a tree without RDMA_RXE: exit 2 with each option it lacks
+    and the line that adds it, before any lab (the check `up` makes first); the same tree
+    with the option passes."""
+    text = DEBIAN_CONFIG.read_text().replace("CONFIG_RDMA_RXE=m", "# CONFIG_RDMA_RXE is not set")
+    folder = modules_folder(tmp_path / "k", config=text)
+    topology = tmp_path / "lab.yaml"
+    topology.write_text(f"name: kv\ndefaults: {{rdma: rxe, kernel: {folder}}}\n"
+                        "nodes: {node1: {}, node2: {}}\n"
+                        "links: [{endpoints: [node1:eth1, node2:eth1]}]\n")
+    code, out, err = run_main(monkeypatch, capsys, "validate", str(topology))
+    assert code == 2 and out == ""
+    assert err.startswith(f"error: kernel {folder} ({RELEASE}, nodes node1, node2) lacks:\n"
+                          "  CONFIG_RDMA_RXE (rdma: rxe (Soft-RoCE)): "
+                          "scripts/config --module RDMA_RXE\nhint: in the kernel tree: "), err
+    good = modules_folder(tmp_path / "k2")
+    topology.write_text(topology.read_text().replace(str(folder), str(good)))
+    code, out, err = run_main(monkeypatch, capsys, "validate", str(topology))
+    assert code == 0 and out.startswith("lab kv:"), err
