@@ -15,7 +15,7 @@ from labctl.course import SOURCE
 from labctl.course.catalog import Lesson
 from labctl.course.jail import RELEASE, RELEASE_SECONDS, fenced
 from labctl.course.judge import Observation, ProgramRun, devinfo_fields
-from labctl.course.lesson_fault import lesson_fault
+from labctl.course.lesson_fault import lesson_fault, refuse_faults_of_its_own
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
 from labctl.runners.custom import DEFAULT_PORT, custom_spec
@@ -215,6 +215,8 @@ def check(handle: LabHandle, lesson: Lesson, lang: str,
     """Build and run the learner's program for `lesson` in the lab (each side for at most
     `run_seconds`); what was seen. Nothing of the program runs on when this returns."""
     used = lesson_nodes(handle, lesson)
+    if lesson.fault is not None:  # before a build the run could not use
+        refuse_faults_of_its_own(handle)
     try:
         build_error = _build(handle, used[0], lang)
         if build_error:

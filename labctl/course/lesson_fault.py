@@ -34,20 +34,25 @@ class FaultSeen:
     hit: int | None = None  # packets it acted on; None: its node did not answer
 
 
-@contextmanager
-def lesson_fault(handle: LabHandle, fault: LessonFault | None,
-                 nodes: dict[str, str]) -> Iterator[FaultSeen | None]:
-    """`fault` on the RDMA link of its side's node (`nodes`: side -> node) while the block
-    runs; nothing when the lesson has none. A lab that already has faults is refused:
-    they would act on the learner's packets too, and the verdict would not be the
-    lesson's."""
-    if fault is None:
-        yield None
-        return
+def refuse_faults_of_its_own(handle: LabHandle) -> None:
+    """A lab that already has faults cannot run a lesson with one: they would act on the
+    learner's packets too, and the verdict would not be the lesson's. They are the user's
+    (or an interrupted check's whose clean-up could not reach the node): kept, named."""
     if load_faults(handle):
         raise LabctlError(f"lab {handle.lab.name} has faults on it already",
                           hint=f"`labctl fault list --lab {handle.lab.name}` shows them; "
                           f"`labctl fault clear --lab {handle.lab.name}` takes them off")
+
+
+@contextmanager
+def lesson_fault(handle: LabHandle, fault: LessonFault | None,
+                 nodes: dict[str, str]) -> Iterator[FaultSeen | None]:
+    """`fault` on the RDMA link of its side's node (`nodes`: side -> node) while the block
+    runs; nothing when the lesson has none. A lab that already has faults is refused."""
+    if fault is None:
+        yield None
+        return
+    refuse_faults_of_its_own(handle)
     node = nodes[fault.side]
     interface = handle.lab.node(node).rdma_interface
     if interface is None:
