@@ -382,11 +382,10 @@ def test_lesson_9_retry_cnt_and_timeout_under_a_fault(folder: Path) -> None:
     assert verdict["sent"]["client"] == {"RC_RDMA_WRITE_FIRST": 1, "RC_RDMA_WRITE_MIDDLE": 2,
                                          "RC_RDMA_WRITE_LAST": 1}
 
-    use(folder, solution("09-retry-timeout", "python"))
-    code, findings, _ = check(9, "python")
-    assert code == 0, "\n".join(failed(findings))
+    # (the Python solution passes in tests/integration/test_lesson_grade.py's lesson 9 class)
 
-    # Ctrl-C while the programs run: the fault is taken off on the way out
+    # Ctrl-C while the programs run (the C solution, built already): the fault is taken
+    # off on the way out
     proc = subprocess.Popen([sys.executable, "-m", "labctl", "lesson", "check", "9", "--lab",
                              LAB], cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
