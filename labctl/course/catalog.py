@@ -144,6 +144,12 @@ class LessonFault(_Strict):
     nth: int | None = Field(default=None, ge=1, le=1000)  # or only the n-th
     every: int | None = Field(default=None, ge=1, le=1000)
 
+    @model_validator(mode="after")
+    def _one_window(self) -> LessonFault:
+        if self.nth is not None and (self.count is not None or self.skip is not None):
+            raise ValueError("nth is one packet: it takes no count or skip")
+        return self
+
 
 class Lesson(_Strict):
     number: int

@@ -568,7 +568,8 @@ def test_a_lessons_fault_is_declared_with_its_checks_and_only_on_a_pair() -> Non
         catalog.Lesson.model_validate({**raw, "roles": "single", "fault": fault,
                                        "checks": [{"kind": "exit"}]})
     # counted, never random: no probability, no delay, no unknown field
-    for extra in ({"probability": "30%"}, {"action": "delay"}, {"count": 0}):
+    for extra in ({"probability": "30%"}, {"action": "delay"}, {"count": 0},
+                  {"nth": 2}):
         with pytest.raises(catalog.ValidationError):
             catalog.Lesson.model_validate({**raw, "fault": {**fault, **extra},
                                            "checks": [{"kind": "exit"}]})
