@@ -11,7 +11,14 @@ from importlib.resources.abc import Traversable
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from labctl.errors import LabctlError, UsageError
 
@@ -97,8 +104,51 @@ class PrintsCheck(_Strict):
     says: str
 
 
+class FaultCheck(_Strict):
+    """The lesson's fault acted on exactly `hit` packets over the run (the gate's own
+    count: a program that gave up early let fewer through to it). `says` is the finding
+    when it did not; {found} is the number it acted on."""
+
+    kind: Literal["fault"]
+    hit: int = Field(ge=0)
+    says: str
+
+
+class ResentCheck(_Strict):
+    """At most `at_most` of one side's packets (the client's unless said) were sent again
+    on the wire: the capture's recovery view (labctl.wire.recovery) marks a PSN the
+    capture saw before in the same flow. A packet a fault dropped never reaches the
+    capture, so what it counts are copies of packets that did arrive: retries the loss did
+    not need. {found} is their number."""
+
+    kind: Literal["resent"]
+    side: Literal["server", "client"] = "client"
+    at_most: int = Field(ge=0)
+    says: str
+
+
 Check = Annotated[ExitCheck | DevinfoCheck | DigestCheck | OpcodesCheck | CounterCheck
-                  | PrintsCheck, Field(discriminator="kind")]
+                  | PrintsCheck | FaultCheck | ResentCheck, Field(discriminator="kind")]
+
+
+class LessonFault(_Strict):
+    """A `labctl fault` put on for the run and taken off after it (docs/faults.md): on
+    what one side's node sends on its RDMA link. Counted, never random, so a check can
+    say exactly what it did: no probability and no delay."""
+
+    side: Literal["server", "client"]
+    action: Literal["drop", "duplicate", "corrupt"]
+    opcodes: tuple[str, ...] = Field(min_length=1)  # classes (write, ack) or names
+    count: int | None = Field(default=None, ge=1, le=1000)  # at most this many
+    skip: int | None = Field(default=None, ge=0, le=1000)  # after letting these through
+    nth: int | None = Field(default=None, ge=1, le=1000)  # or only the n-th
+    every: int | None = Field(default=None, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _one_window(self) -> LessonFault:
+        if self.nth is not None and (self.count is not None or self.skip is not None):
+            raise ValueError("nth is one packet: it takes no count or skip")
+        return self
 
 
 class Lesson(_Strict):
@@ -110,7 +160,17 @@ class Lesson(_Strict):
     topology: str  # a file in labctl/data/lessons
     rdma: Literal["rxe", "siw"] = "rxe"
     hints: tuple[str, ...] = Field(min_length=1)
+    fault: LessonFault | None = None  # on the wire while a pair lesson's programs run
     checks: tuple[Check, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _fault_fits(self) -> Lesson:
+        has_check = any(isinstance(c, FaultCheck) for c in self.checks)
+        if has_check and self.fault is None:
+            raise ValueError("a fault check needs the lesson's fault")
+        if self.fault is not None and self.roles != "pair":
+            raise ValueError("a fault acts on the wire between a server and a client")
+        return self
 
     @property
     def folder(self) -> str:

@@ -15,13 +15,14 @@ from labctl.course import SOURCE
 from labctl.course.catalog import Lesson
 from labctl.course.jail import RELEASE, RELEASE_SECONDS, fenced
 from labctl.course.judge import Observation, ProgramRun, devinfo_fields
+from labctl.course.lesson_fault import lesson_fault, refuse_faults_of_its_own
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
 from labctl.runners.custom import DEFAULT_PORT, custom_spec
 from labctl.runners.execute import RunResult
 from labctl.wire.decode import Frame
 from labctl.wire.ladder import MAX_LADDER
-from labctl.wire.recovery import nak_mark
+from labctl.wire.recovery import RETRANSMITTED, nak_mark
 from labctl.wire.summary import iter_frames
 
 NODE_DIR = "/mnt/lesson"  # where `lesson start` mounts the learner's folder
@@ -148,6 +149,8 @@ def _wire(result: RunResult, obs: Observation, server_ip: str,
         nak = nak_mark(frame.detail.get("AETH") or {})
         if nak:
             obs.naks.append(nak)
+        if frame.recovery == RETRANSMITTED:
+            obs.resent[side] = obs.resent.get(side, 0) + 1
     return pcap, frames
 
 
@@ -165,7 +168,9 @@ def _pair(handle: LabHandle, lesson: Lesson, lang: str, server: str, client: str
                        ready_port=DEFAULT_PORT)
     spec = dataclasses.replace(spec, ready_seconds=min(READY_SECONDS, run_seconds))
     run = captured_runner(True, capture_dir or handle.labdir.path / "captures")
-    result = run(handle, spec, server, client, {"timeout": run_seconds, "port": DEFAULT_PORT})
+    with lesson_fault(handle, lesson.fault, {"server": server, "client": client}) as fault:
+        result = run(handle, spec, server, client,
+                     {"timeout": run_seconds, "port": DEFAULT_PORT})
     runs = []
     for role, node, output in (("server", server, result.server_output),
                                ("client", client, result.client_output)):
@@ -173,6 +178,8 @@ def _pair(handle: LabHandle, lesson: Lesson, lang: str, server: str, client: str
         runs.append(ProgramRun(role, node, code, text, "",
                                "" if code is not None else result.reason or "it never ran"))
     obs = Observation(runs)
+    if fault is not None:
+        obs.fault_hit, obs.fault_description = fault.hit, fault.description
     for role, node in (("server", server), ("client", client)):
         node_counters = (result.counters or {}).get(node)
         if node_counters is not None:
@@ -208,6 +215,8 @@ def check(handle: LabHandle, lesson: Lesson, lang: str,
     """Build and run the learner's program for `lesson` in the lab (each side for at most
     `run_seconds`); what was seen. Nothing of the program runs on when this returns."""
     used = lesson_nodes(handle, lesson)
+    if lesson.fault is not None:  # before a build the run could not use
+        refuse_faults_of_its_own(handle)
     try:
         build_error = _build(handle, used[0], lang)
         if build_error:

@@ -29,9 +29,11 @@ from labctl.course import SOURCE
 from labctl.course.catalog import Lesson, files
 from labctl.course.check import check, lesson_nodes, release
 from labctl.course.judge import Finding, judge, passed
+from labctl.course.lesson_fault import refuse_faults_of_its_own
 from labctl.course.shapes import GradeOutput, GradeRow
 from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
+from labctl.rdmafault.apply import load_faults
 from labctl.store import scratch
 
 # A student's name: it becomes a table cell, a JSON string and a JUnit test case's name.
@@ -216,6 +218,8 @@ def grade_all(handle: LabHandle, item: Lesson, lang: str, source_dir: Path,
     usable on the way, why (the students after it are "error", not graded)."""
     graded: list[Graded] = []
     nodes = lesson_nodes(handle, item)
+    if item.fault is not None:  # every student meets the lesson's fault, and only it
+        refuse_faults_of_its_own(handle)
     broken = ""
     for number, entry in enumerate(entries, 1):
         if broken:
@@ -235,8 +239,20 @@ def grade_all(handle: LabHandle, item: Lesson, lang: str, source_dir: Path,
             findings = grade_one(handle, item, lang, source, folder, run_seconds)
         verdict: Verdict = "pass" if passed(findings) else "fail"
         graded.append(Graded(entry.student, verdict, findings, time.monotonic() - started))
-        broken = _still_usable(handle, nodes, entry.student)
+        broken = _still_usable(handle, nodes, entry.student) or _fault_left(handle, item)
     return graded, broken
+
+
+def _fault_left(handle: LabHandle, item: Lesson) -> str:
+    """"" unless the lesson's fault is still on the lab (its node did not answer when it
+    was to be taken off): the next student would meet it twice."""
+    if item.fault is None:
+        return ""
+    try:
+        left = load_faults(handle)
+    except LabctlError as exc:
+        return exc.message
+    return "the lesson's fault could not be taken off the lab" if left else ""
 
 
 def output(item: Lesson, lang: str, lab: str, graded: list[Graded]) -> GradeOutput:

@@ -13,9 +13,11 @@ from labctl.course.catalog import (
     DevinfoCheck,
     DigestCheck,
     ExitCheck,
+    FaultCheck,
     Lesson,
     OpcodesCheck,
     PrintsCheck,
+    ResentCheck,
 )
 from labctl.course.shapes import FindingRecord
 
@@ -56,6 +58,9 @@ class Observation:
     naks: list[str] = field(default_factory=list)  # 'NAK: remote access error', 'RNR NAK'
     counters: dict[str, dict[str, int] | None] = field(default_factory=dict)  # side -> change
     devinfo: dict[str, str] | None = None  # ibv_devinfo -v in the program's node
+    resent: dict[str, int] = field(default_factory=dict)  # side -> packets seen again
+    fault_hit: int | None = None  # packets the lesson's fault acted on (None: not read)
+    fault_description: str = ""  # `drop write count=12`
 
 
 @dataclass
@@ -209,6 +214,24 @@ def _counter(check: CounterCheck, obs: Observation) -> list[Finding]:
     return [Finding("counters", False, f"{check.says} ({check.name} changed by {change})")]
 
 
+def _fault(check: FaultCheck, obs: Observation) -> list[Finding]:
+    if obs.fault_hit is None:
+        return [Finding("fault", False, f"the fault's packet count could not be read "
+                        f"({obs.fault_description or 'no fault on the lab'})")]
+    if obs.fault_hit == check.hit:
+        return [Finding("fault", True, f"the fault ({obs.fault_description}) acted on "
+                        f"{obs.fault_hit} packets")]
+    return [Finding("fault", False, check.says.format(found=obs.fault_hit))]
+
+
+def _resent(check: ResentCheck, obs: Observation) -> list[Finding]:
+    resent = obs.resent.get(check.side, 0)
+    if resent <= check.at_most:
+        return [Finding("wire", True, f"your {check.side} sent {resent} packets again that "
+                        "had already reached the wire")]
+    return [Finding("wire", False, check.says.format(found=resent))]
+
+
 def _naks(obs: Observation) -> list[Finding]:
     findings = []
     for nak in dict.fromkeys(obs.naks):
@@ -239,6 +262,10 @@ def judge(lesson: Lesson, obs: Observation) -> list[Finding]:
             findings += _counter(check, obs)
         elif isinstance(check, PrintsCheck):
             findings += _prints(check, obs)
+        elif isinstance(check, FaultCheck):
+            findings += _fault(check, obs)
+        elif isinstance(check, ResentCheck):
+            findings += _resent(check, obs)
     if lesson.roles == "pair":
         findings += _naks(obs)
     return findings

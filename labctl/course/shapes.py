@@ -20,7 +20,7 @@ class LessonListOutput(TypedDict):
 
 
 class FindingRecord(TypedDict):
-    check: str  # build, exit, devinfo, wire, memory, counters, output
+    check: str  # build, exit, devinfo, wire, memory, counters, output, fault
     passed: bool
     text: str  # in the learner's terms
 

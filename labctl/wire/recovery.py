@@ -24,6 +24,7 @@ NEW_CONNECTION = 1 << 16
 _RESPONSES = ("ACKNOWLEDGE", "RDMA_READ_RESPONSE")  # ATOMIC_ACKNOWLEDGE ends in the first
 Flow = tuple[str, str, int, bool]  # src, dst, destination QP, carries responses
 MISSING_UNTIL_NOW = "missing until now"
+RETRANSMITTED = "retransmitted"
 MESSAGE_START_MISSING = "after a gap: its message's first packet missing"
 
 
@@ -102,7 +103,7 @@ class RecoveryMarks:
             return MISSING_UNTIL_NOW
         ahead = (psn - state.highest) % PSN_MOD
         if ahead == 0 or ahead >= PSN_MOD // 2:  # not after the highest
-            return MISSING_UNTIL_NOW if state.fill(psn) else "retransmitted"
+            return MISSING_UNTIL_NOW if state.fill(psn) else RETRANSMITTED
         after_read, state.after_read = state.after_read, "READ_REQUEST" in op
         state.highest = psn
         if ahead == 1:

@@ -10,6 +10,7 @@ One lab (named after LABCTL_TEST_LAB with "-grd"), brought up by the grade run (
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import xml.etree.ElementTree as ElementTree
@@ -121,3 +122,35 @@ def test_a_class_is_graded_in_one_run_and_the_lab_stays_usable(tmp_path: Path) -
     ping = labctl("run", "pingpong", "--lab", LAB, "--iters", "3", "--size", "64",
                   timeout=300)
     assert ping.returncode == 0, ping.stdout + ping.stderr
+
+
+def test_a_lesson_with_a_fault_has_it_on_for_each_student_and_off_after(
+        tmp_path: Path) -> None:
+    """Lesson 9 drops the client's first 12 WRITE packets. alice (the starter) gives up
+    after two tries; bob (the solution) after her meets the whole fault again, a new one
+    (the one alice met had only a few drops left), and the lab has no fault after the
+    run. In the lab the first test kept (or a new one)."""
+    lesson = REPO / "labctl" / "data" / "lessons" / "09-retry-timeout"
+    root = tmp_path / "retry"
+    root.mkdir()
+    submit(root, "alice", (lesson / "starter" / "lesson.py").read_text())
+    submit(root, "bob", (lesson / "solution" / "lesson.py").read_text())
+    started = time.monotonic()
+    result = labctl("lesson", "grade", "9", str(root), "--lang", "python", "--lab", LAB,
+                    "--keep", "--timeout", str(TIMEOUT), "--json", timeout=1800)
+    seconds = time.monotonic() - started
+    assert result.returncode == 1, result.stdout + result.stderr
+    rows = {row["student"]: row for row in parsed("lesson-grade", result.stdout)["students"]}
+    assert {name: row["verdict"] for name, row in rows.items()} == {
+        "alice": "fail", "bob": "pass"}, result.stdout
+    alice = [f["text"] for f in rows["alice"]["findings"] if not f["passed"]]
+    assert any("transport retry counter exceeded: your client's QP sent its WRITE" in t
+               for t in alice), alice
+    assert any(t.startswith("the fault dropped ") for t in alice), alice
+    assert "the fault (drop write count=12) acted on 12 packets" in [
+        f["text"] for f in rows["bob"]["findings"]], rows["bob"]
+    listed = labctl("fault", "list", "--lab", LAB, "--json", timeout=120)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert json.loads(listed.stdout)["faults"] == []
+    print(f"graded lesson 9 (2 submissions) in {seconds:.0f} s: "
+          + ", ".join(f"{n} {r['seconds']:.0f} s" for n, r in rows.items()))

@@ -16,6 +16,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,6 +52,7 @@ WRONG = {
     "no-grh-python": ("07-ud-address-handle", "is_global=1", "is_global=0"),
     "receive-without-grh": ("07-ud-address-handle", ".length = GRH_BYTES + sizeof(MESSAGE),",
                             ".length = sizeof(MESSAGE),"),
+    "one-retry-short": ("09-retry-timeout", "#define RETRY_CNT 6", "#define RETRY_CNT 2"),
 }
 
 
@@ -317,3 +322,83 @@ def test_lesson_7_ud_address_handle(folder: Path) -> None:
     use(folder, solution("07-ud-address-handle", "python"))
     code, findings, _ = check(7, "python")
     assert code == 0, "\n".join(failed(findings))
+
+
+def faults_on(lab: str) -> list[dict[str, Any]]:
+    result = labctl("fault", "list", "--lab", lab, "--json", timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    faults: list[dict[str, Any]] = json.loads(result.stdout)["faults"]
+    return faults
+
+
+def test_lesson_9_retry_cnt_and_timeout_under_a_fault(folder: Path) -> None:
+    """The lesson's fault (drop the client's first 12 WRITE packets: three tries of a
+    4-packet message) is on the wire for each run and gone after it, however it ended."""
+    take_over(folder, 9, "09-retry-timeout")
+
+    # the starter: retry_cnt 1, so two tries and the error; none of them reaches the server
+    code, findings, verdict = check(9)
+    assert code == 1
+    texts = failed(findings)
+    assert (
+        "your client exited 1: lesson: a work request completed with transport retry counter "
+        "exceeded: your client's QP sent its WRITE retry_cnt + 1 times, got no ACK for any of "
+        "them and gave up (IBV_WC_RETRY_EXC_ERR): the fault drops the first 3 tries (12 "
+        "packets), so retry_cnt must be at least 3, and the timeout long enough that no retry "
+        "goes to a try that arrived") in texts, texts
+    # how many packets the two tries had sent when the 4 ms timer fired varies under TCG
+    assert any(t.startswith("the fault dropped ") and " not the 12 it holds back" in t
+               for t in texts), texts
+    assert ("your client's device gave up on a work request after retry_cnt retries "
+            "(retry_exceeded_err changed by 1)") in texts, texts
+    assert "client" not in verdict["sent"]
+    assert faults_on(LAB) == []
+
+    # one retry short: the three tries the fault takes, then the error
+    use_wrong(folder, "one-retry-short")
+    code, findings, _ = check(9)
+    assert code == 1
+    texts = failed(findings)
+    assert texts[1].startswith("your client exited 1: lesson: a work request completed with "
+                               "transport retry counter exceeded: "), texts
+    assert ("your client's device sent the message again fewer than the 3 times the fault "
+            "needs (completer_retry_err counts each retry): raise retry_cnt to at least 3 "
+            "(completer_retry_err changed by 2)") in texts, texts
+    assert "the fault (drop write count=12) acted on 12 packets" in [
+        f["text"] for f in findings if f["passed"]]
+
+    # a fault of the user's own on the lab: refused before anything runs, and kept
+    added = labctl("fault", "add", "node1:eth1", "drop", "--opcode", "ack", "--lab", LAB)
+    assert added.returncode == 0, added.stdout + added.stderr
+    refused = labctl("lesson", "check", "9", "--lab", LAB, timeout=600)
+    assert refused.returncode == 1
+    assert f"\nerror: lab {LAB} has faults on it already\n" in refused.stderr, refused.stderr
+    assert len(faults_on(LAB)) == 1
+    assert labctl("fault", "clear", "--lab", LAB).returncode == 0
+
+    use(folder, solution("09-retry-timeout"))
+    code, findings, verdict = check(9)
+    assert code == 0, "\n".join(failed(findings))
+    assert verdict["sent"]["client"] == {"RC_RDMA_WRITE_FIRST": 1, "RC_RDMA_WRITE_MIDDLE": 2,
+                                         "RC_RDMA_WRITE_LAST": 1}
+
+    # (the Python solution passes in tests/integration/test_lesson_grade.py's lesson 9 class)
+
+    # Ctrl-C while the programs run (the C solution, built already): the fault is taken
+    # off on the way out
+    proc = subprocess.Popen([sys.executable, "-m", "labctl", "lesson", "check", "9", "--lab",
+                             LAB], cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not faults_on(LAB):
+            assert proc.poll() is None and time.monotonic() < deadline, "no fault seen"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    assert faults_on(LAB) == []

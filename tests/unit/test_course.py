@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from labctl.course import catalog, judge
+from labctl.course import lesson_fault as lesson_fault_module
 from labctl.course.check import _marked, _split_exit, _wire
-from labctl.errors import UsageError
+from labctl.errors import LabctlError, UsageError
 from labctl.runners.execute import RunResult
 from labctl.topology.load import load_lab
 from labctl.wire import roce
@@ -26,7 +27,9 @@ COMMON = {"Makefile", "rdma_common.c", "rdma_common.h", "rdma_common.py"}
 
 def test_the_shipped_lessons_load_in_order_with_their_parts() -> None:
     lessons = catalog.lessons()
-    assert [x.number for x in lessons] == [1, 2, 3, 4, 5, 6, 7]
+    numbers = [x.number for x in lessons]
+    # in order, by their folders' numbers; a gap is no error (lessons are written apart)
+    assert numbers == sorted(set(numbers)) and {1, 2, 3, 4, 5, 6, 7, 9} <= set(numbers)
     for item in lessons:
         assert catalog.text(item).startswith(f"# Lesson {item.number}: ")
         for part in ("starter", "solution"):
@@ -57,9 +60,11 @@ def test_every_opcode_a_lesson_names_is_one_the_decoder_gives() -> None:
 
 def test_a_lesson_that_does_not_exist_names_the_ones_there_are() -> None:
     with pytest.raises(UsageError) as caught:
-        catalog.lesson(9)
-    assert caught.value.message == "there is no lesson 9"
-    assert caught.value.hint == "the lessons are 1, 2, 3, 4, 5, 6, 7: `labctl lesson list`"
+        catalog.lesson(99)
+    assert caught.value.message == "there is no lesson 99"
+    numbers = ", ".join(str(x.number) for x in catalog.lessons())
+    assert numbers.startswith("1, 2, 3, 4, 5, 6, 7, ") and ", 9" in numbers
+    assert caught.value.hint == f"the lessons are {numbers}: `labctl lesson list`"
 
 
 def test_the_pattern_digest_is_the_one_the_programs_print() -> None:
@@ -169,17 +174,30 @@ def test_the_wire_is_counted_per_side_from_a_real_capture() -> None:
     assert set(obs.naks) == {"RNR NAK"} and obs.naks.count("RNR NAK") > 10
     # the ladder marks each SEND sent again (`lesson check` prints the marks)
     assert sum(f.recovery == "retransmitted" for f in frames) > 10
+    assert obs.resent == {"client": sum(f.recovery == "retransmitted" and f.src == "10.77.1.2"
+                                        for f in frames)}
+
+
+def test_the_packets_a_side_sent_again_are_counted_from_the_recovery_view() -> None:
+    # a SEND's first packet lost: the receiver NAKs, the sender sends the message again;
+    # the lost packet itself is "missing until now", the three others "retransmitted"
+    result = RunResult("custom", "", "node1", "node2", "passed")
+    result.capture = {"pcap": str(CAPTURES / "rxe-rc-pingpong-lost-send.pcap")}  # type: ignore[typeddict-item]
+    obs = judge.Observation([])
+    _wire(result, obs, "10.77.1.1", "10.77.1.2")
+    assert obs.resent == {"client": 3}
+    assert obs.naks == ["NAK: PSN sequence error"]
 
 
 def test_cli_list_show_and_refusals(monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, _ = run_main(monkeypatch, capsys, "lesson", "list", "--json")
     assert code == 0 and [x.number for x in parsed("lesson-list", out).lessons] == [
-        1, 2, 3, 4, 5, 6, 7]
+        x.number for x in catalog.lessons()]
     code, out, _ = run_main(monkeypatch, capsys, "lesson", "show", "3")
     assert code == 0 and out.startswith("# Lesson 3: one-sided RDMA WRITE")
     for args, message in [
-            (("show", "8"), "error: there is no lesson 8"),
+            (("show", "99"), "error: there is no lesson 99"),
             (("hint", "2", "--number", "9"), "error: lesson 2 has hints 1 to 4 (got 9)"),
             (("check", "1", "--lang", "rust"), "error: --lang must be c or python (got 'rust')"),
             (("check", "1", "--ladder", "x.txt"),
@@ -449,3 +467,182 @@ def test_an_exit_explanation_is_a_regular_expression_checked_when_loaded() -> No
         catalog.ExitExplain(matches="ibv_create_ah(", says="x")
     with pytest.raises(catalog.ValidationError):
         catalog.ExitExplain(matches="", says="x")
+
+
+def _retry_run(client_err: str, hit: int | None, retries: int, exceeded: int,
+               resent: int = 0, sent: dict[str, int] | None = None) -> judge.Observation:
+    """A lesson 9 run as check.py gathers it: the fault's count, the client's counters."""
+    ok = client_err == ""
+    server_out = f"buffer 4096 bytes fnv1a64 {judge.expected_digest()}\n" if ok else ""
+    obs = judge.Observation(
+        [judge.ProgramRun("server", "node1", 0 if ok else 1, server_out,
+                          "" if ok else "lesson: the peer closed the TCP connection\n"),
+         judge.ProgramRun("client", "node2", 0 if ok else 1,
+                          "wrote 4096 bytes\n" if ok else "", client_err)],
+        sent={"client": sent or {}}, resent={"client": resent} if resent else {},
+        counters={"server": {"rdma_recvs": 0},
+                  "client": {"completer_retry_err": retries, "retry_exceeded_err": exceeded}},
+        fault_hit=hit, fault_description="drop write count=12")
+    return obs
+
+
+WRITES = {"RC_RDMA_WRITE_FIRST": 1, "RC_RDMA_WRITE_MIDDLE": 2, "RC_RDMA_WRITE_LAST": 1}
+RETRY_EXCEEDED = "lesson: a work request completed with transport retry counter exceeded\n"
+
+
+def test_lesson_9_declares_its_fault_and_passes_a_run_that_got_through_it() -> None:
+    lesson = catalog.lesson(9)
+    assert lesson.fault is not None
+    assert lesson_fault_module.fault_spec(lesson.fault).describe() == "drop write count=12"
+    findings = judge.judge(lesson, _retry_run("", 12, 3, 0, sent=WRITES))
+    assert judge.passed(findings), [f.text for f in findings if not f.passed]
+    assert [f.to_dict() for f in findings if f.check == "fault"] == [
+        {"check": "fault", "passed": True,
+         "text": "the fault (drop write count=12) acted on 12 packets"}]
+
+
+def test_lesson_9_names_too_few_retries_by_status_fault_count_and_counters() -> None:
+    lesson = catalog.lesson(9)
+    # retry_cnt 1: two tries dropped (8 packets), then IBV_WC_RETRY_EXC_ERR
+    texts = [f.text for f in judge.judge(lesson, _retry_run(RETRY_EXCEEDED, 8, 1, 1))
+             if not f.passed]
+    assert texts == [
+        "your server exited 1: lesson: the peer closed the TCP connection",
+        "your client exited 1: lesson: a work request completed with transport retry counter "
+        "exceeded: your client's QP sent its WRITE retry_cnt + 1 times, got no ACK for any of "
+        "them and gave up (IBV_WC_RETRY_EXC_ERR): the fault drops the first 3 tries (12 "
+        "packets), so retry_cnt must be at least 3, and the timeout long enough that no retry "
+        "goes to a try that arrived",
+        "no RDMA WRITE of your client's got past the fault (it sent nothing): every try it "
+        "made was among the 12 packets dropped",
+        "the server printed no digest of its buffer (`buffer N bytes fnv1a64 HEX`): the "
+        "server's buffer does not hold the client's 4096 bytes: the WRITE never got through",
+        "the fault dropped 8 of your client's WRITE packets, not the 12 it holds back (3 "
+        "tries of 4 packets): your client stopped sending before its fourth try",
+        "your client's device gave up on a work request after retry_cnt retries "
+        "(retry_exceeded_err changed by 1)",
+        "your client's device sent the message again fewer than the 3 times the fault needs "
+        "(completer_retry_err counts each retry): raise retry_cnt to at least 3 "
+        "(completer_retry_err changed by 1)"]
+    # the same in Python's words (rdma_common.py prints ibv_wc_status_str's)
+    python = _retry_run(RETRY_EXCEEDED, 12, 2, 1)
+    python.runs[1].stderr = ("Traceback ...\nlesson: a work request completed with transport "
+                             "retry counter exceeded\n")
+    texts = [f.text for f in judge.judge(lesson, python) if not f.passed]
+    assert "retry_cnt must be at least 3" in texts[1]
+    assert not any(t.startswith("the fault dropped") for t in texts)  # 12: all three tries
+
+
+def test_lesson_9_names_a_timeout_too_short_or_too_long() -> None:
+    lesson = catalog.lesson(9)
+    # the fourth try arrived, but the QP sent it again before its ACK came back
+    texts = [f.text for f in judge.judge(lesson, _retry_run("", 12, 4, 0, 4, WRITES))
+             if not f.passed]
+    assert texts == [
+        "your client sent 4 packets again that had already reached the server (the capture "
+        "marks them retransmitted): its timeout is shorter than an ACK takes to come back, "
+        "and each of those retries spends one of retry_cnt: raise the timeout (16 to 20 in "
+        "a slow lab)"]
+    # timeout 0 (never sent again) or four tries longer than the client's 30 s
+    texts = [f.text for f in judge.judge(
+        lesson, _retry_run("lesson: no completion within 30 s\n", 4, 0, 0)) if not f.passed]
+    assert texts[1] == (
+        "your client exited 1: lesson: no completion within 30 s: your client's QP did not "
+        "get its WRITE through within the client's 30 s: a timeout of 0 never sends again, "
+        "and 4 tries of 4.096 us * 2^timeout must fit in 30 s (20 is 4.3 s each)")
+    # the gate's count unread (its node did not answer): a failed finding, not a pass
+    texts = [f.text for f in judge.judge(lesson, _retry_run("", None, 3, 0, sent=WRITES))
+             if not f.passed]
+    assert texts == ["the fault's packet count could not be read (drop write count=12)"]
+
+
+def test_a_lessons_fault_is_declared_with_its_checks_and_only_on_a_pair() -> None:
+    raw = {"number": 9, "slug": "x", "title": "t", "summary": "s", "roles": "pair",
+           "topology": "lab-rxe.yaml", "hints": ["h"]}
+    fault = {"side": "client", "action": "drop", "opcodes": ["write"], "count": 12}
+    fault_check = {"kind": "fault", "hit": 12, "says": "{found}"}
+    catalog.Lesson.model_validate({**raw, "fault": fault, "checks": [fault_check]})
+    with pytest.raises(catalog.ValidationError, match="a fault check needs the lesson's fault"):
+        catalog.Lesson.model_validate({**raw, "checks": [fault_check]})
+    with pytest.raises(catalog.ValidationError, match="between a server and a client"):
+        catalog.Lesson.model_validate({**raw, "roles": "single", "fault": fault,
+                                       "checks": [{"kind": "exit"}]})
+    # counted, never random: no probability, no delay, no unknown field
+    for extra in ({"probability": "30%"}, {"action": "delay"}, {"count": 0},
+                  {"nth": 2}):
+        with pytest.raises(catalog.ValidationError):
+            catalog.Lesson.model_validate({**raw, "fault": {**fault, **extra},
+                                           "checks": [{"kind": "exit"}]})
+    # what labctl fault add refuses, the lesson's fault is refused for (the unit tests
+    # build every shipped lesson's fault: a misspelt opcode is found here, not in a lab)
+    bad = catalog.LessonFault(side="client", action="drop", opcodes=("wirte",))
+    with pytest.raises(UsageError, match="unknown opcode 'wirte'"):
+        lesson_fault_module.fault_spec(bad)
+    for item in catalog.lessons():
+        if item.fault is not None:
+            assert lesson_fault_module.fault_spec(item.fault).action == item.fault.action
+
+
+class _FaultCalls:
+    """Stands in for rdmafault.apply's functions: records what the run asked of the lab."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, existing: list[str]) -> None:
+        self.calls: list[tuple[str, object]] = []
+        monkeypatch.setattr(lesson_fault_module, "load_faults", lambda handle: existing)
+        monkeypatch.setattr(lesson_fault_module, "add_fault", self.add)
+        monkeypatch.setattr(lesson_fault_module, "clear_faults", self.clear)
+        monkeypatch.setattr(lesson_fault_module, "fault_counts",
+                            lambda handle, faults: {faults[0].id: [16, 12]})
+
+    def add(self, handle: object, node: str, ifname: str, spec: object) -> object:
+        self.calls.append(("add", (node, ifname)))
+        from labctl.rdmafault.apply import Fault
+        return Fault(7, node, ifname, 2, spec)  # type: ignore[arg-type]
+
+    def clear(self, handle: object, fault_id: int) -> list[object]:
+        self.calls.append(("clear", fault_id))
+        return []
+
+
+class _Handle:
+    def __init__(self) -> None:
+        with catalog.resources.as_file(catalog.topology_file(catalog.lesson(9))) as path:
+            self.lab = load_lab(path)
+
+
+def test_the_lessons_fault_is_on_for_the_run_and_off_after_it_however_it_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fault = catalog.lesson(9).fault
+    nodes = {"server": "node1", "client": "node2"}
+    calls = _FaultCalls(monkeypatch, [])
+    handle: object = _Handle()
+    with lesson_fault_module.lesson_fault(handle, fault, nodes) as seen:  # type: ignore[arg-type]
+        assert seen is not None and calls.calls == [("add", ("node2", "eth1"))]
+    assert (seen.hit, seen.node, seen.description) == (12, "node2", "drop write count=12")
+    assert calls.calls[-1] == ("clear", 7)
+    for interrupt in (KeyboardInterrupt(), RuntimeError("the run failed")):
+        calls.calls.clear()
+        with pytest.raises(type(interrupt)), \
+                lesson_fault_module.lesson_fault(handle, fault, nodes):  # type: ignore[arg-type]
+            raise interrupt
+        assert calls.calls == [("add", ("node2", "eth1")), ("clear", 7)]
+    # no fault declared: nothing is asked of the lab
+    calls.calls.clear()
+    with lesson_fault_module.lesson_fault(handle, None, nodes) as seen:  # type: ignore[arg-type]
+        assert seen is None
+    assert calls.calls == []
+
+
+def test_a_lab_with_faults_of_its_own_is_refused_and_they_are_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _FaultCalls(monkeypatch, ["a fault of the user's"])
+    handle = _Handle()
+    nodes = {"server": "node1", "client": "node2"}
+    with pytest.raises(LabctlError) as caught, \
+            lesson_fault_module.lesson_fault(handle, catalog.lesson(9).fault, nodes):  # type: ignore[arg-type]
+        raise AssertionError("the run must not start")
+    assert caught.value.message == f"lab {handle.lab.name} has faults on it already"
+    assert caught.value.hint == (
+        f"`labctl fault list --lab {handle.lab.name}` shows them; "
+        f"`labctl fault clear --lab {handle.lab.name}` takes them off")
+    assert calls.calls == []

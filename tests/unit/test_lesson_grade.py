@@ -216,7 +216,7 @@ def test_cli_refusals_come_before_any_lab(monkeypatch: pytest.MonkeyPatch,
     subs = _folder(tmp_path / "subs", "alice")
     empty = _folder(tmp_path / "empty")
     cases = [
-        (["9", str(subs)], "there is no lesson 9"),
+        (["99", str(subs)], "there is no lesson 99"),
         (["1", str(tmp_path / "missing")], "no folder"),
         (["1", str(empty)], "holds no submissions"),
         (["1", str(subs), "--lang", "rust"], "--lang must be c or python"),
@@ -232,3 +232,44 @@ def test_cli_refusals_come_before_any_lab(monkeypatch: pytest.MonkeyPatch,
         assert words in " ".join(err.split()), (args, err)
         assert "Traceback" not in err
     assert not (tmp_path / "state").exists()  # no lab, no grading folder made
+
+
+def test_a_lesson_fault_left_on_the_lab_stops_the_run_before_the_next_student(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each student must meet the lesson's fault once, whole: a lab that has faults
+    before the run is refused, and one whose fault could not be taken off after a student
+    grades nobody after them (each student's check takes its fault off, course/check.py)."""
+    item = catalog.lesson(9)
+    root = _folder(tmp_path / "class", "alice", "bob")
+    entries = grade.submissions(root)
+    left: list[str] = []
+    ran: list[str] = []
+
+    def fake_check(handle: object, lesson: object, lang: str, run_seconds: int) -> object:
+        ran.append(lang)
+        left.append("the fault of the student before")  # its node did not answer
+        raise grade.LabctlError("could not remove fault(s) 1 (their node did not answer)")
+
+    monkeypatch.setattr(grade, "lesson_nodes", lambda handle, lesson: ["node1", "node2"])
+    monkeypatch.setattr(grade, "check", fake_check)
+    monkeypatch.setattr(grade, "release", lambda handle, nodes: [])
+    monkeypatch.setattr(grade, "load_faults", lambda handle: list(left))
+    monkeypatch.setattr(grade, "refuse_faults_of_its_own", lambda handle: None)
+    (tmp_path / "grading").mkdir()
+    graded, broken = grade.grade_all(object(), item, "c", root, entries,  # type: ignore[arg-type]
+                                     tmp_path / "grading", 60, lambda line: None)
+    assert ran == ["c"]
+    assert [(g.student, g.verdict) for g in graded] == [("alice", "fail"), ("bob", "error")]
+    assert graded[0].findings[0].text == ("the check did not finish: could not remove "
+                                          "fault(s) 1 (their node did not answer)")
+    assert broken == "the lesson's fault could not be taken off the lab"
+
+    def refuse(handle: object) -> None:
+        raise grade.LabctlError("lab grade has faults on it already")
+
+    monkeypatch.setattr(grade, "refuse_faults_of_its_own", refuse)
+    ran.clear()
+    with pytest.raises(grade.LabctlError, match="has faults on it already"):
+        grade.grade_all(object(), item, "c", root, entries,  # type: ignore[arg-type]
+                        tmp_path / "grading", 60, lambda line: None)
+    assert ran == []

@@ -169,6 +169,8 @@ static void setup(struct lab *lab, int argc, char **argv, unsigned int access,
 	memset(lab, 0, sizeof(*lab));
 	lab->gid_index = 1;
 	lab->bytes = 4096;
+	lab->timeout = 14;  /* 67 ms */
+	lab->retry_cnt = 7;
 	if (argc < 2)
 		usage();
 	lab->is_server = !strcmp(argv[1], "server");
@@ -297,8 +299,8 @@ static void rc_ready(struct lab *lab)
 			    IBV_QP_MIN_RNR_TIMER), "modify the QP to RTR");
 	memset(&attr, 0, sizeof(attr));
 	attr.qp_state = IBV_QPS_RTS;
-	attr.timeout = 14;
-	attr.retry_cnt = 7;
+	attr.timeout = lab->timeout;
+	attr.retry_cnt = lab->retry_cnt;
 	/* 7 would retry for ever: a SEND nobody posted a receive for must fail, not hang */
 	attr.rnr_retry = 6;
 	attr.sq_psn = lab->me.psn;

@@ -43,6 +43,9 @@ struct lab {
 	struct ibv_mr *mr;
 	struct peer me, peer;
 	int fd;  /* the TCP connection to the peer */
+	/* An RC QP's retransmission, set in RTS: wait 4.096 us * 2^timeout for an ACK, then
+	 * send again, at most retry_cnt times (lab_setup: 14 and 7; lesson 9 sets its own). */
+	uint8_t timeout, retry_cnt;
 };
 
 /* Print "lesson: WHAT" to stderr and exit 1. */

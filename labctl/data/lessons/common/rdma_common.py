@@ -28,6 +28,18 @@ LAB_QKEY = 0x11111111  # the lessons' UD QPs take a datagram only with this Q_Ke
 GRH_BYTES = 40  # a UD receive starts with the Global Route Header, before the payload
 MAX_BYTES = 1 << 20
 WAIT_SECONDS = 30
+# ibv_wc_status_str()'s words for the statuses a lesson meets, so that both languages
+# print the same line: "a work request completed with transport retry counter exceeded".
+_WC_STATUS = {1: "local length error", 2: "local QP operation error",
+              4: "local protection error", 5: "Work Request Flushed Error",
+              7: "bad response error", 8: "local access error",
+              9: "remote invalid request error", 10: "remote access error",
+              11: "remote operation error", 12: "transport retry counter exceeded",
+              13: "RNR retry counter exceeded"}
+
+
+def _wc_status(status: int) -> str:
+    return _WC_STATUS.get(status, f"status {status}")
 
 
 def fail(what: str) -> NoReturn:
@@ -91,6 +103,9 @@ class Lab:
         self.is_server = args.role == "server"
         self.server_ip, self.port_number = args.server_ip, args.p
         self.gid_index, self.bytes = args.g, args.n
+        # An RC QP's retransmission, set in RTS: wait 4.096 us * 2^timeout for an ACK,
+        # then send again, at most retry_cnt times (lesson 9 sets its own).
+        self.timeout, self.retry_cnt = 14, 7
         _, self.ctx = open_device(args.d)
         self.port = self.ctx.query_port(IB_PORT)
         if self.port.state != e.IBV_PORT_ACTIVE:
@@ -185,7 +200,7 @@ class Lab:
                        | e.IBV_QP_MIN_RNR_TIMER)
         attr.qp_state = e.IBV_QPS_RTS
         # rnr_retry 7 would retry for ever: a SEND nobody posted a receive for must fail
-        attr.timeout, attr.retry_cnt, attr.rnr_retry = 14, 7, 6
+        attr.timeout, attr.retry_cnt, attr.rnr_retry = self.timeout, self.retry_cnt, 6
         attr.sq_psn = psn
         attr.max_rd_atomic = 1
         self.qp.modify(attr, e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT
@@ -209,7 +224,7 @@ class Lab:
             if count:
                 wc = wcs[0]
                 if wc.status != e.IBV_WC_SUCCESS:
-                    fail(f"a work request completed with status {wc.status}")
+                    fail(f"a work request completed with {_wc_status(wc.status)}")
                 return wc
             if time.monotonic() > deadline:
                 fail(f"no completion within {seconds} s")
