@@ -36,7 +36,7 @@ import typer
 from rich.table import Table
 from typing_extensions import TypedDict
 
-from labctl import bounded, hostproc
+from labctl import hostproc
 from labctl.cli.common import console
 from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import ProviderVerdict
@@ -450,15 +450,10 @@ def check_vm() -> list[Check]:
 
 
 def _in_vm(vm: Any, script: str, args: list[str]) -> dict[str, Any]:
-    from labctl.dockerhost.engine import last_line
+    from labctl.dockerhost.engine import reply_object
 
     proc = vm.run(["python3", "-", *args], input=script, timeout=180)
-    try:  # its last line: one JSON object, read bounded (the VM runs others' containers)
-        answer = bounded.load_object(last_line(proc.stdout), limit=bounded.NODE_REPLY_BYTES)
-    except bounded.BoundedError:
-        raise LabctlError(f"{args[0] if args else 'check'} in {vm.title} failed: "
-                          f"{(proc.stderr.strip() or proc.stdout.strip())[-2000:]}") from None
-    return answer
+    return reply_object(proc, vm.title, f"run {args[0] if args else 'the check'} in")
 
 
 def check_hosts() -> list[Check]:
@@ -474,7 +469,7 @@ def check_hosts() -> list[Check]:
     checks = [Check(f"Docker host {vm.name}", WARN, "stopped",
                     f"`labctl docker-host up --name {vm.name}`")
               for vm in vms if vm not in running]
-    portcheck = resources.files("labctl.dockerhost").joinpath("portcheck.py").read_text()
+    portcheck = resources.files("labctl.engineside").joinpath("portcheck.py").read_text()
     for vm in running:
         name = f"Docker host {vm.name}"
         if not vm.engine_answers():

@@ -25,10 +25,10 @@ import pytest
 from labctl import bounded
 from labctl.lab import handle as handle_module
 from labctl.lab import lifecycle
-from labctl.lab.counters import _SEPARATOR
 from labctl.lab.handle import LabHandle
 from labctl.node import ssh
 from labctl.node.ready import NodeRuntime
+from labctl.nodeside import reply
 from labctl.progress import Progress
 from labctl.providers import qemu
 from labctl.providers.qemu import QemuProvider
@@ -37,14 +37,14 @@ from labctl.store.state import LabState, NodeState, NodeStatus
 from labctl.store.state_recorder import StateRecorder
 from labctl.topology import load as topology_load
 from tests.unit.clirun import run_main
-from tests.unit.standin import GOOD_STATUS, LAB
+from tests.unit.standin import GOOD_STATUS_REPLY, LAB
 
 OUTPUTS = Path(__file__).parent / "outputs"
 
 # A node as labctl's commands see it: ibv_rc_pingpong's server prints its group line and
 # what a live server printed, then waits until the client has run; the client prints what
-# a live client printed; the node's status, its counters (none), and exit 0 for the rest
-# (ready probes, tc, the fault's gate, `exec`'s command).
+# a live client printed; the node's status, its counters (none), the fault's gate (done),
+# each a reply line, and exit 0 for the rest (ready probes, tc, `exec`'s command).
 NODE_SCRIPT = r"""
 import os, re, sys, time
 folder, node, words = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -66,8 +66,9 @@ if "ibv_rc_pingpong" in line:
 elif "labctl/nodeside/status.sh" in line:
     sys.stdout.write(open(os.path.join(folder, "status.json")).read())
 elif "statistic show" in line:
-    print("[]")
-    print(open(os.path.join(folder, "separator")).read())
+    sys.stdout.write(open(os.path.join(folder, "counters.json")).read())
+elif words[:2] == ["python3", "-"]:
+    sys.stdout.write(open(os.path.join(folder, "gate.json")).read())
 """
 
 
@@ -110,8 +111,9 @@ def counted(lab_running: LabDir, tmp_path: Path,
     folder.mkdir()
     (folder / "server.txt").write_text((OUTPUTS / "pingpong-rc-c.server.txt").read_text())
     (folder / "client.txt").write_text((OUTPUTS / "pingpong-rc-c.client.txt").read_text())
-    (folder / "status.json").write_text(GOOD_STATUS)
-    (folder / "separator").write_text(_SEPARATOR)
+    (folder / "status.json").write_text(GOOD_STATUS_REPLY)
+    (folder / "counters.json").write_text(reply.line({"rdma": [], "tcp": []}) + "\n")
+    (folder / "gate.json").write_text(reply.line({}) + "\n")
     reads = _count_reads(monkeypatch, lab_running.state_file)
 
     def node_argv(config: Path, node: str, command: list[str], *, tty: bool = False,
