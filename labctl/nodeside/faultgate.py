@@ -294,7 +294,8 @@ def main(argv: list[str]) -> int:
     try:
         print(reply_line(answer(argv[0] if argv else "", argv[1:])))
     except (OSError, ValueError, KeyError, SystemExit) as exc:
-        why = exc.code if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+        why = exc.code if isinstance(exc, SystemExit) else (
+            exc if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}")
         print(reply_error_line(str(why)))
         return 1
     return 0
