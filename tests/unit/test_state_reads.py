@@ -39,8 +39,8 @@ from labctl.store.state import LabState, NodeState, NodeStatus
 from labctl.store.state_recorder import StateRecorder
 from labctl.topology import load as topology_load
 from tests.unit.clirun import run_main
-from tests.unit.test_layers import LAYERS, NEUTRAL
 from tests.unit.standin import GOOD_STATUS_REPLY, LAB
+from tests.unit.test_layers import LAYERS, NEUTRAL
 
 OUTPUTS = Path(__file__).parent / "outputs"
 
