@@ -206,3 +206,40 @@ def test_the_reply_module_is_what_the_format_says() -> None:
     assert json.loads(reply.line([1])) == {"labctl_reply": 1, "ok": True, "data": [1]}
     assert json.loads(reply.error_line("x")) == {"labctl_reply": 1, "ok": False, "error": "x"}
     assert "\n" not in reply.line({"a": "multi\nline"})  # one line, whatever the payload
+
+
+# --- the Docker host VM's engine start (engineside/docker-host-init.sh) ------------------
+def _engine_answer(call: str) -> hostproc.Completed:
+    """The script's two answers, its own functions run in sh (the rest needs the VM)."""
+    script = (PACKAGE / "engineside" / "docker-host-init.sh").read_text()
+    functions = [line for line in script.splitlines() if line.startswith(("fail()", "ready()"))]
+    assert len(functions) == 2
+    return _sh("\n".join([*functions, call]))
+
+
+def test_the_engine_start_answers_in_the_format() -> None:
+    for word, running in (("true", True), ("false", False)):
+        started = _engine_answer(f"ready {word}")
+        assert read_reply(started, sender="the VM", doing="start it in", hint=HINT) == {
+            "already_running": running}
+    failed = _engine_answer('fail "modprobe rdma_rxe"')
+    assert failed.returncode == 1
+    with pytest.raises(ErrorReply, match=r"^cannot start it in the VM: modprobe rdma_rxe$"):
+        read_reply(failed, sender="the VM", doing="start it in", hint=HINT)
+
+
+def test_a_failed_engine_start_says_why_with_the_logs_end(monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
+    from labctl.dockerhost import vm as vm_module
+
+    answer = _engine_answer('echo "dockerd: containerd did not start" >&2; '
+                            'fail "dockerd exited 3 times (its log: below)"')
+    monkeypatch.setattr(vm_module.DockerHostVM, "run",
+                        lambda self, command, input=None, timeout=120: answer)
+    monkeypatch.setenv("LABCTL_STATE_DIR", str(tmp_path))
+    with pytest.raises(LabctlError) as refused:
+        vm_module.DockerHostVM()._start_engine(lambda text: None, 1e18, {})
+    assert refused.value.message == (
+        "cannot start the Docker engine in the Docker host VM: dockerd exited 3 times "
+        "(its log: below)\ndockerd: containerd did not start")
+    assert "/var/log/dockerd.log" in str(refused.value.hint)
