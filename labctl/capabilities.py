@@ -87,6 +87,24 @@ VAGRANT = Capabilities(
 
 
 @dataclass(frozen=True)
+class HostVerdict:
+    """How `labctl doctor` judges whether this host can run a provider's labs (on one of its
+    engines): from doctor's checks, by name. It works when labctl runs as root (if `root`)
+    and every check of `needs` is ok; with a `probe`, the probe decides once doctor could
+    run it, and before that the provider is `available` (it starts what it needs)."""
+
+    engine: EngineKind | None  # the engine this verdict is for (docker's vm, local), or None
+    needs: dict[str, str]  # doctor's check name -> what a "no" says is needed
+    works: str  # the detail of a provider that works
+    root: bool = False
+    no: str = ""  # the detail of one that does not, when not "needs" + what is missing
+    subject: str = ""  # what the "needs ..." detail is about ("the Docker host VM ")
+    probe: str = ""  # doctor's check that tries the provider's nodes for real, if any
+    available: str = ""  # the detail before the probe could run
+    probe_failed: str = ""  # the detail when the probe failed
+
+
+@dataclass(frozen=True)
 class Registered:
     """A provider as the topology names it (`provider: NAME`)."""
 
@@ -96,6 +114,8 @@ class Registered:
     # returns a labctl.providers.base.Provider
     factory: str
     nodes: str  # what its nodes are, in the topology's description of `provider:`
+    # `labctl doctor`'s verdicts for it, one per engine (none: doctor does not judge it)
+    host: tuple[HostVerdict, ...] = ()
 
 
 # The topology's `provider:` values, in the order messages list them. A docker lab on
@@ -103,12 +123,14 @@ class Registered:
 _REGISTRY: dict[str, Registered] = {}
 
 
-def register(name: str, capabilities: Capabilities, factory: str, nodes: str) -> None:
-    """Add a provider: from here on topologies may name it and the lifecycle makes its labs
-    with `factory`. ValueError when the name is taken."""
+def register(name: str, capabilities: Capabilities, factory: str, nodes: str,
+             host: tuple[HostVerdict, ...] = ()) -> None:
+    """Add a provider: from here on topologies may name it, the lifecycle makes its labs
+    with `factory` and `labctl doctor` judges this host for it by `host`. ValueError when
+    the name is taken."""
     if name in _REGISTRY:
         raise ValueError(f"provider {name!r} is already registered")
-    _REGISTRY[name] = Registered(name, capabilities, factory, nodes)
+    _REGISTRY[name] = Registered(name, capabilities, factory, nodes, host)
 
 
 def unregister(name: str) -> None:
@@ -116,15 +138,34 @@ def unregister(name: str) -> None:
     del _REGISTRY[name]
 
 
-register("qemu", QEMU, "labctl.providers.qemu:QemuProvider", "qemu VMs")
+# What doctor's verdicts rest on, by the names of its checks (labctl/cli/doctor.py).
+_QEMU_TOOLS = {"qemu tools": "the qemu tools"}
+register("qemu", QEMU, "labctl.providers.qemu:QemuProvider", "qemu VMs", host=(
+    HostVerdict(None, _QEMU_TOOLS, "one qemu VM per node", root=True),))
 register("docker", DOCKER, "labctl.providers.docker_swarm:docker_provider",
-         "docker containers")
+         "docker containers", host=(
+             HostVerdict("vm", _QEMU_TOOLS, "rxe works in the running Docker host VM",
+                         root=True, subject="the Docker host VM ",
+                         probe="per-netns rxe (VM)",
+                         available="the Docker host VM starts on demand",
+                         probe_failed="the Docker host VM runs but its rxe probe failed"),
+             HostVerdict("local", {"Docker engine (local)": "a local Docker engine",
+                                   "per-netns rxe (host)": "a host kernel that passes the "
+                                                           "per-netns probe"},
+                         "containers on this host's engine and kernel",
+                         no="needs a local Docker engine and a host kernel that passes the "
+                            "per-netns probe")))
 register("vagrant", VAGRANT, "labctl.providers.vagrant:VagrantProvider", "vagrant")
 
 
 def providers() -> tuple[str, ...]:
     """The names a topology's `provider:` may have."""
     return tuple(_REGISTRY)
+
+
+def host_verdicts() -> list[tuple[str, HostVerdict]]:
+    """Each (provider, verdict) `labctl doctor` gives, in the registry's order."""
+    return [(name, verdict) for name, entry in _REGISTRY.items() for verdict in entry.host]
 
 
 def registered(provider: str) -> Registered:

@@ -36,7 +36,7 @@ import typer
 from rich.table import Table
 from typing_extensions import TypedDict
 
-from labctl import bounded, hostproc
+from labctl import capabilities, hostproc
 from labctl.cli.common import console
 from labctl.cli.safeprint import print_json
 from labctl.cli.shapes import ProviderVerdict
@@ -450,15 +450,10 @@ def check_vm() -> list[Check]:
 
 
 def _in_vm(vm: Any, script: str, args: list[str]) -> dict[str, Any]:
-    from labctl.dockerhost.engine import last_line
+    from labctl.dockerhost.engine import reply_object
 
     proc = vm.run(["python3", "-", *args], input=script, timeout=180)
-    try:  # its last line: one JSON object, read bounded (the VM runs others' containers)
-        answer = bounded.load_object(last_line(proc.stdout), limit=bounded.NODE_REPLY_BYTES)
-    except bounded.BoundedError:
-        raise LabctlError(f"{args[0] if args else 'check'} in {vm.title} failed: "
-                          f"{(proc.stderr.strip() or proc.stdout.strip())[-2000:]}") from None
-    return answer
+    return reply_object(proc, vm.title, f"run {args[0] if args else 'the check'} in")
 
 
 def check_hosts() -> list[Check]:
@@ -474,7 +469,7 @@ def check_hosts() -> list[Check]:
     checks = [Check(f"Docker host {vm.name}", WARN, "stopped",
                     f"`labctl docker-host up --name {vm.name}`")
               for vm in vms if vm not in running]
-    portcheck = resources.files("labctl.dockerhost").joinpath("portcheck.py").read_text()
+    portcheck = resources.files("labctl.engineside").joinpath("portcheck.py").read_text()
     for vm in running:
         name = f"Docker host {vm.name}"
         if not vm.engine_answers():
@@ -504,33 +499,30 @@ def check_hosts() -> list[Check]:
 
 
 def verdicts(checks: list[Check]) -> list[ProviderVerdict]:
-    """Per provider (and docker engine): works, available (starts on demand) or no."""
+    """Per provider (and engine) the registry has a verdict for: works, available (starts
+    on demand) or no."""
     by_name = {c.name: c for c in checks}
-    root = os.geteuid() == 0
-    qemu_ok = by_name["qemu tools"].result == OK and root
-    qemu_why = "" if qemu_ok else "needs " + " and ".join(
-        w for w, missing in (("root", not root),
-                             ("the qemu tools", by_name["qemu tools"].result != OK)) if missing)
-    local_ok = (by_name["Docker engine (local)"].result == OK
-                and by_name["per-netns rxe (host)"].result == OK)
-    vm_probe = by_name.get("per-netns rxe (VM)")
-    vm: tuple[Literal["works", "available", "no"], str]
-    if vm_probe is not None and vm_probe.result == OK:
-        vm = ("works", "rxe works in the running Docker host VM")
-    elif qemu_ok and vm_probe is None:
-        vm = ("available", "the Docker host VM starts on demand")
-    elif qemu_ok:
-        vm = ("no", "the Docker host VM runs but its rxe probe failed")
-    else:
-        vm = ("no", f"the Docker host VM {qemu_why}")
-    return [
-        {"provider": "qemu", "engine": None, "verdict": "works" if qemu_ok else "no",
-         "detail": "one qemu VM per node" if qemu_ok else qemu_why},
-        {"provider": "docker", "engine": "vm", "verdict": vm[0], "detail": vm[1]},
-        {"provider": "docker", "engine": "local", "verdict": "works" if local_ok else "no",
-         "detail": "containers on this host's engine and kernel" if local_ok else
-         "needs a local Docker engine and a host kernel that passes the per-netns probe"},
-    ]
+    found: list[ProviderVerdict] = []
+    for name, host in capabilities.host_verdicts():
+        verdict, detail = _verdict(host, by_name)
+        found.append({"provider": name, "engine": host.engine, "verdict": verdict,
+                      "detail": detail})
+    return found
+
+
+Verdict = Literal["works", "available", "no"]
+
+
+def _verdict(host: capabilities.HostVerdict, by_name: dict[str, Check]) -> tuple[Verdict, str]:
+    missing = ["root"] if host.root and os.geteuid() != 0 else []
+    missing += [what for check, what in host.needs.items()
+                if check not in by_name or by_name[check].result != OK]
+    probe = by_name.get(host.probe) if host.probe else None
+    if (probe is not None and probe.result == OK) or (not host.probe and not missing):
+        return "works", host.works
+    if not missing:
+        return ("available", host.available) if probe is None else ("no", host.probe_failed)
+    return "no", host.no or f"{host.subject}needs {' and '.join(missing)}"
 
 
 def doctor(

@@ -149,8 +149,8 @@ class VersionOutput(TypedDict):
 
 # --- labctl doctor --json (its checks are labctl.cli.doctor.Check) -----------------------
 class ProviderVerdict(TypedDict):
-    provider: Literal["qemu", "docker"]
-    engine: EngineKind | None  # docker only
+    provider: str  # a registered provider that has doctor's verdicts (labctl/capabilities.py)
+    engine: EngineKind | None  # the provider's engine, for one that has several
     verdict: Literal["works", "available", "no"]  # available: starts on demand
     detail: str
 

@@ -17,6 +17,7 @@ engine is a property of the host running the lab, not of the lab).
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -27,14 +28,22 @@ from labctl.capabilities import ENGINES
 from labctl.dockerhost.sdk import sdk
 from labctl.dockerhost.vm import DockerHostVM
 from labctl.errors import LabctlError, UsageError
+from labctl.node.replies import UnreadableReply, read_reply
 from labctl.progress import Progress
 from labctl.store.state import EngineState
 
+SENT_HINT = ("`labctl doctor` checks the engine's host; `labctl down` removes what a lab "
+             "made")
 
-def last_line(text: str) -> str:
-    """The last non-empty line of `text` ("" if none): where a helper prints its answer."""
-    lines = text.strip().splitlines()
-    return lines[-1] if lines else ""
+
+def reply_object(proc: subprocess.CompletedProcess[str], where: str, doing: str) -> dict[str, Any]:
+    """The payload of a sent script's reply (labctl's reply format, read by the one
+    reader: the engine's host runs others' containers), which must be an object."""
+    payload = read_reply(proc, sender=where, doing=doing, hint=SENT_HINT)
+    if not isinstance(payload, dict):
+        raise UnreadableReply(where, f"a payload that is {bounded.json_kind(payload)}, "
+                              "not an object", SENT_HINT)
+    return payload
 
 
 def helper_source() -> str:
@@ -94,18 +103,7 @@ class Engine:
                 if not exc.timed_out:
                     raise
                 proc = exc.result  # said below as the helper's failure, with what it wrote
-        try:  # its last line: one JSON object, read bounded (containers share its host)
-            answer = bounded.load_object(last_line(proc.stdout), limit=bounded.NODE_REPLY_BYTES)
-        except bounded.BoundedError:
-            raise LabctlError(
-                f"network helper in {self.where} failed ({' '.join(args[:1])}, exit "
-                f"{proc.returncode}): {(proc.stderr.strip() or proc.stdout.strip())[-2000:]}",
-                hint="`labctl doctor` checks the engine's host",
-            ) from None
-        if "error" in answer:
-            raise LabctlError(f"network helper in {self.where}: {str(answer['error'])[:500]}",
-                              hint="`labctl down` removes what was made")
-        return answer
+        return reply_object(proc, self.where, f"run the network helper ({' '.join(args[:1])}) in")
 
 
 def resolve_engine(option: str, progress: Progress) -> Engine:

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Starts the Docker engine in the Docker host VM (labctl pipes this to `sh -s` over ssh,
 # after the VM's stage 2 (node-init.sh) reported ready). Idempotent: a running engine is
-# left alone. Prints "labctl: engine ready" or "labctl: engine fail REASON".
+# left alone. Answers one line of labctl's reply format (labctl/nodeside/reply.py):
+# {"already_running": true|false} once the engine answers, or the reason it failed (its
+# log's end on stderr).
 #   /dev/vdb   the engine's data disk (ext4, kept in labctl's cache: imported images survive)
 #   dockerd    listens on /run/docker.sock only; no docker0 bridge and no iptables rules,
 #              since every container node runs with --network none and gets its links
@@ -9,10 +11,12 @@
 set -u
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
-fail() { echo "labctl: engine fail $*"; exit 1; }
+# the reasons are this script's own words: nothing in them needs JSON's escapes
+fail() { printf '{"labctl_reply": 1, "ok": false, "error": "%s"}\n' "$*"; exit 1; }
+ready() { printf '{"labctl_reply": 1, "ok": true, "data": {"already_running": %s}}\n' "$1"; }
 
 if docker -H unix:///run/docker.sock version >/dev/null 2>&1; then
-    echo "labctl: engine ready (already running)"
+    ready true
     exit 0
 fi
 for module in overlay veth bridge ib_uverbs rdma_ucm rdma_rxe; do
@@ -43,17 +47,17 @@ deadline=$(( $(date +%s) + 240 ))
 until docker -H unix:///run/docker.sock version >/dev/null 2>&1; do
     if ! kill -0 "$dockerd_pid" 2>/dev/null; then
         if [ $starts -ge 3 ]; then
-            tail -n 20 /var/log/dockerd.log
-            fail "dockerd exited $starts times (see the log above)"
+            tail -n 20 /var/log/dockerd.log >&2
+            fail "dockerd exited $starts times (its log: below)"
         fi
         echo "labctl: dockerd exited; starting it again ($starts of 3)" >&2
         starts=$((starts + 1))
         start_dockerd
     fi
     if [ "$(date +%s)" -gt $deadline ]; then
-        tail -n 20 /var/log/dockerd.log
-        fail "dockerd did not answer within 240 s"
+        tail -n 20 /var/log/dockerd.log >&2
+        fail "dockerd did not answer within 240 s (its log: below)"
     fi
     sleep 0.5
 done
-echo "labctl: engine ready"
+ready false

@@ -2,7 +2,8 @@
 
 That machine is the Docker host VM (labctl pipes this file to `python3 -` over ssh) or,
 with a local engine, the host itself. Standard library plus `ip`/`rdma` only, so it runs
-anywhere the node image's tools are. Usage (every answer is one JSON line on stdout):
+anywhere the node image's tools are. Usage (every answer is one line of labctl's reply
+format on stdout, labctl/nodeside/reply.py):
 
   dockernet.py facts               kernel, RDMA CM device number, netns mode, modules
   dockernet.py plumb PLAN_JSON     lab netns, a bridge per segment, a veth per interface
@@ -200,33 +201,48 @@ def probe() -> dict[str, object]:
                 run("ip", "netns", "del", ns, check=False)
 
 
+# labctl's reply format (nodeside/reply.py; copied, as this file is sent alone: a unit
+# test holds the copies to it)
+REPLY_KEY, REPLY_VERSION = "labctl_reply", 1
+
+
+def reply_line(data: object) -> str:
+    return json.dumps({REPLY_KEY: REPLY_VERSION, "ok": True, "data": data}, separators=(",", ":"))
+
+
+def reply_error_line(message: str) -> str:
+    return json.dumps({REPLY_KEY: REPLY_VERSION, "ok": False, "error": message},
+                      separators=(",", ":"))
+
+
+def answer(command: str, args: list[str]) -> object:
+    if command == "facts":
+        return facts()
+    if command == "plumb":
+        return plumb(json.loads(args[0]))
+    if command == "replug":
+        return replug(json.loads(args[0]))
+    if command == "link":
+        return link(args[0], args[1], args[2])
+    if command == "teardown":
+        return teardown(args[0], args[1] if len(args) > 1 else "")
+    if command == "show":
+        return show(args[0])
+    if command == "probe":
+        return probe()
+    raise ValueError(f"unknown command {command!r}")
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
     try:
-        command, args = argv[0], argv[1:]
-        if command == "facts":
-            result = facts()
-        elif command == "plumb":
-            result = plumb(json.loads(args[0]))
-        elif command == "replug":
-            result = replug(json.loads(args[0]))
-        elif command == "link":
-            result = link(args[0], args[1], args[2])
-        elif command == "teardown":
-            result = teardown(args[0], args[1] if len(args) > 1 else "")
-        elif command == "show":
-            result = show(args[0])
-        elif command == "probe":
-            result = probe()
-        else:
-            print(f"unknown command {command}", file=sys.stderr)
-            return 2
+        result = answer(argv[0], argv[1:])
     except (RuntimeError, subprocess.TimeoutExpired, IndexError, ValueError) as exc:
-        print(json.dumps({"error": str(exc)}))
+        print(reply_error_line(str(exc)))
         return 1
-    print(json.dumps(result))
+    print(reply_line(result))
     return 0
 
 

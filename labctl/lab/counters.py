@@ -10,16 +10,23 @@ from typing import Any
 
 from typing_extensions import TypedDict  # pydantic reads only this TypedDict on 3.11
 
-from labctl import bounded
 from labctl.errors import LabctlError
 from labctl.lab.handle import LabHandle
+from labctl.node.replies import read_reply
+from labctl.nodeside.reply import shell_answer
 
 NODE_SECONDS = 60.0
 TCP_COUNTERS = ("ActiveOpens", "InSegs", "OutSegs", "RetransSegs", "InErrs", "OutRsts")
-_SEPARATOR = "--labctl-counters--"
-# siw has no counters: rdma prints [] and exits 1 ("Invalid argument").
-_COMMAND = ["sh", "-c", "out=$(rdma -j statistic show 2>/dev/null) || true; "
-            f"echo \"${{out:-[]}}\"; echo {_SEPARATOR}; grep '^Tcp:' /proc/net/snmp"]
+# One reply (nodeside/reply.py): {"rdma": `rdma -j statistic show`, "tcp": the two Tcp
+# lines of /proc/net/snmp as strings, cut to the characters they hold}. siw has no
+# counters: rdma prints [] and exits 1 ("Invalid argument").
+_COMMAND = ["sh", "-c", shell_answer({
+    "rdma": 'out=$(rdma -j statistic show 2>/dev/null); echo "${out:-[]}"',
+    "tcp": "awk 'BEGIN { printf \"[\" } /^Tcp:/ { gsub(/[^A-Za-z0-9 -]/, \"\"); "
+           "printf \"%s\\\"%s\\\"\", (n++ ? \", \" : \"\"), $0 } END { print \"]\" }' "
+           "/proc/net/snmp",
+})]
+_HINT = "`labctl exec NODE -- rdma statistic show` shows what the node has"
 _MAX_NAME = 64
 
 Counters = dict[str, dict[str, int]]  # "rxe0/1" or "tcp" -> counter -> value
@@ -69,21 +76,20 @@ def parse_snmp_tcp(lines: list[str]) -> dict[str, int]:
 def read_counters(handle: LabHandle, node: str, timeout: float = NODE_SECONDS) -> Counters:
     """The node's counters, or LabctlError when it cannot be asked."""
     result = handle.run_in_netns(node, _COMMAND, timeout=timeout)
-    if result.returncode != 0:
-        why = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
-        raise LabctlError(f"cannot read the counters of {node}: {why[:200]}")
-    rdma_text, _, rest = result.stdout.partition(_SEPARATOR)
-    try:
-        rdma = bounded.loads(rdma_text, limit=bounded.NODE_REPLY_BYTES)
-    except ValueError as exc:
-        raise LabctlError(f"{node} sent unreadable counters ({str(exc)[:200]})") from None
+    reply = read_reply(result, sender=node, doing="read the counters of",
+                       hint=_HINT.replace("NODE", node))
+    if not isinstance(reply, dict):
+        raise LabctlError(f"{node} sent unreadable counters (not an object)",
+                          hint=_HINT.replace("NODE", node))
+    rdma, tcp_lines = reply.get("rdma"), reply.get("tcp")
     counters = parse_rdma(rdma)
     if not handle.provider.capabilities.own_kernel:  # the engine's devices: keep the node's
         info = handle.node_state(node)
         own = info.rdma_dev if info else ""
         counters = {port: values for port, values in counters.items()
                     if port.rpartition("/")[0] == own}
-    tcp = parse_snmp_tcp([line for line in rest.splitlines() if line.startswith("Tcp:")])
+    lines = tcp_lines if isinstance(tcp_lines, list) else []
+    tcp = parse_snmp_tcp([line for line in lines if isinstance(line, str)])
     if tcp:
         counters["tcp"] = tcp
     return counters

@@ -8,7 +8,7 @@ from typing import Any
 
 from labctl import bounded, hostproc
 from labctl.errors import LabctlError
-from labctl.node.replies import UnreadableReply, status_reply
+from labctl.node import replies
 from labctl.nodeside import NODE_CODE, STATUS_COMMAND
 from labctl.providers import provider_for
 from labctl.providers.base import Provider
@@ -107,16 +107,9 @@ class LabHandle:
 
     def node_status(self, node: str, timeout: float | None = None) -> dict[str, Any]:
         """What `node` reports of its RDMA devices and interfaces (nodeside/status.sh),
-        checked field by field: UnreadableReply when it is not that record."""
-        result, truncated = self._run(node, STATUS_COMMAND,
-                                      timeout=timeout or STATUS_SECONDS)
-        # More than the bound is an unreadable reply, even when the timeout then ended it.
-        if result.returncode != 0 and not truncated:
-            raise LabctlError(f"cannot read status of {node}: {_last_line(result)}")
-        try:
-            return status_reply(result.stdout, truncated)
-        except bounded.BoundedError as exc:
-            raise UnreadableReply(node, str(exc)) from None
+        checked field by field: replies.UnreadableReply when it is not that record."""
+        result, _ = self._run(node, STATUS_COMMAND, timeout=timeout or STATUS_SECONDS)
+        return replies.node_status(result, node)
 
     def all_node_status(self, nodes: list[str]) -> dict[str, dict[str, Any] | LabctlError]:
         """Live status of several nodes at once; the error where a node fails (an
@@ -138,13 +131,6 @@ def _noted(result: subprocess.CompletedProcess[str],
     if truncated:
         result.stderr += f"\n(output cut at {bounded.NODE_REPLY_BYTES} bytes per stream)"
     return result
-
-
-def _last_line(result: subprocess.CompletedProcess[str]) -> str:
-    """The gist of a failed command: its last line of stderr (or exit code), cut short."""
-    lines = result.stderr.strip().splitlines()
-    last = lines[-1] if lines else f"exit {result.returncode}"
-    return last if len(last) <= 300 else last[:300] + "…"
 
 
 def open_lab(name: str | None) -> LabHandle:

@@ -23,6 +23,8 @@ from labctl.capabilities import offering
 from labctl.errors import LabctlError
 from labctl.lab.handle import LabHandle
 from labctl.net import labnet
+from labctl.node.replies import read_reply
+from labctl.nodeside.reply import shell_answer
 from labctl.providers.base import HOST, HostLink
 
 T = TypeVar("T")
@@ -30,7 +32,9 @@ NODE_SECONDS = 60.0  # past this a node counts as not answering
 _IFF_UP = 0x1
 _IFF_LOWER_UP = 0x10000  # carrier
 # One command per node; `echo` keeps the two documents on lines of their own.
-_NODE_COMMAND = ["sh", "-c", "ip -j link show; echo; tc -j qdisc show"]
+# One reply (nodeside/reply.py): {"links": `ip -j link show`, "qdiscs": `tc -j qdisc show`}.
+_NODE_COMMAND = ["sh", "-c", shell_answer({"links": "ip -j link show",
+                                          "qdiscs": "tc -j qdisc show"})]
 _IN_THE_NODE = "`labctl exec NODE -- ip link show` and `tc qdisc show` in the node"
 
 
@@ -158,16 +162,12 @@ def read_node(handle: LabHandle, node: str) -> tuple[list[Any], list[Any]]:
     """A node's (links, qdiscs), or LabctlError when it cannot be asked or answers with
     something that is not those two JSON lists."""
     result = handle.run(node, _NODE_COMMAND, timeout=NODE_SECONDS)
-    lines = [line for line in result.stdout.splitlines() if line.strip()]
-    if result.returncode != 0 or len(lines) != 2:
-        why = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
-        raise LabctlError(f"cannot read the links of {node}: {why[:200]}")
-    try:
-        links, qdiscs = (bounded.loads(line, limit=bounded.NODE_REPLY_BYTES) for line in lines)
-    except ValueError as exc:
-        raise LabctlError(f"{node} sent an unreadable reply ({str(exc)[:200]})") from None
+    hint = _IN_THE_NODE.replace("NODE", node)
+    reply = read_reply(result, sender=node, doing="read the links of", hint=hint)
+    links, qdiscs = (reply.get(key) if isinstance(reply, dict) else None
+                     for key in ("links", "qdiscs"))
     if not isinstance(links, list) or not isinstance(qdiscs, list):
-        raise LabctlError(f"{node} sent an unreadable reply (not two JSON lists)")
+        raise LabctlError(f"{node} sent an unreadable reply (not two JSON lists)", hint=hint)
     return links, qdiscs
 
 

@@ -1,15 +1,21 @@
-"""What a node sends back, checked before labctl uses it.
+"""What a node (or the Docker host) sends back, checked before labctl uses it.
 
-A node runs the user's code as root: its reply to `labctl status` (nodeside/status.sh) can
-be anything (not JSON, a list, 100k-deep, NaN, the wrong types, 300 MB). The reply is read
-bounded (labctl.bounded) and rebuilt here from the fields labctl uses, each of the type
-docs/json.md gives; anything else is a BoundedError whose text says which field is wrong.
+Everything labctl runs outside its process answers in one format (labctl/nodeside/reply.py):
+one JSON line, its last, {"labctl_reply": VERSION, "ok": true, "data": ...} or
+{"labctl_reply": VERSION, "ok": false, "error": "..."}. `read_reply` is the one reader of
+it: the sender runs the user's code as root, so the reply can be anything (not JSON, a
+list, 100k-deep, NaN, 300 MB, never ending). It is read bounded (labctl.bounded), checked,
+and what is wrong becomes a LabctlError with a hint, never a traceback. Each payload is
+then rebuilt by its own reader from the fields labctl uses (`status_reply` here for
+`labctl status`), each of the type docs/json.md gives; anything else is a BoundedError
+whose text says which field is wrong.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 from types import UnionType
 from typing import Any, get_args, get_origin, get_type_hints
 
@@ -17,19 +23,88 @@ from typing_extensions import TypedDict
 
 from labctl import bounded
 from labctl.errors import LabctlError, short_repr
-from labctl.nodeside import STATUS_COMMAND
+from labctl.nodeside import STATUS_COMMAND, reply
+
+ERROR_CHARS = 500  # of a sender's own error message: enough for a reason, never a dump
 
 
 class UnreadableReply(LabctlError):
-    """`node` answered, but not with a record labctl can use: the node's state
+    """`node` answered, but not with a reply labctl can use: the node's state
     (`unreadable` in `labctl status`), never a traceback."""
 
-    def __init__(self, node: str, why: str) -> None:
+    def __init__(self, node: str, why: str, hint: str | None = None) -> None:
         super().__init__(f"{node} sent an unreadable reply ({why})",
-                         hint=f"see what the node prints: `labctl exec {node} -- "
-                              f"{shlex.join(STATUS_COMMAND)}`")
+                         hint=hint or f"see what the node prints: `labctl exec {node} -- "
+                                      f"{shlex.join(STATUS_COMMAND)}`")
         self.node = node
         self.why = why
+
+
+class ErrorReply(LabctlError):
+    """The sender answered that the work failed (`"ok": false`), saying why."""
+
+
+def read_reply(result: subprocess.CompletedProcess[str], *, sender: str, doing: str,
+               hint: str) -> Any:
+    """The payload of `result`'s reply: what `sender` (a node's name, "the Docker host VM")
+    printed when labctl tried `doing` there ("read status of", "load the fault's gate in").
+    LabctlError otherwise, each with `hint`: "cannot DOING SENDER: why" when the command
+    failed before answering (its last stderr line or exit) or answered "ok": false
+    (ErrorReply, the sender's reason), an UnreadableReply when the reply is too large, cut,
+    not JSON, not this format or of another version."""
+    truncated = bool(getattr(result, "truncated", False))
+    try:
+        envelope = None if truncated else _envelope(result.stdout)
+    except bounded.BoundedError as exc:
+        if result.returncode == 0:
+            raise UnreadableReply(sender, str(exc), hint) from None
+        envelope = None  # it failed before answering: say how it failed
+    if envelope is None and not truncated:
+        raise LabctlError(f"cannot {doing} {sender}: {_failure(result)}", hint=hint)
+    if envelope is None:
+        raise UnreadableReply(sender, f"more than {bounded.NODE_REPLY_BYTES} bytes", hint)
+    return _payload(envelope, sender, doing, hint)
+
+
+def _envelope(text: str) -> dict[str, Any]:
+    """The reply line of `text` as an object, else BoundedError saying what is wrong."""
+    if not text.strip():
+        raise bounded.BoundedError("an empty reply")
+    if not text.endswith("\n"):  # cut off, or still being written when it was stopped
+        raise bounded.BoundedError("a reply that did not end (no newline after "
+                                   f"{len(text)} bytes)")
+    last = text.rstrip("\n").rpartition("\n")[2]
+    envelope = bounded.load_object(last, limit=bounded.NODE_REPLY_BYTES)
+    version = envelope.get(reply.KEY)
+    if version is None:
+        raise bounded.BoundedError(f"not a labctl reply (no {reply.KEY!r})")
+    if version != reply.VERSION or isinstance(version, bool):
+        raise bounded.BoundedError(f"reply version {short_repr(version, 20)}; this labctl "
+                                   f"reads version {reply.VERSION}")
+    if envelope.get("ok") not in (True, False):
+        raise bounded.BoundedError(f"ok is {short_repr(envelope.get('ok'), 20)}, "
+                                   "not true or false")
+    if envelope["ok"] and "data" not in envelope:
+        raise bounded.BoundedError("no 'data'")
+    if not envelope["ok"] and not isinstance(envelope.get("error"), str):
+        raise bounded.BoundedError("an error reply without its message")
+    return envelope
+
+
+def _payload(envelope: dict[str, Any], sender: str, doing: str, hint: str) -> Any:
+    if envelope["ok"]:
+        return envelope["data"]
+    message = bounded.printable(envelope["error"].strip())
+    if len(message) > ERROR_CHARS:
+        message = message[:ERROR_CHARS] + "…"
+    raise ErrorReply(f"cannot {doing} {sender}: {message or 'no reason given'}", hint=hint)
+
+
+def _failure(result: subprocess.CompletedProcess[str]) -> str:
+    """How a command that printed no reply failed: its last stderr line, or its exit."""
+    lines = result.stderr.strip().splitlines()
+    why = lines[-1] if lines else f"exit {result.returncode}"
+    return bounded.printable(why if len(why) <= 300 else why[:300] + "…")
 
 
 class DeviceStatus(TypedDict):
@@ -104,14 +179,12 @@ def _records(raw: dict[str, Any], key: str, fields: dict[str, tuple[type, ...]]
 _RELEASE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]{0,63}")
 
 
-def status_reply(text: str, truncated: bool = False) -> dict[str, Any]:
-    """The node's status reply as {"devices": [...], "interfaces": [...]}, every field of
-    its documented type; BoundedError (saying what is wrong) otherwise."""
-    if truncated:
-        raise bounded.BoundedError(f"more than {bounded.NODE_REPLY_BYTES} bytes")
-    if not text.strip():
-        raise bounded.BoundedError("an empty reply")
-    raw = bounded.load_object(text, limit=bounded.NODE_REPLY_BYTES)
+def status_reply(raw: Any) -> dict[str, Any]:
+    """A node's status payload (nodeside/status.sh's, read by read_reply) as
+    {"devices": [...], "interfaces": [...], "kernel": ...}, every field of its documented
+    type; BoundedError (saying what is wrong) otherwise."""
+    if not isinstance(raw, dict):
+        raise bounded.BoundedError(f"a status that is {bounded.json_kind(raw)}, not an object")
     if "devices" not in raw:
         raise bounded.BoundedError("no 'devices'")
     devices = _records(raw, "devices", _DEVICE_FIELDS)
@@ -126,3 +199,14 @@ def status_reply(text: str, truncated: bool = False) -> dict[str, Any]:
     if kernel is not None and (not isinstance(kernel, str) or not _RELEASE.fullmatch(kernel)):
         raise bounded.BoundedError(f"kernel is {short_repr(kernel)}, not a kernel release")
     return {"devices": devices, "interfaces": interfaces, "kernel": kernel}
+
+
+def node_status(result: subprocess.CompletedProcess[str], node: str) -> dict[str, Any]:
+    """`node`'s answer to STATUS_COMMAND as status_reply's record; LabctlError (an
+    UnreadableReply when it answered with something unusable) otherwise."""
+    hint = f"see what the node prints: `labctl exec {node} -- {shlex.join(STATUS_COMMAND)}`"
+    payload = read_reply(result, sender=node, doing="read status of", hint=hint)
+    try:
+        return status_reply(payload)
+    except bounded.BoundedError as exc:
+        raise UnreadableReply(node, str(exc), hint) from None

@@ -9,7 +9,8 @@ the next action) or TC_ACT_UNSPEC, which act_bpf turns into the action's own con
 "continue" (tcplan.py), and u32 then treats the packet as not matched.
 No compiler is needed in the node: the program is assembled here, instruction by instruction.
 
-Usage: python3 - load NAME KEY=VALUE... | read NAME... | remove NAME...
+Usage: python3 - load NAME KEY=VALUE... | read NAME... | remove NAME...; every answer is
+one line of labctl's reply format (nodeside/reply.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import platform
 import struct
 import sys
 
+USAGE = "usage: python3 - load NAME KEY=VALUE... | read NAME... | remove NAME..."
 PIN_DIR = "/sys/fs/bpf/labctl-fault"
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}
 _MAP_CREATE, _MAP_LOOKUP, _PROG_LOAD, _OBJ_PIN, _OBJ_GET = 0, 1, 5, 6, 7
@@ -261,21 +263,43 @@ def remove(name: str) -> None:
         os.rmdir(directory)
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) < 2:
-        raise SystemExit(__doc__)
-    command, names = argv[0], argv[1:]
-    if command == "load":
-        print(json.dumps(load(names[0], *parse_spec(names[1:]))))
-    elif command == "read":
-        print(json.dumps({name: read(name) for name in names}))
-    elif command == "remove":
+# labctl's reply format (nodeside/reply.py; copied, as this file is sent alone: a unit
+# test holds the copies to it)
+REPLY_KEY, REPLY_VERSION = "labctl_reply", 1
+
+
+def reply_line(data: object) -> str:
+    return json.dumps({REPLY_KEY: REPLY_VERSION, "ok": True, "data": data}, separators=(",", ":"))
+
+
+def reply_error_line(message: str) -> str:
+    return json.dumps({REPLY_KEY: REPLY_VERSION, "ok": False, "error": message},
+                      separators=(",", ":"))
+
+
+def answer(command: str, names: list[str]) -> object:
+    if command == "load" and names:
+        return load(names[0], *parse_spec(names[1:]))
+    if command == "read":
+        return {name: read(name) for name in names}
+    if command == "remove":
         for name in names:
             remove(name)
-        print("{}")
-    else:
-        raise SystemExit(f"unknown command {command!r}")
+        return {}
+    raise ValueError(f"unknown command {command!r} ({USAGE})")
+
+
+def main(argv: list[str]) -> int:
+    """Answer one reply line: the command's result, or why it failed (exit 1)."""
+    try:
+        print(reply_line(answer(argv[0] if argv else "", argv[1:])))
+    except (OSError, ValueError, KeyError, SystemExit) as exc:
+        why = exc.code if isinstance(exc, SystemExit) else (
+            exc if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}")
+        print(reply_error_line(str(why)))
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

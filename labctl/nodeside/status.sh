@@ -1,6 +1,7 @@
 #!/bin/sh
-# Print this node's RDMA and data-interface state as one JSON object (runs inside a node;
-# `labctl status` asks every node at once).
+# Print this node's RDMA and data-interface state as one reply line (runs inside a node;
+# `labctl status` asks every node at once): labctl's reply format (nodeside/reply.py),
+# {"labctl_reply": 1, "ok": true, "data": STATUS}, spelled out in the awk below.
 #
 # The shell and one awk, not Python: under TCG a node's `python3 -c pass` alone takes about
 # a second of its CPU on a busy host, and a sixteen-node `status` started sixteen of them
@@ -11,7 +12,7 @@
 # (labctl/node/replies.py); what is printed here is restricted to the characters those
 # fields can hold.
 #
-# {"devices": [{"name", "node_type", "netdev", "port_state", "link_layer", "active_mtu",
+# STATUS: {"devices": [{"name", "node_type", "netdev", "port_state", "link_layer", "active_mtu",
 #   "gid_index", "gid_ipv4"}], "interfaces": [{"name", "state", "mtu", "mac", "ipv4"}],
 #  "kernel"}: devices sorted by name, interfaces by index without lo and eth0 (management).
 
@@ -72,7 +73,7 @@ $1 == "net" && name_ok($2) && $2 != "lo" && $2 != "eth0" {
 }
 $1 == "addr" { addrs[$2] = addrs[$2] (addrs[$2] == "" ? "" : ", ") q(clean($3, "0-9./")) }
 END {
-    printf "{\"devices\": ["
+    printf "{\"labctl_reply\": 1, \"ok\": true, \"data\": {\"devices\": ["
     for (d = 1; d <= ndev; d++) {
         dev = devs[d]; port = ib "/" dev "/ports/1"
         # the first RoCE v2 GID that maps an IPv4 address (::ffff:a.b.c.d), by index: the
@@ -114,5 +115,5 @@ END {
     }
     kernel = ""
     if ((getline kernel < "/proc/sys/kernel/osrelease") <= 0) kernel = ""
-    printf "], \"kernel\": %s}\n", q(clean(kernel, "A-Za-z0-9._+~-"))
+    printf "], \"kernel\": %s}}\n", q(clean(kernel, "A-Za-z0-9._+~-"))
 }'

@@ -42,7 +42,7 @@ from labctl.data.recipes import RECIPES
 from labctl.errors import LabctlError
 from labctl.node import ssh
 from labctl.node.ready import NodeRuntime
-from labctl.node.replies import status_reply
+from labctl.node.replies import node_status
 from labctl.nodeside import STATUS_COMMAND  # where the Vagrantfile installs it too
 from labctl.progress import Progress
 from labctl.providers.base import Provider, UnsupportedError
@@ -477,8 +477,8 @@ class VagrantProvider(Provider):
         command = STATUS_COMMAND
         try:  # the node's reply is untrusted: bounded, and every field checked
             result = hostproc.run(self.exec_argv(node.name, command), timeout=120, check=False)
-            devices = status_reply(result.stdout, result.truncated)["devices"]
-        except (hostproc.HostProcessError, bounded.BoundedError):
+            devices = node_status(result, node.name)["devices"]
+        except LabctlError:  # HostProcessError too
             return {}
         for record in devices:
             if record["name"] == device:

@@ -24,6 +24,7 @@ from labctl import bounded
 from labctl.errors import LabctlError, UsageError, short_repr
 from labctl.lab.handle import LabHandle
 from labctl.locks import blocking_lock
+from labctl.node.replies import read_reply
 from labctl.providers.base import UnsupportedError
 from labctl.rdmafault import tcplan
 from labctl.rdmafault.fault_spec import FaultMatch, FaultSpec
@@ -152,9 +153,21 @@ def check_running(handle: LabHandle, node: str) -> None:
                          "`labctl status` shows the lab")
 
 
-def run_gate(handle: LabHandle, node: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return handle.run(node, ["python3", "-", *args], input=_GATE_SOURCE.read_text(),
-                      timeout=NODE_SECONDS)
+def run_gate(handle: LabHandle, node: str, doing: str, *args: str) -> Any:
+    """The fault gate's answer to `args` in `node` (its reply's payload), or LabctlError
+    saying "cannot DOING NODE" and why."""
+    result = handle.run(node, ["python3", "-", *args], input=_GATE_SOURCE.read_text(),
+                        timeout=NODE_SECONDS)
+    return read_reply(result, sender=node, doing=doing,
+                      hint=f"`labctl exec {node} -- dmesg` may say why")
+
+
+def _gate_removed(handle: LabHandle, node: str, *names: str) -> bool:
+    try:
+        run_gate(handle, node, "remove the fault's gate in", "remove", *names)
+    except LabctlError:
+        return False
+    return True
 
 
 def _why(result: subprocess.CompletedProcess[str]) -> str:
@@ -177,11 +190,11 @@ def _add_locked(handle: LabHandle, node: str, ifname: str, spec: FaultSpec) -> F
                          hint=f"`labctl fault clear {node}:{ifname}` or clear one by --id")
     fault = Fault(max((f.id for f in faults), default=0) + 1, node, ifname, free[0], spec)
     name = tcplan.pin_name(fault.id)
-    loaded = run_gate(handle, node, "load", name, *spec.gate_words())
-    if loaded.returncode != 0:
-        run_gate(handle, node, "remove", name)
-        raise LabctlError(f"cannot load the fault's gate in {node}: {_why(loaded)}",
-                          hint="`labctl exec NODE -- dmesg` may say why")
+    try:
+        run_gate(handle, node, "load the fault's gate in", "load", name, *spec.gate_words())
+    except LabctlError:
+        _gate_removed(handle, node, name)
+        raise
     script = tcplan.install_script(ifname, fault.band, fault.id, spec)
     result = handle.run(node, ["sh", "-c", script], timeout=NODE_SECONDS)
     if result.returncode != 0:
@@ -198,8 +211,8 @@ def _add_locked(handle: LabHandle, node: str, ifname: str, spec: FaultSpec) -> F
 def _take_off(handle: LabHandle, fault: Fault, last_on_interface: bool) -> bool:
     script = tcplan.remove_script(fault.interface, fault.band, last_on_interface)
     removed = handle.run(fault.node, ["sh", "-c", script], timeout=NODE_SECONDS)
-    unpinned = run_gate(handle, fault.node, "remove", tcplan.pin_name(fault.id))
-    return removed.returncode == 0 and unpinned.returncode == 0
+    unpinned = _gate_removed(handle, fault.node, tcplan.pin_name(fault.id))
+    return removed.returncode == 0 and unpinned
 
 
 def _take_off_all(handle: LabHandle, node: str, faults: list[Fault], kept: list[Fault]) -> bool:
@@ -215,8 +228,8 @@ def _take_off_all(handle: LabHandle, node: str, faults: list[Fault], kept: list[
                      "|| failed=1")
     script = "failed=0\n" + "\n".join(parts) + "\nexit $failed\n"
     removed = handle.run(node, ["sh", "-c", script], timeout=NODE_SECONDS)
-    unpinned = run_gate(handle, node, "remove", *(tcplan.pin_name(f.id) for f in faults))
-    return removed.returncode == 0 and unpinned.returncode == 0
+    unpinned = _gate_removed(handle, node, *(tcplan.pin_name(f.id) for f in faults))
+    return removed.returncode == 0 and unpinned
 
 
 def clear_faults(handle: LabHandle, endpoint: tuple[str, str] | None = None,
@@ -271,12 +284,12 @@ def fault_counts(handle: LabHandle, faults: list[Fault]) -> dict[int, list[int] 
     counts: dict[int, list[int] | None] = {f.id: None for f in faults}
     for node in sorted({f.node for f in faults}):
         ids = [f.id for f in faults if f.node == node]
-        result = run_gate(handle, node, "read", *(tcplan.pin_name(i) for i in ids))
         try:
-            reply = bounded.loads(result.stdout, limit=bounded.NODE_REPLY_BYTES)
-        except ValueError:
+            reply = run_gate(handle, node, "read the fault counts of", "read",
+                             *(tcplan.pin_name(i) for i in ids))
+        except LabctlError:
             continue
-        if result.returncode != 0 or not isinstance(reply, dict):
+        if not isinstance(reply, dict):
             continue
         for fault_id in ids:
             value = reply.get(tcplan.pin_name(fault_id))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 import subprocess
 from pathlib import Path
 
@@ -51,7 +50,7 @@ def docker_leftovers(name: str, vms: tuple[str, ...] = ("default",)) -> dict[str
     containers, networks labctl made, swarm membership, and in each VM's kernel the lab's
     netns, rxe links and veths left in the root namespace (a lab's veths live in its netns
     and containers: one in the root namespace is a leak)."""
-    from labctl.dockerhost.engine import helper_source, last_line
+    from labctl.dockerhost.engine import helper_source, reply_object
     from labctl.dockerhost.sdk import sdk
     from labctl.dockerhost.vm import DockerHostVM
 
@@ -73,7 +72,7 @@ def docker_leftovers(name: str, vms: tuple[str, ...] = ("default",)) -> dict[str
             client.close()
         shown = host.run(["python3", "-", "show", f"labctl-{name}"], input=helper_source(),
                          timeout=120)
-        kernel = json.loads(last_line(shown.stdout))
+        kernel = reply_object(shown, host.title, "list what the lab left in")
         found[f"engine netns{where}"] = [n for n in kernel["netns"] if n == f"labctl-{name}"]
         found[f"rxe links{where}"] = [d for d in kernel["rdma_links"] if f"_{name}_" in d]
         found[f"root veths{where}"] = kernel["root_veths"]

@@ -5,17 +5,21 @@ hostile node replies at (the `lab_running` fixture, tests/unit/conftest.py)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+from labctl.nodeside import reply
 from labctl.store.labdir import LabDir
 from labctl.store.state import LabState
 from labctl.topology.load import load_lab
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURED = Path(__file__).parent / "outputs" / "status"
-GOOD_STATUS = (CAPTURED / "node1-status.json").read_text()
+GOOD_STATUS = (CAPTURED / "node1-status.json").read_text()  # a live node's status payload
+# ...as the node sends it: one line of labctl's reply format (labctl/nodeside/reply.py)
+GOOD_STATUS_REPLY = reply.line(json.loads(GOOD_STATUS)) + "\n"
 LAB = "ut-replies"
 
 

@@ -28,8 +28,8 @@ CLASSES: list[tuple[type[Provider], Capabilities]] = [
     (QemuProvider, QEMU), (DockerProvider, DOCKER), (SwarmProvider, SWARM),
     (VagrantProvider, VAGRANT)]
 # Where a provider's name may still be written outside labctl/providers: the table itself,
-# the Docker host VM (a qemu lab of its own), doctor's host checks and the JSON shapes.
-NAMED_PROVIDERS_ALLOWED = {"capabilities.py", "dockerhost/vm.py", "cli/doctor.py",
+# the Docker host VM (a qemu lab of its own) and the JSON shapes (doctor reads the registry).
+NAMED_PROVIDERS_ALLOWED = {"capabilities.py", "dockerhost/vm.py",
                            "cli/shapes.py", "topology/model.py", "dockerhost/sdk.py"}
 
 

@@ -333,3 +333,67 @@ def test_the_host_rdma_probes_are_bounded_in_time(host: FakeHost,
     checks, usable = doctor.check_host_rdma()
     assert time.monotonic() - started < 10
     assert not usable and checks[0].result == NO and "rdma_rxe not found" in checks[0].detail
+
+
+# --- the verdicts come from the provider registry -----------------------------------------
+def _checks(**results: str) -> list[Check]:
+    names = {"tools": "qemu tools", "local": "Docker engine (local)",
+             "host_probe": "per-netns rxe (host)", "vm_probe": "per-netns rxe (VM)"}
+    return [Check(names[key], result, "") for key, result in results.items()]
+
+
+@pytest.mark.parametrize(("root", "checks", "expected"), [
+    (True, _checks(tools=OK, local=NO, host_probe=SKIP), [
+        ("qemu", None, "works", "one qemu VM per node"),
+        ("docker", "vm", "available", "the Docker host VM starts on demand"),
+        ("docker", "local", "no", "needs a local Docker engine and a host kernel that passes "
+                                  "the per-netns probe")]),
+    (False, _checks(tools=NO, local=OK, host_probe=OK), [
+        ("qemu", None, "no", "needs root and the qemu tools"),
+        ("docker", "vm", "no", "the Docker host VM needs root and the qemu tools"),
+        ("docker", "local", "works", "containers on this host's engine and kernel")]),
+    (True, _checks(tools=OK, local=NO, host_probe=NO, vm_probe=NO), [
+        ("qemu", None, "works", "one qemu VM per node"),
+        ("docker", "vm", "no", "the Docker host VM runs but its rxe probe failed"),
+        ("docker", "local", "no", "needs a local Docker engine and a host kernel that passes "
+                                  "the per-netns probe")]),
+    (False, _checks(tools=OK, local=NO, host_probe=NO, vm_probe=OK), [
+        ("qemu", None, "no", "needs root"),
+        ("docker", "vm", "works", "rxe works in the running Docker host VM"),
+        ("docker", "local", "no", "needs a local Docker engine and a host kernel that passes "
+                                  "the per-netns probe")]),
+])
+def test_each_registered_provider_gets_its_verdict(
+        monkeypatch: pytest.MonkeyPatch, root: bool, checks: list[Check],
+        expected: list[tuple[str, str | None, str, str]]) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 0 if root else 1000)
+    assert [(v["provider"], v["engine"], v["verdict"], v["detail"])
+            for v in doctor.verdicts(checks)] == expected
+
+
+def test_a_provider_registered_elsewhere_is_judged_without_a_change_to_doctor(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registry line is all a new provider needs for doctor's verdicts (and its JSON)."""
+    from labctl import capabilities
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    capabilities.register("ut-doctor", capabilities.QEMU, "tests.unit:nothing", "test nodes",
+                          host=(capabilities.HostVerdict(None, {"qemu tools": "the tools"},
+                                                         "a test node per node"),))
+    try:
+        found = doctor.verdicts(_checks(tools=NO, local=NO, host_probe=NO))
+    finally:
+        capabilities.unregister("ut-doctor")
+    assert found[-1] == {"provider": "ut-doctor", "engine": None, "verdict": "no",
+                         "detail": "needs the tools"}
+    assert [v["provider"] for v in found[:-1]] == ["qemu", "docker", "docker"]
+
+
+def test_the_checks_the_registry_names_are_doctors() -> None:
+    """A verdict resting on a check doctor does not make would always say no."""
+    from labctl import capabilities
+
+    source = Path(doctor.__file__).read_text()
+    named = {check for _, host in capabilities.host_verdicts()
+             for check in [*host.needs, *([host.probe] if host.probe else [])]}
+    assert named and {n for n in named if f'Check("{n}"' not in source} == set()

@@ -17,12 +17,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from labctl.lab import links
 from labctl.lab.handle import LabHandle
 from labctl.lab.links import netem_of, node_end
 from labctl.net import labnet
@@ -54,21 +56,33 @@ def _lab(topology: str = "two-node.yaml", provider: str = "qemu",
 Reply = Callable[[str], subprocess.CompletedProcess[str]]
 
 
-def _captured(node: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.CompletedProcess([], 0, (CAPTURED / f"{node}.txt").read_text(), "")
+def _sent(payload: str) -> str:
+    return '{"labctl_reply": 1, "ok": true, "data": ' + payload + "}\n"
 
 
 @pytest.fixture
-def replies(monkeypatch: pytest.MonkeyPatch) -> dict[str, Reply]:
-    """What each node answers to link show's command (default: its captured reply)."""
+def replies(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Reply]:
+    """What each node answers to link show's command (default: the command itself, run
+    here with `ip` and `tc` printing what they printed in the live node)."""
     answers: dict[str, Reply] = {}
     asked: list[list[str]] = []
+
+    def captured(node: str) -> subprocess.CompletedProcess[str]:
+        tools = tmp_path / node
+        tools.mkdir(exist_ok=True)
+        link_json, qdisc_json = (CAPTURED / f"{node}.txt").read_text().split("\n\n")
+        for tool, printed in (("ip", link_json), ("tc", qdisc_json)):
+            (tools / f"{tool}.json").write_text(printed)
+            (tools / tool).write_text(f"#!/bin/sh\ncat '{tools / tool}.json'\n")
+            (tools / tool).chmod(0o755)
+        return subprocess.run(asked[-1], capture_output=True, text=True, timeout=30,
+                              check=False, env={**os.environ, "PATH": f"{tools}:/usr/bin:/bin"})
 
     def run(self: LabHandle, node: str, command: list[str], *, timeout: float | None = None,
             input: str | None = None) -> subprocess.CompletedProcess[str]:
         asked.append(command)
-        assert command == ["sh", "-c", "ip -j link show; echo; tc -j qdisc show"]
-        return answers.get(node, _captured)(node)
+        assert command == links._NODE_COMMAND
+        return answers.get(node, captured)(node)
 
     monkeypatch.setattr(LabHandle, "run", run)
     return answers
@@ -155,17 +169,23 @@ def _answer(stdout: str, code: int = 0, stderr: str = "") -> Reply:
 
 _LINKS_LINE = (CAPTURED / "node1.txt").read_text().splitlines()[0]
 # A node is untrusted: what it answers may be anything. Each is its end's "?" (exit 1),
-# never a traceback, and the other node's end is still shown.
+# never a traceback, and the other node's end is still shown. (The reply line's own
+# checks are tests/unit/test_node_reply_format.py's.)
 UNUSABLE: list[tuple[str, Reply, str]] = [
     ("ssh-fails", _answer("", 255, "ssh: connect to host 127.0.0.1 port 2222: refused"),
      "cannot read the links of node2: ssh: connect to host"),
     ("timeout", _answer("", 124, ""), "cannot read the links of node2: exit 124"),
-    ("one-document", _answer(_LINKS_LINE + "\n"), "cannot read the links of node2"),
-    ("three-documents", _answer("[]\n[]\n[]\n"), "cannot read the links of node2"),
+    ("the old two documents", _answer(_LINKS_LINE + "\n\n[]\n"),
+     "node2 sent an unreadable reply (a JSON list, not an object)"),
+    ("links only", _answer(_sent('{"links": ' + _LINKS_LINE + "}")), "not two JSON lists"),
     ("not-json", _answer("<html>\nhello\n"), "node2 sent an unreadable reply"),
-    ("objects", _answer("{}\n{}\n"), "not two JSON lists"),
-    ("nan", _answer("[NaN]\n[]\n"), "node2 sent an unreadable reply"),
-    ("deep", _answer("[" * 100_000 + "]" * 100_000 + "\n[]\n"), "node2 sent an unreadable"),
+    ("objects", _answer(_sent('{"links": {}, "qdiscs": {}}')), "not two JSON lists"),
+    ("a list", _answer(_sent("[[], []]")), "not two JSON lists"),
+    ("nan", _answer(_sent('{"links": [NaN], "qdiscs": []}')), "node2 sent an unreadable reply"),
+    ("deep", _answer(_sent('{"links": ' + "[" * 100_000 + "]" * 100_000 + ', "qdiscs": []}')),
+     "node2 sent an unreadable"),
+    ("its error", _answer('{"labctl_reply": 1, "ok": false, "error": "no tc"}\n', 1),
+     "cannot read the links of node2: no tc"),
 ]
 
 

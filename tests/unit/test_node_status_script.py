@@ -13,18 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from labctl.node.replies import status_reply
+from labctl.node.replies import node_status
 from labctl.nodeside import STATUS_COMMAND
 
 SCRIPT = Path(__file__).resolve().parents[2] / "labctl" / "nodeside" / "status.sh"
 pytestmark = pytest.mark.skipif(shutil.which("ip") is None, reason="iproute2 is absent")
 
 
-def _run(env: dict[str, str] | None = None) -> str:
+def _result(env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(["sh", str(SCRIPT)], capture_output=True, text=True, timeout=30,
                             check=True, env={**os.environ, **(env or {})})
     assert result.stderr == ""
-    return result.stdout
+    return result
+
+
+def _run(env: dict[str, str] | None = None) -> str:
+    return _result(env).stdout
 
 
 def _from_ip() -> list[dict[str, object]]:
@@ -43,13 +47,15 @@ def test_the_command_labctl_runs_is_this_script() -> None:
 
 
 def test_the_reply_passes_the_hosts_checks_and_says_what_ip_says() -> None:
-    text = _run()
-    reply = status_reply(text)
+    result = _result()
+    reply = node_status(result, "node1")  # the one reader of replies, then the status checks
     assert reply["interfaces"] == _from_ip()
     assert reply["kernel"] == os.uname().release
     if not Path("/sys/class/infiniband").is_dir():
         assert reply["devices"] == []
-    assert json.loads(text) == reply  # nothing the checks dropped or changed
+    # one line of labctl's reply format, nothing the checks dropped or changed
+    assert result.stdout.count("\n") == 1
+    assert json.loads(result.stdout) == {"labctl_reply": 1, "ok": True, "data": reply}
 
 
 def test_a_device_named_by_the_container_that_is_not_there_changes_nothing() -> None:

@@ -275,12 +275,12 @@ def test_lab_json_keeps_no_kernel_key_for_the_images_kernel(tmp_path: Path) -> N
 
 # --- the node's status reply ------------------------------------------------------------
 def test_status_reply_carries_the_release_checked() -> None:
-    reply = status_reply(json.dumps({"devices": [], "interfaces": [], "kernel": RELEASE}))
+    reply = status_reply({"devices": [], "interfaces": [], "kernel": RELEASE})
     assert reply["kernel"] == RELEASE
-    assert status_reply(json.dumps({"devices": []}))["kernel"] is None  # an older node
+    assert status_reply({"devices": []})["kernel"] is None  # an older node
     for bad in ("x" * 65, "6.12 ; reboot", 612, ""):
         with pytest.raises(ValueError, match="not a kernel release"):
-            status_reply(json.dumps({"devices": [], "kernel": bad}))
+            status_reply({"devices": [], "kernel": bad})
 
 
 # --- the initrd and the plan ------------------------------------------------------------

@@ -19,7 +19,7 @@ from labctl import capabilities
 from labctl.errors import LabctlError, UsageError
 from labctl.lab import counters
 from labctl.node.ready import NodeRuntime
-from labctl.nodeside import faultgate
+from labctl.nodeside import faultgate, reply
 from labctl.providers.base import UnsupportedError
 from labctl.rdmafault import apply, tcplan
 from labctl.rdmafault.fault_spec import FaultSpec, build_spec, parse_opcodes, parse_psn
@@ -178,9 +178,8 @@ class _CountingNode:
                      timeout: float) -> subprocess.CompletedProcess[str]:
         ports = [{"ifname": f"rxe_lab_{n}", "port": 1, "rcvd_seq_err": i}
                  for i, n in enumerate(("node1", "node2"))]
-        out = (json.dumps(ports) + "\n--labctl-counters--\n"
-               "Tcp: RetransSegs InSegs\nTcp: 1 2\n")
-        return subprocess.CompletedProcess(command, 0, out, "")
+        out = reply.line({"rdma": ports, "tcp": ["Tcp RetransSegs InSegs", "Tcp 1 2"]})
+        return subprocess.CompletedProcess(command, 0, out + "\n", "")
 
     def node_state(self, node: str) -> Any:
         return type("S", (), {"rdma_dev": f"rxe_lab_{node}"})()
@@ -255,9 +254,9 @@ class FakeHandle:
         self.calls.append(command)
         if command[:2] == ["python3", "-"]:
             assert input and "gate_program" in input  # the gate's own source
-            reply = {"load": '{"prog": "p"}', "remove": "{}",
-                     "read": json.dumps({n: [9, 2] for n in command[3:]})}[command[2]]
-            return subprocess.CompletedProcess(command, 0, reply, "")
+            answer = {"load": {"prog": "p"}, "remove": {},
+                      "read": {n: [9, 2] for n in command[3:]}}[command[2]]
+            return subprocess.CompletedProcess(command, 0, reply.line(answer) + "\n", "")
         install = "set -e" in command[-1]
         code = self.tc_exit if install else 0
         return subprocess.CompletedProcess(command, code, "", "" if code == 0 else "RTNETLINK")

@@ -12,9 +12,11 @@ config_text.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,10 +27,10 @@ import pytest
 from labctl import bounded
 from labctl.lab import handle as handle_module
 from labctl.lab import lifecycle
-from labctl.lab.counters import _SEPARATOR
 from labctl.lab.handle import LabHandle
 from labctl.node import ssh
 from labctl.node.ready import NodeRuntime
+from labctl.nodeside import reply
 from labctl.progress import Progress
 from labctl.providers import qemu
 from labctl.providers.qemu import QemuProvider
@@ -37,14 +39,15 @@ from labctl.store.state import LabState, NodeState, NodeStatus
 from labctl.store.state_recorder import StateRecorder
 from labctl.topology import load as topology_load
 from tests.unit.clirun import run_main
-from tests.unit.standin import GOOD_STATUS, LAB
+from tests.unit.standin import GOOD_STATUS_REPLY, LAB
+from tests.unit.test_layers import LAYERS, NEUTRAL
 
 OUTPUTS = Path(__file__).parent / "outputs"
 
 # A node as labctl's commands see it: ibv_rc_pingpong's server prints its group line and
 # what a live server printed, then waits until the client has run; the client prints what
-# a live client printed; the node's status, its counters (none), and exit 0 for the rest
-# (ready probes, tc, the fault's gate, `exec`'s command).
+# a live client printed; the node's status, its counters (none), the fault's gate (done),
+# each a reply line, and exit 0 for the rest (ready probes, tc, `exec`'s command).
 NODE_SCRIPT = r"""
 import os, re, sys, time
 folder, node, words = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -66,8 +69,9 @@ if "ibv_rc_pingpong" in line:
 elif "labctl/nodeside/status.sh" in line:
     sys.stdout.write(open(os.path.join(folder, "status.json")).read())
 elif "statistic show" in line:
-    print("[]")
-    print(open(os.path.join(folder, "separator")).read())
+    sys.stdout.write(open(os.path.join(folder, "counters.json")).read())
+elif words[:2] == ["python3", "-"]:
+    sys.stdout.write(open(os.path.join(folder, "gate.json")).read())
 """
 
 
@@ -76,8 +80,56 @@ class Reads:
     """What one command read of its lab and made of it."""
 
     state: int = 0  # reads of state.json
+    lab_json: int = 0  # reads of lab.json (the resolved topology the lab was made from)
     ssh_config: int = 0  # ssh_config texts rendered
     node_commands: list[list[str]] = field(default_factory=list)
+    # the command's hops: each distinct call from a function of one layer of labctl (cli,
+    # lab, runners, providers, node, store, topology...: tests/unit/test_layers.py's) into
+    # a function of another; the neutral helpers (bounded reads, hostproc, paths...) are
+    # not counted
+    hops: set[tuple[str, str]] = field(default_factory=set)
+
+
+# The hops of docs/architecture.md's "How a command flows", at most (a change that adds
+# hops to a flow says so here and there).
+MOST_HOPS = {"up": 48, "run pingpong": 47, "fault add": 36}
+
+
+@contextlib.contextmanager
+def _tracing_hops(reads: Reads) -> Iterator[None]:
+    """Record reads.hops while the block runs, in every thread it starts."""
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        caller = frame.f_back
+        if event != "call" or caller is None:
+            return
+        callee_module = frame.f_globals.get("__name__", "")
+        caller_module = caller.f_globals.get("__name__", "")
+        if not (callee_module.startswith("labctl.") and caller_module.startswith("labctl.")):
+            return
+        callee_part, caller_part = callee_module.split(".")[1], caller_module.split(".")[1]
+        if callee_part != caller_part and NEUTRAL not in (LAYERS.get(callee_part, NEUTRAL),
+                                                          LAYERS.get(caller_part, NEUTRAL)):
+            reads.hops.add((f"{caller_module}.{caller.f_code.co_qualname}",
+                            f"{callee_module}.{frame.f_code.co_qualname}"))
+
+    sys.setprofile(profile)
+    threading.setprofile(profile)
+    try:
+        yield
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+
+
+def _report_hops(flow: str, reads: Reads) -> None:
+    """What the flow cost, printed for `pytest -s` (docs/architecture.md quotes it)."""
+    parts = sorted({callee.split(".")[1] for _, callee in reads.hops})
+    print(f"\n{flow}: {len(reads.hops)} hops into {', '.join(parts)}; "
+          f"{len(reads.node_commands)} node commands; state.json read {reads.state}x, "
+          f"lab.json {reads.lab_json}x")
+    assert 0 < len(reads.hops) <= MOST_HOPS[flow], sorted(reads.hops)
+    assert reads.lab_json == 1  # the lab as made: its topology is not parsed again
 
 
 def _count_reads(monkeypatch: pytest.MonkeyPatch, state_file: Path) -> Reads:
@@ -90,6 +142,8 @@ def _count_reads(monkeypatch: pytest.MonkeyPatch, state_file: Path) -> Reads:
     def counting_read(path: Any, *args: Any, **kwargs: Any) -> str:
         if os.path.realpath(path) == wanted:
             reads.state += 1
+        elif os.path.realpath(path) == os.path.join(os.path.dirname(wanted), "lab.json"):
+            reads.lab_json += 1
         return read_text(path, *args, **kwargs)
 
     def counting_config(*args: Any, **kwargs: Any) -> str:
@@ -110,8 +164,9 @@ def counted(lab_running: LabDir, tmp_path: Path,
     folder.mkdir()
     (folder / "server.txt").write_text((OUTPUTS / "pingpong-rc-c.server.txt").read_text())
     (folder / "client.txt").write_text((OUTPUTS / "pingpong-rc-c.client.txt").read_text())
-    (folder / "status.json").write_text(GOOD_STATUS)
-    (folder / "separator").write_text(_SEPARATOR)
+    (folder / "status.json").write_text(GOOD_STATUS_REPLY)
+    (folder / "counters.json").write_text(reply.line({"rdma": [], "tcp": []}) + "\n")
+    (folder / "gate.json").write_text(reply.line({}) + "\n")
     reads = _count_reads(monkeypatch, lab_running.state_file)
 
     def node_argv(config: Path, node: str, command: list[str], *, tty: bool = False,
@@ -121,7 +176,8 @@ def counted(lab_running: LabDir, tmp_path: Path,
         return [sys.executable, "-c", NODE_SCRIPT, str(folder), node, *command]
 
     monkeypatch.setattr(ssh, "ssh_argv", node_argv)
-    yield reads
+    with _tracing_hops(reads):
+        yield reads
 
 
 def test_run_pingpong_reads_the_state_once(counted: Reads, monkeypatch: pytest.MonkeyPatch,
@@ -133,6 +189,7 @@ def test_run_pingpong_reads_the_state_once(counted: Reads, monkeypatch: pytest.M
     # and the server's stop in its node; each one through the lab's ssh_config
     assert len(counted.node_commands) >= 6
     assert (counted.state, counted.ssh_config) == (1, 1)
+    _report_hops("run pingpong", counted)
 
 
 def test_status_reads_the_state_once(counted: Reads, monkeypatch: pytest.MonkeyPatch,
@@ -167,6 +224,7 @@ def test_fault_add_reads_the_state_once(counted: Reads, monkeypatch: pytest.Monk
     # the gate loaded, then the tc filter installed, in the node
     assert len(counted.node_commands) == 2
     assert (counted.state, counted.ssh_config) == (1, 1)
+    _report_hops("fault add", counted)
 
 
 class MadeProvider(QemuProvider):
@@ -217,12 +275,15 @@ def test_up_reads_the_state_it_wrote_once(state_dir: Path, tmp_path: Path, as_js
     parse = topology_load._parse
     monkeypatch.setattr(topology_load, "_parse", lambda text, file, *args, **kwargs: (
         parsed.append(file), parse(text, file, *args, **kwargs))[1])
-    code, out, err = run_main(monkeypatch, capsys, "up", str(topology),
-                              *(["--json"] if as_json else []))
+    with _tracing_hops(reads):
+        code, out, err = run_main(monkeypatch, capsys, "up", str(topology),
+                                  *(["--json"] if as_json else []))
     assert code == 0, err
     assert ('"phase": "up"' in out) if as_json else ("running" in out), out
     assert (reads.state, reads.ssh_config) == (1, 2)
     assert parsed == [str(topology)]
+    if not as_json:
+        _report_hops("up", reads)
 
 
 def test_what_the_command_writes_is_read_again(lab_running: LabDir) -> None:

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from labctl import bounded
+from labctl import bounded, hostproc
 from labctl.cli import inspect as inspect_cli
 from labctl.lab import handle as handle_module
 from labctl.lab.handle import LabHandle
 from labctl.node.ready import READY
-from labctl.node.replies import status_reply
+from labctl.node.replies import UnreadableReply, node_status
 from labctl.providers import provider_for
 from labctl.providers.docker import BOOT_LOG_BYTES, DockerProvider
 from labctl.providers.qemu import QemuProvider
@@ -39,7 +39,7 @@ from labctl.topology.resolved import Lab, Node
 from labctl.vm.machine import node_machine
 from tests.unit.clirun import run_main
 from tests.unit.jsonshape import parsed
-from tests.unit.standin import GOOD_STATUS, LAB, ROOT
+from tests.unit.standin import GOOD_STATUS, GOOD_STATUS_REPLY, LAB, ROOT
 from tests.unit.standin import make_lab as _make_lab
 
 # Prints the reply a hostile node would: the bytes of a file, N MiB on one line, output
@@ -80,54 +80,81 @@ def _status(**changes: object) -> str:
     return json.dumps(report)
 
 
-# The status replies a node may send and the words labctl's reason must contain.
-# Classes: not JSON, not an object, a key missing, a field of the wrong type, too deep,
-# not finite, empty, binary.
-BAD_STATUS_REPLIES: list[tuple[str, bytes, str]] = [
+def _sent(payload: str | bytes) -> bytes:
+    """`payload` (JSON text, or anything) as a node sends it: in a reply line."""
+    text = payload.encode() if isinstance(payload, str) else payload
+    return b'{"labctl_reply": 1, "ok": true, "data": ' + text + b"}\n"
+
+
+# Bad replies a node may send and the words labctl's reason must contain. The reply line
+# itself (labctl/nodeside/reply.py): not JSON, not an object, not labctl's format, another
+# version, cut, empty, binary, too deep, not finite...
+BAD_REPLY_LINES: list[tuple[str, bytes, str]] = [
     ("text", b"hello from a hostile node\n", "not JSON"),
-    ("truncated JSON", GOOD_STATUS[:40].encode(), "not JSON"),
+    ("truncated JSON", GOOD_STATUS_REPLY[:40].encode() + b"\n", "not JSON"),
+    ("cut before its end", GOOD_STATUS_REPLY[:40].encode(), "did not end"),
     ("empty", b"", "empty reply"),
     ("blank lines", b"\n\n  \n", "empty reply"),
-    ("binary", b"\xff\xfe\x00\x01garbage\x80", "not JSON"),
+    ("binary", b"\xff\xfe\x00\x01garbage\x80\n", "not JSON"),
     ("list", b"[]\n", "list, not an object"),
     ("string", b'"devices"\n', "string, not an object"),
     ("number", b"42\n", "number, not an object"),
     ("null", b"null\n", "null, not an object"),
-    ("no devices", b"{}\n", "no 'devices'"),
-    ("kernel not a release", _status(kernel="6.12; reboot").encode(), "not a kernel release"),
-    ("kernel a number", _status(kernel=612).encode(), "not a kernel release"),
-    ("devices not a list", _status(devices="rxe0").encode(), "devices is a string"),
-    ("devices an object", _status(devices={"name": "rxe0"}).encode(), "devices is an object"),
-    ("device not an object", _status(devices=[1]).encode(), "devices[0] is a number"),
-    ("device without name", _status(devices=[{"port_state": "ACTIVE"}]).encode(),
-     "devices[0] has no 'name'"),
-    ("name a number", _status(devices=[_device(name=7)]).encode(), "devices[0].name is a number"),
-    ("gid_index a string", _status(devices=[_device(gid_index="1")]).encode(),
-     "devices[0].gid_index is a string"),
-    ("gid_index a boolean", _status(devices=[_device(gid_index=True)]).encode(),
-     "devices[0].gid_index is a boolean"),
-    ("gid_index a float", _status(devices=[_device(gid_index=1.5)]).encode(),
-     "devices[0].gid_index is a number"),
-    ("port_state null", _status(devices=[_device(port_state=None)]).encode(),
-     "devices[0].port_state is null"),
-    ("active_mtu a list", _status(devices=[_device(active_mtu=[1024])]).encode(),
-     "devices[0].active_mtu is a list"),
-    ("interfaces not a list", _status(interfaces="eth1").encode(), "interfaces is a string"),
-    ("interface mtu a string", _status(interfaces=[
-        {"name": "eth1", "state": "UP", "mtu": "1500", "mac": None, "ipv4": []}]).encode(),
-     "interfaces[0].mtu is a string"),
-    ("interface ipv4 numbers", _status(interfaces=[
-        {"name": "eth1", "state": "UP", "mtu": 1500, "mac": None, "ipv4": [1]}]).encode(),
-     "interfaces[0].ipv4 holds a number"),
-    ("100k-deep list", _deep(100_000).encode(), "nested deeper"),
-    ("100k-deep in devices", _status(devices=[]).replace('"devices": []',
-                                                         '"devices": ' + _deep(100_000)
-                                                         ).encode(), "nested deeper"),
-    ("NaN", b'{"devices": [], "x": NaN}', "NaN is not JSON"),
-    ("Infinity in a field", _status(devices=[_device(gid_index=1)]).replace(
-        '"gid_index": 1', '"gid_index": Infinity').encode(), "Infinity is not JSON"),
-    ("-Infinity", b'{"devices": -Infinity}', "-Infinity is not JSON"),
+    ("a bare status (an older node)", GOOD_STATUS.strip().encode() + b"\n",
+     "not a labctl reply (no 'labctl_reply')"),
+    ("another version", GOOD_STATUS_REPLY.replace('"labctl_reply":1', '"labctl_reply":2'
+                                                  ).encode(), "reply version 2;"),
+    ("version a string", GOOD_STATUS_REPLY.replace('"labctl_reply":1', '"labctl_reply":"1"'
+                                                   ).encode(), "reply version '1'"),
+    ("version true", GOOD_STATUS_REPLY.replace('"labctl_reply":1', '"labctl_reply":true'
+                                               ).encode(), "reply version True"),
+    ("ok missing", b'{"labctl_reply": 1, "data": {}}\n', "ok is None, not true or false"),
+    ("ok a string", b'{"labctl_reply": 1, "ok": "yes", "data": {}}\n', "ok is 'yes'"),
+    ("no data", b'{"labctl_reply": 1, "ok": true}\n', "no 'data'"),
+    ("an error without its message", b'{"labctl_reply": 1, "ok": false}\n',
+     "an error reply without its message"),
+    ("100k-deep list", _deep(100_000).encode() + b"\n", "nested deeper"),
+    ("NaN", b'{"labctl_reply": 1, "ok": true, "data": {"devices": [], "x": NaN}}\n',
+     "NaN is not JSON"),
 ]
+# ...and its payload, a node's status: not an object, a key missing, a field of the wrong
+# type, too deep, not finite.
+BAD_STATUS_PAYLOADS: list[tuple[str, bytes, str]] = [
+    ("status a list", _sent("[]"), "a status that is a list, not an object"),
+    ("status null", _sent("null"), "a status that is null, not an object"),
+    ("no devices", _sent("{}"), "no 'devices'"),
+    ("kernel not a release", _sent(_status(kernel="6.12; reboot")), "not a kernel release"),
+    ("kernel a number", _sent(_status(kernel=612)), "not a kernel release"),
+    ("devices not a list", _sent(_status(devices="rxe0")), "devices is a string"),
+    ("devices an object", _sent(_status(devices={"name": "rxe0"})), "devices is an object"),
+    ("device not an object", _sent(_status(devices=[1])), "devices[0] is a number"),
+    ("device without name", _sent(_status(devices=[{"port_state": "ACTIVE"}])),
+     "devices[0] has no 'name'"),
+    ("name a number", _sent(_status(devices=[_device(name=7)])), "devices[0].name is a number"),
+    ("gid_index a string", _sent(_status(devices=[_device(gid_index="1")])),
+     "devices[0].gid_index is a string"),
+    ("gid_index a boolean", _sent(_status(devices=[_device(gid_index=True)])),
+     "devices[0].gid_index is a boolean"),
+    ("gid_index a float", _sent(_status(devices=[_device(gid_index=1.5)])),
+     "devices[0].gid_index is a number"),
+    ("port_state null", _sent(_status(devices=[_device(port_state=None)])),
+     "devices[0].port_state is null"),
+    ("active_mtu a list", _sent(_status(devices=[_device(active_mtu=[1024])])),
+     "devices[0].active_mtu is a list"),
+    ("interfaces not a list", _sent(_status(interfaces="eth1")), "interfaces is a string"),
+    ("interface mtu a string", _sent(_status(interfaces=[
+        {"name": "eth1", "state": "UP", "mtu": "1500", "mac": None, "ipv4": []}])),
+     "interfaces[0].mtu is a string"),
+    ("interface ipv4 numbers", _sent(_status(interfaces=[
+        {"name": "eth1", "state": "UP", "mtu": 1500, "mac": None, "ipv4": [1]}])),
+     "interfaces[0].ipv4 holds a number"),
+    ("100k-deep in devices", _sent(_status(devices=[]).replace(
+        '"devices": []', '"devices": ' + _deep(100_000))), "nested deeper"),
+    ("Infinity in a field", _sent(_status(devices=[_device(gid_index=1)]).replace(
+        '"gid_index": 1', '"gid_index": Infinity')), "Infinity is not JSON"),
+    ("-Infinity", _sent('{"devices": -Infinity}'), "-Infinity is not JSON"),
+]
+BAD_STATUS_REPLIES = BAD_REPLY_LINES + BAD_STATUS_PAYLOADS
 
 
 def _replies(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reply: bytes | tuple[str, str],
@@ -135,7 +162,7 @@ def _replies(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reply: bytes | tup
     """Every node (or just `node`; the others reply as a live node did) answers `reply`:
     bytes, or (kind, arg) of REPLY_SCRIPT."""
     good = tmp_path / "good-reply"
-    good.write_text(GOOD_STATUS)
+    good.write_text(GOOD_STATUS_REPLY)
     if isinstance(reply, bytes):
         path = tmp_path / "reply"
         path.write_bytes(reply)
@@ -155,34 +182,42 @@ def _no_traceback(*texts: str) -> None:
 
 
 # --- the status reply, checked field by field ---------------------------------------------
+def _node_status(stdout: bytes | str, exit_code: int = 0) -> dict[str, object]:
+    text = stdout.decode("utf-8", errors="replace") if isinstance(stdout, bytes) else stdout
+    return node_status(subprocess.CompletedProcess(["sh"], exit_code, text, ""), "node1")
+
+
 def test_a_live_nodes_reply_is_accepted_as_it_was() -> None:
-    assert status_reply(GOOD_STATUS) == {
+    assert _node_status(GOOD_STATUS_REPLY) == {
         "devices": json.loads(GOOD_STATUS)["devices"],
         "interfaces": json.loads(GOOD_STATUS)["interfaces"],
         "kernel": None}  # a node of an older labctl: no release
-    assert status_reply(_status(kernel="7.3.4+deb13-amd64"))["kernel"] == "7.3.4+deb13-amd64"
+    assert _node_status(_sent(_status(kernel="7.3.4+deb13-amd64")))["kernel"] == \
+        "7.3.4+deb13-amd64"
 
 
 def test_keys_beyond_the_documented_ones_are_dropped() -> None:
     """status --json has one shape (its schema forbids extra keys): a node cannot add
     any."""
-    reply = status_reply(_status(devices=[_device(extra="x" * 100)], planted={"a": 1}))
+    reply = _node_status(_sent(_status(devices=[_device(extra="x" * 100)], planted={"a": 1})))
     assert set(reply) == {"devices", "interfaces", "kernel"}
-    assert "extra" not in reply["devices"][0]
+    assert "extra" not in reply["devices"][0]  # type: ignore[index]
 
 
 @pytest.mark.parametrize(("name", "reply", "why"), BAD_STATUS_REPLIES,
                          ids=[r[0] for r in BAD_STATUS_REPLIES])
 def test_every_bad_status_reply_is_refused_with_its_reason(name: str, reply: bytes,
                                                            why: str) -> None:
-    with pytest.raises(bounded.BoundedError, match=why.replace("[", r"\[").replace(
-            "]", r"\]")):
-        status_reply(reply.decode("utf-8", errors="replace"))
+    with pytest.raises(UnreadableReply) as refused:
+        _node_status(reply)
+    assert refused.value.message.startswith("node1 sent an unreadable reply (")
+    assert why in refused.value.message and "labctl exec node1 --" in str(refused.value.hint)
 
 
 def test_a_cut_reply_is_refused() -> None:
-    with pytest.raises(bounded.BoundedError, match="more than"):
-        status_reply(GOOD_STATUS, truncated=True)
+    cut = hostproc.Completed(["sh"], 0, GOOD_STATUS_REPLY, "", truncated=True)
+    with pytest.raises(UnreadableReply, match="more than 8388608 bytes"):
+        node_status(cut, "node1")
 
 
 # --- labctl status -------------------------------------------------------------------------
@@ -292,7 +327,7 @@ def test_a_400_mb_console_log_is_not_read_whole(lab_running: LabDir, state_dir: 
         log.seek(0, os.SEEK_END)
         log.write(b"\nlabctl: stage user-code\n")
     good = tmp_path / "good"
-    good.write_text(GOOD_STATUS)
+    good.write_text(GOOD_STATUS_REPLY)
     peak, out = _status_peak_rss(state_dir, "file", str(good))
     node1 = parsed("status", out).labs[0].nodes[0]
     assert node1.state == "running"  # its ready line is at the start: still seen
@@ -389,7 +424,8 @@ def test_devinfo_text_of_a_huge_reply_is_cut(
 
 
 # --- labctl run ----------------------------------------------------------------------------
-RUN_REPLIES = [*BAD_STATUS_REPLIES[:6], ("100k-deep", _deep(100_000).encode(), "nested deeper")]
+RUN_REPLIES = [*BAD_REPLY_LINES[:6], ("100k-deep", _deep(100_000).encode() + b"\n",
+                                      "nested deeper")]
 
 
 @pytest.mark.parametrize(("name", "reply", "why"), RUN_REPLIES, ids=[r[0] for r in RUN_REPLIES])
@@ -482,7 +518,7 @@ def _vagrant(state: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 
 def test_vagrant_records_what_a_good_reply_says(state_dir: Path, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    provider, node = _vagrant(state_dir, monkeypatch, tmp_path, GOOD_STATUS.encode())
+    provider, node = _vagrant(state_dir, monkeypatch, tmp_path, GOOD_STATUS_REPLY.encode())
     device = json.loads(GOOD_STATUS)["devices"][0]
     assert provider.device_facts(node) == {
         "port_state": device["port_state"], "active_mtu": device["active_mtu"],
@@ -529,33 +565,45 @@ def test_a_containers_endless_log_is_read_to_a_bound() -> None:
 
 
 # --- the Docker host's network helper (a host shared with the labs' containers) -----------
-HELPER_REPLIES: list[tuple[str, str]] = [
-    ("nothing", "pass"),
-    ("text", "print('no answer here')"),
-    ("a list", "print('[1, 2]')"),
-    ("100k-deep", "print('[' * 100000 + ']' * 100000)"),
-    ("NaN", "print('{\"removed\": NaN}')"),
-    ("binary", "import sys; sys.stdout.buffer.write(bytes(range(256)))"),
-    ("never ends", "import time; time.sleep(60)"),
+HELPER_REPLIES: list[tuple[str, str, str]] = [
+    ("nothing", "pass", "this host sent an unreadable reply (an empty reply)"),
+    ("text", "print('no answer here')", "this host sent an unreadable reply (not JSON"),
+    ("a list", "print('[1, 2]')", "(a JSON list, not an object)"),
+    ("a bare answer (the old format)", "print('{\"removed\": []}')",
+     "(not a labctl reply (no 'labctl_reply'))"),
+    ("a list payload", "print('{\"labctl_reply\": 1, \"ok\": true, \"data\": [1]}')",
+     "(a payload that is a list, not an object)"),
+    ("100k-deep", "print('[' * 100000 + ']' * 100000)", "nested deeper"),
+    ("NaN", "print('{\"removed\": NaN}')", "NaN is not JSON"),
+    ("binary", "import sys; sys.stdout.buffer.write(bytes(range(256)))", "did not end"),
+    ("a traceback", "raise RuntimeError('boom')",
+     "cannot run the network helper (facts) in this host: RuntimeError: boom"),
+    ("never ends", "import time; time.sleep(60)",
+     "cannot run the network helper (facts) in this host: (timed out after 2 s)"),
+    ("its error", "print('{\"labctl_reply\": 1, \"ok\": false, \"error\": \"no ip\"}')",
+     "cannot run the network helper (facts) in this host: no ip"),
 ]
 
 
-@pytest.mark.parametrize(("name", "script"), HELPER_REPLIES, ids=[h[0] for h in HELPER_REPLIES])
+@pytest.mark.parametrize(("name", "script", "why"), HELPER_REPLIES,
+                         ids=[h[0] for h in HELPER_REPLIES])
 def test_a_bad_helper_answer_is_an_error_not_a_traceback(
-        monkeypatch: pytest.MonkeyPatch, name: str, script: str) -> None:
+        monkeypatch: pytest.MonkeyPatch, name: str, script: str, why: str) -> None:
     from labctl.dockerhost import engine
     from labctl.errors import LabctlError
 
     monkeypatch.setattr(engine, "helper_source", lambda: script)
-    with pytest.raises(LabctlError, match=r"network helper in this host failed \(facts, exit"):
+    with pytest.raises(LabctlError) as refused:
         engine.Engine("local", "unix:///nonexistent").helper("facts", timeout=2)
+    assert why in refused.value.message and refused.value.hint == engine.SENT_HINT
 
 
-def test_a_good_helper_answer_is_its_last_line(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_good_helper_answer_is_its_reply_line(monkeypatch: pytest.MonkeyPatch) -> None:
     from labctl.dockerhost import engine
 
-    monkeypatch.setattr(engine, "helper_source",
-                        lambda: "print('progress'); print('{\"removed\": [\"x\"]}')")
+    monkeypatch.setattr(engine, "helper_source", lambda: (
+        "print('progress'); "
+        "print('{\"labctl_reply\": 1, \"ok\": true, \"data\": {\"removed\": [\"x\"]}}')"))
     assert engine.Engine("local", "unix:///nonexistent").helper("facts") == {"removed": ["x"]}
 
 
@@ -607,9 +655,9 @@ def test_status_table_prints_a_nodes_words_as_text(
         capsys: pytest.CaptureFixture[str]) -> None:
     """node1's device fields carry markup; node2's reply is refused, its reason quoting
     markup."""
-    (tmp_path / "node1").write_text(_status(devices=[_device(name=f"rxe{MARKUP}",
-                                                             port_state=MARKUP)]))
-    (tmp_path / "node2").write_text(_status(devices=[_device(gid_index=MARKUP)]))
+    (tmp_path / "node1").write_bytes(_sent(_status(devices=[_device(name=f"rxe{MARKUP}",
+                                                                    port_state=MARKUP)])))
+    (tmp_path / "node2").write_bytes(_sent(_status(devices=[_device(gid_index=MARKUP)])))
 
     def exec_argv(self: QemuProvider, name: str, command: list[str], *,
                   tty: bool = False) -> list[str]:
@@ -631,7 +679,7 @@ def test_run_prints_a_reason_quoting_markup_as_text(
     state = lab_running.load_state()
     state.nodes["node2"].gid_index = None
     lab_running.save_state(state)
-    _replies(monkeypatch, tmp_path, _status(devices=[_device(gid_index=MARKUP)]).encode(),
+    _replies(monkeypatch, tmp_path, _sent(_status(devices=[_device(gid_index=MARKUP)])),
              node="node2")
     code, out, err = run_main(monkeypatch, capsys, "run", "pingpong", "--lab", LAB)
     assert code == 1

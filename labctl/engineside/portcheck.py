@@ -1,5 +1,6 @@
 """Are the swarm's ports reachable from here to a peer? Standard library only: `labctl
-doctor` pipes this file to `python3 - PEER...` in a Docker host VM and reads one JSON line.
+doctor` pipes this file to `python3 - PEER...` in a Docker host VM and reads its one line of
+labctl's reply format (labctl/nodeside/reply.py).
 
 TCP 2377 (cluster management) and 7946 (gossip): a connection that opens, or is refused
 (the peer's kernel answered with a reset: nothing listens yet, but nothing filters), is
@@ -44,12 +45,21 @@ def udp(peer: str, port: int) -> str:
             return f"blocked ({exc.__class__.__name__})"
 
 
+# labctl's reply format (nodeside/reply.py; copied, as this file is sent alone: a unit
+# test holds the copies to it)
+REPLY_KEY, REPLY_VERSION = "labctl_reply", 1
+
+
+def reply_line(data: object) -> str:
+    return json.dumps({REPLY_KEY: REPLY_VERSION, "ok": True, "data": data}, separators=(",", ":"))
+
+
 def main(peers: list[str]) -> None:
     result = {}
     for peer in peers:
         result[peer] = {f"{p}/tcp": tcp(peer, p) for p in TCP_PORTS}
         result[peer].update({f"{p}/udp": udp(peer, p) for p in UDP_PORTS})
-    print(json.dumps(result))
+    print(reply_line(result))
 
 
 if __name__ == "__main__":
