@@ -48,7 +48,15 @@ WRONG = {
     "no-grh-python": ("07-ud-address-handle", "is_global=1", "is_global=0"),
     "receive-without-grh": ("07-ud-address-handle", ".length = GRH_BYTES + sizeof(MESSAGE),",
                             ".length = sizeof(MESSAGE),"),
+    "connect-without-route": ("08-rdma-cm",
+                              '\tcheck(rdma_resolve_route(lab->id, RESOLVE_MS), '
+                              '"rdma_resolve_route");\n'
+                              "\trdma_ack_cm_event(next_event(lab, "
+                              "RDMA_CM_EVENT_ROUTE_RESOLVED));\n", ""),
 }
+RDMA_CM_WANTED = ("this lesson wants RDMA CM: rdma_resolve_addr, rdma_resolve_route and "
+                  "rdma_connect on the client, rdma_bind_addr, rdma_listen and rdma_accept "
+                  "on the server")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -316,4 +324,43 @@ def test_lesson_7_ud_address_handle(folder: Path) -> None:
 
     use(folder, solution("07-ud-address-handle", "python"))
     code, findings, _ = check(7, "python")
+    assert code == 0, "\n".join(failed(findings))
+
+
+def test_lesson_8_rdma_cm(folder: Path) -> None:
+    take_over(folder, 8, "08-rdma-cm")
+
+    code, findings, _ = check(8)
+    assert code == 1
+    texts = failed(findings)
+    assert texts[0] == ("your server exited 1: TODO: listen for the client with RDMA CM "
+                        "(rdma_create_id, rdma_bind_addr, rdma_listen)"), texts
+    assert ("your client put no RDMA CM connection request on the wire; "
+            + RDMA_CM_WANTED) in texts, texts
+
+    # lesson 2's program: the SEND arrives, the QP numbers went over TCP
+    use(folder, solution("02-send-recv"))
+    code, findings, _ = check(8)
+    assert code == 1
+    assert failed(findings) == [
+        "your programs exchanged QP numbers themselves over TCP and made no RDMA CM "
+        "connection; " + RDMA_CM_WANTED]
+
+    use_wrong(folder, "connect-without-route")
+    code, findings, _ = check(8)
+    assert code == 1
+    assert (
+        "your client exited 1: lesson: rdma_connect: Invalid argument: rdma_connect needs "
+        "the route: after RDMA_CM_EVENT_ADDR_RESOLVED call rdma_resolve_route and wait for "
+        "RDMA_CM_EVENT_ROUTE_RESOLVED, then make the queue pair and connect"
+    ) in failed(findings), failed(findings)
+
+    use(folder, solution("08-rdma-cm"))
+    code, findings, verdict = check(8)
+    assert code == 0, "\n".join(failed(findings))
+    assert {"CM_REQ", "CM_RTU", "RC_SEND_FIRST"} <= set(verdict["sent"]["client"])
+    assert "CM_REP" in verdict["sent"]["server"]
+
+    use(folder, solution("08-rdma-cm", "python"))
+    code, findings, _ = check(8, "python")
     assert code == 0, "\n".join(failed(findings))

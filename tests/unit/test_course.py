@@ -14,7 +14,7 @@ from labctl.course.check import _marked, _split_exit, _wire
 from labctl.errors import UsageError
 from labctl.runners.execute import RunResult
 from labctl.topology.load import load_lab
-from labctl.wire import roce
+from labctl.wire import cm, iwarp, roce
 from tests.unit.clirun import run_main
 from tests.unit.jsonshape import parsed
 
@@ -26,7 +26,7 @@ COMMON = {"Makefile", "rdma_common.c", "rdma_common.h", "rdma_common.py"}
 
 def test_the_shipped_lessons_load_in_order_with_their_parts() -> None:
     lessons = catalog.lessons()
-    assert [x.number for x in lessons] == [1, 2, 3, 4, 5, 6, 7]
+    assert [x.number for x in lessons] == [1, 2, 3, 4, 5, 6, 7, 8]
     for item in lessons:
         assert catalog.text(item).startswith(f"# Lesson {item.number}: ")
         for part in ("starter", "solution"):
@@ -42,7 +42,9 @@ def test_the_shipped_lessons_load_in_order_with_their_parts() -> None:
 def test_every_opcode_a_lesson_names_is_one_the_decoder_gives() -> None:
     """A misspelt opcode would make an any_of check fail for every program and a none_of
     check pass for every program: each name is one the capture's decoder prints."""
-    known = {roce.opcode_name(code) for code in range(256)}
+    known = ({roce.opcode_name(code) for code in range(256)}
+             | {f"CM_{name}" for name in cm.CM_ATTRIBUTES.values()}
+             | set(iwarp.RDMAP_OPCODES.values()))
     named: set[str] = set()
     for item in catalog.lessons():
         for check in item.checks:
@@ -59,7 +61,7 @@ def test_a_lesson_that_does_not_exist_names_the_ones_there_are() -> None:
     with pytest.raises(UsageError) as caught:
         catalog.lesson(9)
     assert caught.value.message == "there is no lesson 9"
-    assert caught.value.hint == "the lessons are 1, 2, 3, 4, 5, 6, 7: `labctl lesson list`"
+    assert caught.value.hint == "the lessons are 1, 2, 3, 4, 5, 6, 7, 8: `labctl lesson list`"
 
 
 def test_the_pattern_digest_is_the_one_the_programs_print() -> None:
@@ -175,11 +177,11 @@ def test_cli_list_show_and_refusals(monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, _ = run_main(monkeypatch, capsys, "lesson", "list", "--json")
     assert code == 0 and [x.number for x in parsed("lesson-list", out).lessons] == [
-        1, 2, 3, 4, 5, 6, 7]
+        1, 2, 3, 4, 5, 6, 7, 8]
     code, out, _ = run_main(monkeypatch, capsys, "lesson", "show", "3")
     assert code == 0 and out.startswith("# Lesson 3: one-sided RDMA WRITE")
     for args, message in [
-            (("show", "8"), "error: there is no lesson 8"),
+            (("show", "99"), "error: there is no lesson 99"),
             (("hint", "2", "--number", "9"), "error: lesson 2 has hints 1 to 4 (got 9)"),
             (("check", "1", "--lang", "rust"), "error: --lang must be c or python (got 'rust')"),
             (("check", "1", "--ladder", "x.txt"),
@@ -449,3 +451,83 @@ def test_an_exit_explanation_is_a_regular_expression_checked_when_loaded() -> No
         catalog.ExitExplain(matches="ibv_create_ah(", says="x")
     with pytest.raises(catalog.ValidationError):
         catalog.ExitExplain(matches="", says="x")
+
+
+def _recorded(pcap: str, server_out: str, client_out: str) -> judge.Observation:
+    """A live run's capture (`lesson check 8` in a two-node rxe lab: server 10.77.1.1,
+    client 10.77.1.2) read as check does, with the programs' outputs."""
+    obs = judge.Observation([judge.ProgramRun("server", "node1", 0, server_out),
+                             judge.ProgramRun("client", "node2", 0, client_out)])
+    result = RunResult("custom", "", "node1", "node2", "ok")
+    result.capture = {"pcap": str(DATA / pcap)}  # type: ignore[typeddict-item]
+    _wire(result, obs, "10.77.1.1", "10.77.1.2")
+    return obs
+
+
+RDMA_CM_WANTED = ("this lesson wants RDMA CM: rdma_resolve_addr, rdma_resolve_route and "
+                  "rdma_connect on the client, rdma_bind_addr, rdma_listen and rdma_accept "
+                  "on the server")
+
+
+def test_lesson_8_wants_the_cm_exchange_on_the_wire_and_the_data_on_its_queue_pair() -> None:
+    # the reference answer's run: REQ, REP, RTU on QP1, the SEND to the QP the REP named
+    obs = _recorded("rxe-lesson8-cm-send.pcap", GOOD, "sent 4096 bytes\n")
+    assert [(side, op) for side, op, _ in obs.connection] == [
+        ("client", "CM_REQ"), ("server", "CM_REP"), ("client", "CM_RTU"),
+        ("client", "CM_DREQ"), ("server", "CM_DREP")]
+    assert obs.side_channel == 0
+    findings = judge.judge(catalog.lesson(8), obs)
+    assert judge.passed(findings), [f.text for f in findings]
+    (rep,) = [f for side, op, f in obs.connection if op == "CM_REP"]
+    assert set(obs.dest_qps["client"]) == {rep["local_qpn"]}
+    assert f"your client's data went to the server's QP {rep['local_qpn']:#x}, the one RDMA " \
+        "CM connected" in [f.text for f in findings]
+
+    # lesson 2's program: the bytes arrive, but the QP numbers went over TCP
+    obs = _recorded("rxe-lesson8-tcp-exchange.pcap", GOOD, "sent 4096 bytes\n")
+    assert obs.connection == [] and obs.side_channel > 0
+    assert _failed(8, obs) == [
+        "your programs exchanged QP numbers themselves over TCP and made no RDMA CM "
+        "connection; " + RDMA_CM_WANTED]
+
+
+def _connection(*steps: tuple[str, str, dict[str, object]]) -> judge.Observation:
+    obs = _sides(GOOD, "sent 4096 bytes\n", {"RC_SEND_ONLY": 1}, {})
+    obs.connection = list(steps)
+    obs.dest_qps = {"client": {0x11: 1}}
+    return obs
+
+
+def test_lesson_8_names_the_step_of_the_connection_that_is_missing() -> None:
+    req = ("client", "CM_REQ", {"local_qpn": 0x12})
+    rep = ("server", "CM_REP", {"local_qpn": 0x11})
+    assert judge.passed(judge.judge(catalog.lesson(8), _connection(
+        req, rep, ("client", "CM_RTU", {}))))
+    assert _failed(8, _connection()) == [
+        "your client put no RDMA CM connection request on the wire; " + RDMA_CM_WANTED]
+    assert _failed(8, _connection(req)) == [
+        "the server never accepted the connection request (no CM_REP): on "
+        "RDMA_CM_EVENT_CONNECT_REQUEST make the queue pair on the event's id "
+        "(rdma_create_qp) and call rdma_accept"]
+    assert _failed(8, _connection(req, ("server", "CM_REJ", {"reason": 28}))) == [
+        "the server rejected the connection (CM_REJ, reason 28): the server accepts with "
+        "rdma_accept on the id the CONNECT_REQUEST event brings, after making its queue "
+        "pair on that id"]
+    assert _failed(8, _connection(req, rep)) == [
+        "the client never completed the connection (no CM_RTU after the server's CM_REP): "
+        "after rdma_connect wait for RDMA_CM_EVENT_ESTABLISHED"]
+    # connected, but the data sent on another queue pair than the one RDMA CM connected
+    rep_other = ("server", "CM_REP", {"local_qpn": 0x13})
+    assert _failed(8, _connection(req, rep_other, ("client", "CM_RTU", {}))) == [
+        "your client sent its data to QP 0x11, not to the server's QP 0x13 that RDMA CM "
+        "connected (in the CM_REP): post on the queue pair rdma_create_qp made on the "
+        "connected id (id->qp)"]
+
+
+def test_lesson_8_names_a_connect_without_the_route() -> None:
+    obs = _with_errors(_sides("", "", {}, {}, codes=(None, 1)), "",
+                       "lesson: rdma_connect: Invalid argument\n")
+    assert _failed(8, obs)[1] == (
+        "your client exited 1: lesson: rdma_connect: Invalid argument: rdma_connect needs "
+        "the route: after RDMA_CM_EVENT_ADDR_RESOLVED call rdma_resolve_route and wait for "
+        "RDMA_CM_EVENT_ROUTE_RESOLVED, then make the queue pair and connect")
