@@ -184,7 +184,9 @@ def _address(handle: LabHandle, node: str) -> str:
 def _pair(handle: LabHandle, lesson: Lesson, lang: str, server: str, client: str,
           capture_dir: Path | None, run_seconds: int) -> Checked:
     program = _program(lang)
-    common = "-d {device} -g {gid_index} -p {port}"
+    # iWARP has no GID index: a siw program connects through RDMA CM by address
+    common = "-d {device} -p {port}" if lesson.rdma == "siw" else \
+        "-d {device} -g {gid_index} -p {port}"
     spec = custom_spec(_marked(f"{program} server {common}"),
                        _marked(f"{program} client {{server_ip}} {common}"))
     spec = dataclasses.replace(spec, ready_seconds=min(READY_SECONDS, run_seconds),

@@ -26,7 +26,7 @@ COMMON = {"Makefile", "rdma_common.c", "rdma_common.h", "rdma_common.py"}
 
 def test_the_shipped_lessons_load_in_order_with_their_parts() -> None:
     lessons = catalog.lessons()
-    assert [x.number for x in lessons] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert [x.number for x in lessons] == [1, 2, 3, 4, 5, 6, 7, 8, 10]
     for item in lessons:
         assert catalog.text(item).startswith(f"# Lesson {item.number}: ")
         for part in ("starter", "solution"):
@@ -54,14 +54,14 @@ def test_every_opcode_a_lesson_names_is_one_the_decoder_gives() -> None:
                 check.says.format(found="x")  # no placeholder but {found}
     assert named - known == set()
     assert {"RC_RDMA_READ_REQUEST", "RC_FETCH_ADD", "RC_ATOMIC_ACKNOWLEDGE",
-            "UD_SEND_ONLY"} <= named
+            "UD_SEND_ONLY", "RDMA_WRITE", "SEND"} <= named
 
 
 def test_a_lesson_that_does_not_exist_names_the_ones_there_are() -> None:
     with pytest.raises(UsageError) as caught:
         catalog.lesson(9)
     assert caught.value.message == "there is no lesson 9"
-    assert caught.value.hint == "the lessons are 1, 2, 3, 4, 5, 6, 7, 8: `labctl lesson list`"
+    assert caught.value.hint == "the lessons are 1, 2, 3, 4, 5, 6, 7, 8, 10: `labctl lesson list`"
 
 
 def test_the_pattern_digest_is_the_one_the_programs_print() -> None:
@@ -177,7 +177,7 @@ def test_cli_list_show_and_refusals(monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, _ = run_main(monkeypatch, capsys, "lesson", "list", "--json")
     assert code == 0 and [x.number for x in parsed("lesson-list", out).lessons] == [
-        1, 2, 3, 4, 5, 6, 7, 8]
+        1, 2, 3, 4, 5, 6, 7, 8, 10]
     code, out, _ = run_main(monkeypatch, capsys, "lesson", "show", "3")
     assert code == 0 and out.startswith("# Lesson 3: one-sided RDMA WRITE")
     for args, message in [
@@ -531,3 +531,88 @@ def test_lesson_8_names_a_connect_without_the_route() -> None:
         "your client exited 1: lesson: rdma_connect: Invalid argument: rdma_connect needs "
         "the route: after RDMA_CM_EVENT_ADDR_RESOLVED call rdma_resolve_route and wait for "
         "RDMA_CM_EVENT_ROUTE_RESOLVED, then make the queue pair and connect")
+
+
+ON_IWARP = ("on iWARP the queue pair can only be connected through RDMA CM: rdma_resolve_addr, "
+            "rdma_resolve_route and rdma_connect on the client, rdma_listen and rdma_accept "
+            "on the server")
+
+
+def test_lesson_10_wants_a_write_then_a_send_over_mpa_on_siw() -> None:
+    # the reference answer's run in a siw lab: MPA request and reply, the WRITE's FPDUs
+    # (tagged), then the SEND
+    obs = _recorded("siw-lesson10-write-send.pcap", GOOD, "wrote 4096 bytes\n")
+    assert [(side, op) for side, op, _ in obs.connection] == [
+        ("client", "MPA_REQUEST"), ("server", "MPA_REPLY")]
+    assert obs.sent["client"] == {"MPA_REQUEST": 1, "RDMA_WRITE": 3, "SEND": 1}
+    assert obs.side_channel == 0 and obs.naks == [] and obs.dest_qps == {}
+    findings = judge.judge(catalog.lesson(10), obs)
+    assert judge.passed(findings), [f.text for f in findings]
+    assert "your programs connected through RDMA CM (the MPA request and reply on the TCP " \
+        "connection)" in [f.text for f in findings]
+
+    # the starter: a WRITE with immediate, which siw refuses when it is posted
+    obs = _recorded("siw-lesson10-write-with-imm.pcap", "", "")
+    obs.runs[0].exit, obs.runs[0].stdout = 1, "lesson: a work request completed with Work " \
+        "Request Flushed Error\n"
+    obs.runs[1].exit, obs.runs[1].stderr = 1, "lesson: ibv_post_send: Invalid argument\n"
+    assert _failed(10, obs) == [
+        "your server exited 1: lesson: a work request completed with Work Request Flushed "
+        "Error",
+        "your client exited 1: lesson: ibv_post_send: Invalid argument: siw refused the work "
+        "request: iWARP has no immediate data (no IBV_WR_RDMA_WRITE_WITH_IMM or "
+        "IBV_WR_SEND_WITH_IMM) and no atomics; post an IBV_WR_RDMA_WRITE, then an "
+        "IBV_WR_SEND that tells the server",
+        "your client put no RDMA WRITE on the wire (it sent MPA_REQUEST 1): post an "
+        "IBV_WR_RDMA_WRITE of the buffer to the address and rkey the server's accept "
+        "carried",
+        "your client sent no SEND to tell the server (it sent MPA_REQUEST 1): after the "
+        "WRITE post an IBV_WR_SEND of the note, which the server's receive takes",
+        "the server printed no digest of its buffer (`buffer N bytes fnv1a64 HEX`): the "
+        "server's buffer does not hold the client's 4096 bytes: WRITE the whole buffer to "
+        "the address and with the rkey in the server's private data, before the SEND"]
+
+
+def test_lesson_10_names_what_works_on_rxe_and_not_on_siw() -> None:
+    # lesson 3's program: rdma_common asks for GID index 1, siw has only 0
+    obs = _with_errors(_sides("", "", {}, {}, codes=(1, None)),
+                       "lesson: ibv_query_gid: Invalid argument\n", "")
+    texts = _failed(10, obs)
+    assert texts[0] == (
+        "your server exited 1: lesson: ibv_query_gid: Invalid argument: siw has a single GID "
+        "(index 0) and iWARP does not address a peer by GID: connect through RDMA CM by IP "
+        "address (rdma_resolve_addr, rdma_connect) instead of swapping QP numbers and GIDs")
+    assert texts[2] == "your client put no RDMA CM connection request on the wire; " + ON_IWARP
+    # with GID index 0 it gets as far as RTS, which siw refuses without RDMA CM's TCP stream
+    obs = _with_errors(_sides("", "", {}, {}, codes=(1, 1)), "",
+                       "lesson: modify the QP to RTS: Invalid argument\n")
+    obs.side_channel = 4
+    texts = _failed(10, obs)
+    assert texts[1] == (
+        "your client exited 1: lesson: modify the QP to RTS: Invalid argument: on iWARP a "
+        "queue pair is connected only through RDMA CM (rdma_connect and rdma_accept make its "
+        "TCP connection): swapping QP numbers and ibv_modify_qp to RTR and RTS, as on RoCE, "
+        "cannot connect it")
+    assert texts[2] == ("your programs exchanged QP numbers themselves over TCP and made no "
+                        "RDMA CM connection; " + ON_IWARP)
+
+
+def test_lesson_10_names_a_rejected_or_unanswered_mpa_request() -> None:
+    request = ("client", "MPA_REQUEST", {"rev": 2})
+    obs = _sides(GOOD, "", {"RDMA_WRITE": 1, "SEND": 1}, {})
+    obs.connection = [request]
+    assert _failed(10, obs) == [
+        "the server never accepted the connection (no MPA reply to the client's MPA "
+        "request): on RDMA_CM_EVENT_CONNECT_REQUEST make the queue pair on the event's id "
+        "(rdma_create_qp) and call rdma_accept"]
+    obs.connection = [request, ("server", "MPA_REPLY", {"reject": True})]
+    assert _failed(10, obs) == [
+        "the server rejected the connection (an MPA reply with the reject flag): accept "
+        "with rdma_accept on the id the CONNECT_REQUEST event brings"]
+    # a TERMINATE from the server is iWARP's NAK
+    obs.connection, obs.naks = [request, ("server", "MPA_REPLY", {"reject": False})], [
+        "TERMINATE"]
+    assert _failed(10, obs) == [
+        "the server answered TERMINATE (1 time): the server's device ended the connection: "
+        "an operation it refused (a wrong STag or address, memory registered without the "
+        "remote access the operation needs, or an operation iWARP does not have)"]
