@@ -524,6 +524,24 @@ def test_lesson_8_names_the_step_of_the_connection_that_is_missing() -> None:
         "connected id (id->qp)"]
 
 
+def test_lesson_8_names_a_refused_connection_and_an_address_that_does_not_resolve() -> None:
+    obs = _with_errors(_sides("", "", {}, {}, codes=(None, 1)), "",
+                       "lesson: RDMA CM said RDMA_CM_EVENT_REJECTED (status 28), not "
+                       "RDMA_CM_EVENT_ESTABLISHED\n")
+    assert _failed(8, obs)[1].endswith(
+        ": the server did not take the connection: it must listen on the port the client "
+        "connects to (-p) and answer RDMA_CM_EVENT_CONNECT_REQUEST with rdma_accept")
+    for error in ("lesson: RDMA CM said RDMA_CM_EVENT_ADDR_ERROR (status -110), not "
+                  "RDMA_CM_EVENT_ADDR_RESOLVED\n",
+                  "pyverbs.pyverbs_error.PyverbsRDMAError: Failed to get Address Info. "
+                  "Errno: 19, No such device\n"):
+        obs = _with_errors(_sides("", "", {}, {}, codes=(None, 1)), "", error)
+        assert _failed(8, obs)[1].endswith(
+            ": the server's address did not resolve to an RDMA device: give "
+            "rdma_resolve_addr (or AddrInfo's dst) the server's IP address on the lab's "
+            "link, the one the client's command line names")
+
+
 def test_lesson_8_names_a_connect_without_the_route() -> None:
     obs = _with_errors(_sides("", "", {}, {}, codes=(None, 1)), "",
                        "lesson: rdma_connect: Invalid argument\n")
