@@ -127,8 +127,21 @@ class ResentCheck(_Strict):
     says: str
 
 
+class ConnectCheck(_Strict):
+    """The queue pairs were connected by RDMA CM, as the wire shows it: on RoCE the
+    client's ConnectRequest (CM_REQ), the server's ConnectReply (CM_REP) and the client's
+    ReadyToUse (CM_RTU) on QP1, then the client's data sent to the queue pair the REP named;
+    on iWARP the MPA request and reply that turn the TCP connection into an RDMA one. `says`
+    (what the lesson wants instead) follows the finding when no connection request was
+    seen."""
+
+    kind: Literal["connect"]
+    says: str
+
+
 Check = Annotated[ExitCheck | DevinfoCheck | DigestCheck | OpcodesCheck | CounterCheck
-                  | PrintsCheck | FaultCheck | ResentCheck, Field(discriminator="kind")]
+                  | PrintsCheck | FaultCheck | ResentCheck | ConnectCheck,
+                  Field(discriminator="kind")]
 
 
 class LessonFault(_Strict):

@@ -6,6 +6,7 @@ LabHandle.run and the capture's own limits; the learner's code runs only inside 
 from __future__ import annotations
 
 import dataclasses
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from labctl.errors import LabctlError, UsageError
 from labctl.lab.handle import LabHandle
 from labctl.runners.custom import DEFAULT_PORT, custom_spec
 from labctl.runners.execute import RunResult
+from labctl.runners.probes import CM_LISTEN, NetnsProbe, listening_probe
 from labctl.wire.decode import Frame
 from labctl.wire.ladder import MAX_LADDER
 from labctl.wire.recovery import RETRANSMITTED, nak_mark
@@ -34,6 +36,10 @@ RUN_SECONDS = 120  # a Python side imports pyverbs: 16-26 s under TCG, more when
 READY_SECONDS = 120.0  # for the server to listen: after its pyverbs import, in Python
 BUILD_ERROR_LINES = 15
 _EXIT_MARK = "--lesson-exit"
+# The server is ready once it listens: on the TCP port (rdma_common's exchange) or with an
+# RDMA CM id (a lesson that connects through RDMA CM opens no TCP listener on RoCE).
+SERVER_LISTENS = NetnsProbe(f"{listening_probe(DEFAULT_PORT)} || {CM_LISTEN}")
+_TCP_DATA = re.compile(r" len \d+$")  # a plain TCP segment's note when it carries data
 
 
 @dataclass(frozen=True)
@@ -131,7 +137,8 @@ def _single(handle: LabHandle, lesson: Lesson, lang: str, node: str,
 
 def _wire(result: RunResult, obs: Observation, server_ip: str,
           client_ip: str) -> tuple[Path | None, list[Frame]]:
-    """What each side sent and the NAKs, from the run's capture."""
+    """What each side sent and the NAKs, the connection's setup (RDMA CM on RoCE, MPA on
+    iWARP) and the TCP between the nodes that is no RDMA, from the run's capture."""
     pcap = Path(result.capture["pcap"]) if result.capture else None
     frames: list[Frame] = []
     if pcap is None or not pcap.is_file():
@@ -139,18 +146,36 @@ def _wire(result: RunResult, obs: Observation, server_ip: str,
     sides = {client_ip: "client", server_ip: "server"}
     for frame in iter_frames(pcap):
         side = sides.get(frame.src)
-        if side is None or frame.proto != "RoCEv2":
+        if side is None or sides.get(frame.dst) is None:
+            continue
+        if frame.proto == "TCP":
+            obs.side_channel += bool(_TCP_DATA.search(frame.note))
+            continue
+        if frame.proto not in ("RoCEv2", "CM", "iWARP") or not frame.ops:
             continue
         if len(frames) < MAX_LADDER:
             frames.append(frame)
         counts = obs.sent.setdefault(side, {})
         for op in frame.ops:
             counts[op] = counts.get(op, 0) + 1
-        nak = nak_mark(frame.detail.get("AETH") or {})
-        if nak:
-            obs.naks.append(nak)
-        if frame.recovery == RETRANSMITTED:
-            obs.resent[side] = obs.resent.get(side, 0) + 1
+        if frame.proto == "CM":
+            obs.connection.append((side, frame.ops[0], dict(frame.detail.get("mad") or {})))
+        elif frame.proto == "iWARP":
+            for message in frame.detail.get("messages") or []:
+                op = str(message.get("op", ""))
+                if op.startswith("MPA_"):
+                    obs.connection.append((side, op, dict(message)))
+                elif op == "TERMINATE" and side == "server":
+                    obs.naks.append(op)
+        else:
+            if frame.dest_qp is not None:
+                qps = obs.dest_qps.setdefault(side, {})
+                qps[frame.dest_qp] = qps.get(frame.dest_qp, 0) + 1
+            nak = nak_mark(frame.detail.get("AETH") or {})
+            if nak:
+                obs.naks.append(nak)
+            if frame.recovery == RETRANSMITTED:
+                obs.resent[side] = obs.resent.get(side, 0) + 1
     return pcap, frames
 
 
@@ -162,11 +187,13 @@ def _address(handle: LabHandle, node: str) -> str:
 def _pair(handle: LabHandle, lesson: Lesson, lang: str, server: str, client: str,
           capture_dir: Path | None, run_seconds: int) -> Checked:
     program = _program(lang)
-    common = "-d {device} -g {gid_index} -p {port}"
+    # iWARP has no GID index: a siw program connects through RDMA CM by address
+    common = "-d {device} -p {port}" if lesson.rdma == "siw" else \
+        "-d {device} -g {gid_index} -p {port}"
     spec = custom_spec(_marked(f"{program} server {common}"),
-                       _marked(f"{program} client {{server_ip}} {common}"),
-                       ready_port=DEFAULT_PORT)
-    spec = dataclasses.replace(spec, ready_seconds=min(READY_SECONDS, run_seconds))
+                       _marked(f"{program} client {{server_ip}} {common}"))
+    spec = dataclasses.replace(spec, ready_seconds=min(READY_SECONDS, run_seconds),
+                               ready_probe=lambda ctx: SERVER_LISTENS)
     run = captured_runner(True, capture_dir or handle.labdir.path / "captures")
     with lesson_fault(handle, lesson.fault, {"server": server, "client": client}) as fault:
         result = run(handle, spec, server, client,

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from labctl.course.catalog import (
+    ConnectCheck,
     CounterCheck,
     DevinfoCheck,
     DigestCheck,
@@ -35,7 +37,12 @@ _NAK_ADVICE = {
     "PSN sequence error": "packets arrived out of order or were lost",
     "remote operational error": "the server could not place the message: a receive too "
                                 "short for it, or a queue pair in error",
+    # iWARP has no NAK: the peer ends the connection with a TERMINATE that says why
+    "TERMINATE": "the server's device ended the connection: an operation it refused (a "
+                 "wrong STag or address, memory registered without the remote access the "
+                 "operation needs, or an operation iWARP does not have)",
 }
+_REQUESTS = ("CM_REQ", "MPA_REQUEST")  # RDMA CM's connection request on RoCE, on iWARP
 
 
 @dataclass
@@ -61,6 +68,11 @@ class Observation:
     resent: dict[str, int] = field(default_factory=dict)  # side -> packets seen again
     fault_hit: int | None = None  # packets the lesson's fault acted on (None: not read)
     fault_description: str = ""  # `drop write count=12`
+    # the connection's setup on the wire in capture order: (side, CM_REQ/CM_REP/CM_RTU/
+    # CM_REJ/... or MPA_REQUEST/MPA_REPLY, the message's fields)
+    connection: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    dest_qps: dict[str, dict[int, int]] = field(default_factory=dict)  # side -> QP -> n
+    side_channel: int = 0  # TCP segments with data between the nodes that are not iWARP
 
 
 @dataclass
@@ -232,6 +244,64 @@ def _resent(check: ResentCheck, obs: Observation) -> list[Finding]:
     return [Finding("wire", False, check.says.format(found=resent))]
 
 
+def _connect(check: ConnectCheck, obs: Observation) -> list[Finding]:
+    seen = {(side, op) for side, op, _ in obs.connection}
+    if not any(("client", op) in seen for op in _REQUESTS):
+        if obs.side_channel:
+            return [Finding("wire", False, "your programs exchanged QP numbers themselves "
+                            f"over TCP and made no RDMA CM connection; {check.says}")]
+        return [Finding("wire", False, "your client put no RDMA CM connection request on "
+                        f"the wire; {check.says}")]
+    if ("client", "MPA_REQUEST") in seen:
+        return _connect_iwarp(obs)
+    for side, op, fields in obs.connection:
+        if op == "CM_REJ":
+            return [Finding("wire", False, f"the {side} rejected the connection (CM_REJ, "
+                            f"reason {fields.get('reason', '?')}): the server accepts with "
+                            "rdma_accept on the id the CONNECT_REQUEST event brings, after "
+                            "making its queue pair on that id")]
+    if ("server", "CM_REP") not in seen:
+        return [Finding("wire", False, "the server never accepted the connection request "
+                        "(no CM_REP): on RDMA_CM_EVENT_CONNECT_REQUEST make the queue pair "
+                        "on the event's id (rdma_create_qp) and call rdma_accept")]
+    if ("client", "CM_RTU") not in seen:
+        return [Finding("wire", False, "the client never completed the connection (no "
+                        "CM_RTU after the server's CM_REP): after rdma_connect wait for "
+                        "RDMA_CM_EVENT_ESTABLISHED")]
+    findings = [Finding("wire", True, "your programs connected through RDMA CM (CM_REQ, "
+                        "CM_REP, CM_RTU)")]
+    replies = [f for side, op, f in obs.connection if side == "server" and op == "CM_REP"]
+    connected = replies[-1].get("local_qpn")
+    used = sorted(obs.dest_qps.get("client", {}))
+    if isinstance(connected, int) and used:
+        others = [qp for qp in used if qp != connected]
+        if others:
+            findings.append(Finding("wire", False, "your client sent its data to QP "
+                                    + ", ".join(f"{qp:#x}" for qp in others)
+                                    + f", not to the server's QP {connected:#x} that RDMA "
+                                    "CM connected (in the CM_REP): post on the queue pair "
+                                    "rdma_create_qp made on the connected id (id->qp)"))
+        else:
+            findings.append(Finding("wire", True, "your client's data went to the server's "
+                                    f"QP {connected:#x}, the one RDMA CM connected"))
+    return findings
+
+
+def _connect_iwarp(obs: Observation) -> list[Finding]:
+    replies = [f for side, op, f in obs.connection if side == "server" and op == "MPA_REPLY"]
+    if not replies:
+        return [Finding("wire", False, "the server never accepted the connection (no MPA "
+                        "reply to the client's MPA request): on "
+                        "RDMA_CM_EVENT_CONNECT_REQUEST make the queue pair on the event's "
+                        "id (rdma_create_qp) and call rdma_accept")]
+    if replies[-1].get("reject"):
+        return [Finding("wire", False, "the server rejected the connection (an MPA reply "
+                        "with the reject flag): accept with rdma_accept on the id the "
+                        "CONNECT_REQUEST event brings")]
+    return [Finding("wire", True, "your programs connected through RDMA CM (the MPA request "
+                    "and reply on the TCP connection)")]
+
+
 def _naks(obs: Observation) -> list[Finding]:
     findings = []
     for nak in dict.fromkeys(obs.naks):
@@ -266,6 +336,8 @@ def judge(lesson: Lesson, obs: Observation) -> list[Finding]:
             findings += _fault(check, obs)
         elif isinstance(check, ResentCheck):
             findings += _resent(check, obs)
+        elif isinstance(check, ConnectCheck):
+            findings += _connect(check, obs)
     if lesson.roles == "pair":
         findings += _naks(obs)
     return findings

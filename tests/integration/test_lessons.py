@@ -1,7 +1,7 @@
 """The lessons as a learner and a course's CI meet them: `labctl lesson start` copies the
 starter and brings the lesson's lab up with the folder mounted, `labctl lesson check`
-builds and runs the program in real nodes (rxe) and judges it from the wire and the
-counters. For each lesson: the starter fails with the finding its text promises, the
+builds and runs the program in real nodes (rxe; siw for lesson 10) and judges it from the
+wire and the counters. For each lesson: the starter fails with the finding its text promises, the
 reference solution passes, and a typical wrong answer fails with the finding that names
 the mistake; the Python side once for the one-node lesson and for every two-node lesson
 from the fourth on.
@@ -9,7 +9,7 @@ from the fourth on.
 One lab (named after LABCTL_TEST_LAB with "-les") and one lesson folder, started once: each
 later lesson takes the folder over as a learner moving on would (its starter's lesson.c and
 lesson.py, the marker saying which lesson), so the common files are built once and the
-lab is never made again."""
+lab is never made again. Lesson 10 (siw) has a lab and a folder of its own."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from tests.unit.jsonshape import parsed
 
 pytestmark = pytest.mark.integration
 LAB = (os.environ.get("LABCTL_TEST_LAB", "itest") + "-les")[:20]
+SIW_LAB = (os.environ.get("LABCTL_TEST_LAB", "itest") + "-siw")[:20]  # lesson 10's
 LESSONS = REPO / "labctl" / "data" / "lessons"
 # Typical wrong answers: the reference solution with one mistake, (lesson folder, the
 # solution's text, the mistake's).
@@ -53,7 +54,15 @@ WRONG = {
     "receive-without-grh": ("07-ud-address-handle", ".length = GRH_BYTES + sizeof(MESSAGE),",
                             ".length = sizeof(MESSAGE),"),
     "one-retry-short": ("09-retry-timeout", "#define RETRY_CNT 6", "#define RETRY_CNT 2"),
+    "connect-without-route": ("08-rdma-cm",
+                              '\tcheck(rdma_resolve_route(lab->id, RESOLVE_MS), '
+                              '"rdma_resolve_route");\n'
+                              "\trdma_ack_cm_event(next_event(lab, "
+                              "RDMA_CM_EVENT_ROUTE_RESOLVED));\n", ""),
 }
+RDMA_CM_WANTED = ("this lesson wants RDMA CM: rdma_resolve_addr, rdma_resolve_route and "
+                  "rdma_connect on the client, rdma_bind_addr, rdma_listen and rdma_accept "
+                  "on the server")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -75,6 +84,18 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def siw_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Lesson 10's folder and its own lab (siw): `lesson start 10` brings it up."""
+    lifecycle.destroy(SIW_LAB)
+    path = tmp_path_factory.mktemp("lessons") / "lesson-siw"
+    result = labctl("lesson", "start", "10", str(path), "--lab", SIW_LAB, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    yield path
+    lifecycle.destroy(SIW_LAB)
+    assert lab_leftovers(SIW_LAB) == {"netns": [], "qemu": [], "ssh": [], "labdir": []}
+
+
 def take_over(folder: Path, number: int, lesson: str) -> None:
     """The folder moves on to lesson `number`: its starter's lesson.c and lesson.py and the
     marker `lesson start` writes. The common files and their build stay."""
@@ -83,9 +104,10 @@ def take_over(folder: Path, number: int, lesson: str) -> None:
     (folder / ".lesson").write_text(json.dumps({"lesson": number, "hints": 0}) + "\n")
 
 
-def check(number: int, lang: str = "c") -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
+def check(number: int, lang: str = "c", lab: str = LAB,
+          ) -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
     """`labctl lesson check N --json`: its exit, its findings and the whole verdict."""
-    result = labctl("lesson", "check", str(number), "--lab", LAB, "--lang", lang, "--json",
+    result = labctl("lesson", "check", str(number), "--lab", lab, "--lang", lang, "--json",
                     timeout=600)
     assert result.returncode in (0, 1), result.stdout + result.stderr
     assert "Traceback" not in result.stderr, result.stderr
@@ -402,3 +424,77 @@ def test_lesson_9_retry_cnt_and_timeout_under_a_fault(folder: Path) -> None:
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr, stderr
     assert faults_on(LAB) == []
+
+
+def test_lesson_8_rdma_cm(folder: Path) -> None:
+    take_over(folder, 8, "08-rdma-cm")
+
+    code, findings, _ = check(8)
+    assert code == 1
+    texts = failed(findings)
+    assert texts[0] == ("your server exited 1: TODO: listen for the client with RDMA CM "
+                        "(rdma_create_id, rdma_bind_addr, rdma_listen)"), texts
+    assert ("your client put no RDMA CM connection request on the wire; "
+            + RDMA_CM_WANTED) in texts, texts
+
+    # lesson 2's program: the SEND arrives, the QP numbers went over TCP
+    use(folder, solution("02-send-recv"))
+    code, findings, _ = check(8)
+    assert code == 1
+    assert failed(findings) == [
+        "your programs exchanged QP numbers themselves over TCP and made no RDMA CM "
+        "connection; " + RDMA_CM_WANTED]
+
+    use_wrong(folder, "connect-without-route")
+    code, findings, _ = check(8)
+    assert code == 1
+    assert (
+        "your client exited 1: lesson: rdma_connect: Invalid argument: rdma_connect needs "
+        "the route: after RDMA_CM_EVENT_ADDR_RESOLVED call rdma_resolve_route and wait for "
+        "RDMA_CM_EVENT_ROUTE_RESOLVED, then make the queue pair and connect"
+    ) in failed(findings), failed(findings)
+
+    use(folder, solution("08-rdma-cm"))
+    code, findings, verdict = check(8)
+    assert code == 0, "\n".join(failed(findings))
+    assert {"CM_REQ", "CM_RTU", "RC_SEND_FIRST"} <= set(verdict["sent"]["client"])
+    assert "CM_REP" in verdict["sent"]["server"]
+
+    use(folder, solution("08-rdma-cm", "python"))
+    code, findings, _ = check(8, "python")
+    assert code == 0, "\n".join(failed(findings))
+
+
+def test_lesson_10_the_same_program_on_siw(siw_folder: Path) -> None:
+    code, findings, verdict = check(10, lab=SIW_LAB)
+    assert code == 1
+    texts = failed(findings)
+    assert (
+        "your client exited 1: lesson: ibv_post_send: Invalid argument: siw refused the work "
+        "request: iWARP has no immediate data (no IBV_WR_RDMA_WRITE_WITH_IMM or "
+        "IBV_WR_SEND_WITH_IMM) and no atomics; post an IBV_WR_RDMA_WRITE, then an "
+        "IBV_WR_SEND that tells the server") in texts, texts
+    assert verdict["sent"]["client"] == {"MPA_REQUEST": 1}
+    assert verdict["sent"]["server"] == {"MPA_REPLY": 1}
+
+    # lesson 3's program, right on rxe: it asks for GID index 1 and swaps QP numbers
+    use(siw_folder, solution("03-rdma-write"))
+    code, findings, _ = check(10, lab=SIW_LAB)
+    assert code == 1
+    texts = failed(findings)
+    assert texts[0] == (
+        "your server exited 1: lesson: ibv_query_gid: Invalid argument: siw has a single GID "
+        "(index 0) and iWARP does not address a peer by GID: connect through RDMA CM by IP "
+        "address (rdma_resolve_addr, rdma_connect) instead of swapping QP numbers and GIDs")
+    assert texts[2].startswith("your client put no RDMA CM connection request on the wire; "
+                               "on iWARP the queue pair can only be connected through RDMA "
+                               "CM"), texts
+
+    use(siw_folder, solution("10-siw-iwarp"))
+    code, findings, verdict = check(10, lab=SIW_LAB)
+    assert code == 0, "\n".join(failed(findings))
+    assert set(verdict["sent"]["client"]) == {"MPA_REQUEST", "RDMA_WRITE", "SEND"}
+
+    use(siw_folder, solution("10-siw-iwarp", "python"))
+    code, findings, _ = check(10, "python", lab=SIW_LAB)
+    assert code == 0, "\n".join(failed(findings))

@@ -15,7 +15,7 @@ from labctl.course.check import _marked, _split_exit, _wire
 from labctl.errors import LabctlError, UsageError
 from labctl.runners.execute import RunResult
 from labctl.topology.load import load_lab
-from labctl.wire import roce
+from labctl.wire import cm, iwarp, roce
 from tests.unit.clirun import run_main
 from tests.unit.jsonshape import parsed
 
@@ -27,9 +27,7 @@ COMMON = {"Makefile", "rdma_common.c", "rdma_common.h", "rdma_common.py"}
 
 def test_the_shipped_lessons_load_in_order_with_their_parts() -> None:
     lessons = catalog.lessons()
-    numbers = [x.number for x in lessons]
-    # in order, by their folders' numbers; a gap is no error (lessons are written apart)
-    assert numbers == sorted(set(numbers)) and {1, 2, 3, 4, 5, 6, 7, 9} <= set(numbers)
+    assert [x.number for x in lessons] == list(range(1, 11))
     for item in lessons:
         assert catalog.text(item).startswith(f"# Lesson {item.number}: ")
         for part in ("starter", "solution"):
@@ -45,7 +43,9 @@ def test_the_shipped_lessons_load_in_order_with_their_parts() -> None:
 def test_every_opcode_a_lesson_names_is_one_the_decoder_gives() -> None:
     """A misspelt opcode would make an any_of check fail for every program and a none_of
     check pass for every program: each name is one the capture's decoder prints."""
-    known = {roce.opcode_name(code) for code in range(256)}
+    known = ({roce.opcode_name(code) for code in range(256)}
+             | {f"CM_{name}" for name in cm.CM_ATTRIBUTES.values()}
+             | set(iwarp.RDMAP_OPCODES.values()))
     named: set[str] = set()
     for item in catalog.lessons():
         for check in item.checks:
@@ -55,16 +55,15 @@ def test_every_opcode_a_lesson_names_is_one_the_decoder_gives() -> None:
                 check.says.format(found="x")  # no placeholder but {found}
     assert named - known == set()
     assert {"RC_RDMA_READ_REQUEST", "RC_FETCH_ADD", "RC_ATOMIC_ACKNOWLEDGE",
-            "UD_SEND_ONLY"} <= named
+            "UD_SEND_ONLY", "RDMA_WRITE", "SEND"} <= named
 
 
 def test_a_lesson_that_does_not_exist_names_the_ones_there_are() -> None:
     with pytest.raises(UsageError) as caught:
         catalog.lesson(99)
     assert caught.value.message == "there is no lesson 99"
-    numbers = ", ".join(str(x.number) for x in catalog.lessons())
-    assert numbers.startswith("1, 2, 3, 4, 5, 6, 7, ") and ", 9" in numbers
-    assert caught.value.hint == f"the lessons are {numbers}: `labctl lesson list`"
+    assert caught.value.hint == ("the lessons are 1, 2, 3, 4, 5, 6, 7, 8, 9, 10: "
+                                 "`labctl lesson list`")
 
 
 def test_the_pattern_digest_is_the_one_the_programs_print() -> None:
@@ -193,7 +192,7 @@ def test_cli_list_show_and_refusals(monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, _ = run_main(monkeypatch, capsys, "lesson", "list", "--json")
     assert code == 0 and [x.number for x in parsed("lesson-list", out).lessons] == [
-        x.number for x in catalog.lessons()]
+        1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     code, out, _ = run_main(monkeypatch, capsys, "lesson", "show", "3")
     assert code == 0 and out.startswith("# Lesson 3: one-sided RDMA WRITE")
     for args, message in [
@@ -646,3 +645,186 @@ def test_a_lab_with_faults_of_its_own_is_refused_and_they_are_kept(
         f"`labctl fault list --lab {handle.lab.name}` shows them; "
         f"`labctl fault clear --lab {handle.lab.name}` takes them off")
     assert calls.calls == []
+
+
+def _recorded(pcap: str, server_out: str, client_out: str) -> judge.Observation:
+    """A live run's capture (`lesson check 8` in a two-node rxe lab: server 10.77.1.1,
+    client 10.77.1.2) read as check does, with the programs' outputs."""
+    obs = judge.Observation([judge.ProgramRun("server", "node1", 0, server_out),
+                             judge.ProgramRun("client", "node2", 0, client_out)])
+    result = RunResult("custom", "", "node1", "node2", "ok")
+    result.capture = {"pcap": str(DATA / pcap)}  # type: ignore[typeddict-item]
+    _wire(result, obs, "10.77.1.1", "10.77.1.2")
+    return obs
+
+
+RDMA_CM_WANTED = ("this lesson wants RDMA CM: rdma_resolve_addr, rdma_resolve_route and "
+                  "rdma_connect on the client, rdma_bind_addr, rdma_listen and rdma_accept "
+                  "on the server")
+
+
+def test_lesson_8_wants_the_cm_exchange_on_the_wire_and_the_data_on_its_queue_pair() -> None:
+    # the reference answer's run: REQ, REP, RTU on QP1, the SEND to the QP the REP named
+    obs = _recorded("rxe-lesson8-cm-send.pcap", GOOD, "sent 4096 bytes\n")
+    assert [(side, op) for side, op, _ in obs.connection] == [
+        ("client", "CM_REQ"), ("server", "CM_REP"), ("client", "CM_RTU"),
+        ("client", "CM_DREQ"), ("server", "CM_DREP")]
+    assert obs.side_channel == 0
+    findings = judge.judge(catalog.lesson(8), obs)
+    assert judge.passed(findings), [f.text for f in findings]
+    (rep,) = [f for side, op, f in obs.connection if op == "CM_REP"]
+    assert set(obs.dest_qps["client"]) == {rep["local_qpn"]}
+    assert f"your client's data went to the server's QP {rep['local_qpn']:#x}, the one RDMA " \
+        "CM connected" in [f.text for f in findings]
+
+    # lesson 2's program: the bytes arrive, but the QP numbers went over TCP
+    obs = _recorded("rxe-lesson8-tcp-exchange.pcap", GOOD, "sent 4096 bytes\n")
+    assert obs.connection == [] and obs.side_channel > 0
+    assert _failed(8, obs) == [
+        "your programs exchanged QP numbers themselves over TCP and made no RDMA CM "
+        "connection; " + RDMA_CM_WANTED]
+
+
+def _connection(*steps: tuple[str, str, dict[str, object]]) -> judge.Observation:
+    obs = _sides(GOOD, "sent 4096 bytes\n", {"RC_SEND_ONLY": 1}, {})
+    obs.connection = list(steps)
+    obs.dest_qps = {"client": {0x11: 1}}
+    return obs
+
+
+def test_lesson_8_names_the_step_of_the_connection_that_is_missing() -> None:
+    req = ("client", "CM_REQ", {"local_qpn": 0x12})
+    rep = ("server", "CM_REP", {"local_qpn": 0x11})
+    assert judge.passed(judge.judge(catalog.lesson(8), _connection(
+        req, rep, ("client", "CM_RTU", {}))))
+    assert _failed(8, _connection()) == [
+        "your client put no RDMA CM connection request on the wire; " + RDMA_CM_WANTED]
+    assert _failed(8, _connection(req)) == [
+        "the server never accepted the connection request (no CM_REP): on "
+        "RDMA_CM_EVENT_CONNECT_REQUEST make the queue pair on the event's id "
+        "(rdma_create_qp) and call rdma_accept"]
+    assert _failed(8, _connection(req, ("server", "CM_REJ", {"reason": 28}))) == [
+        "the server rejected the connection (CM_REJ, reason 28): the server accepts with "
+        "rdma_accept on the id the CONNECT_REQUEST event brings, after making its queue "
+        "pair on that id"]
+    assert _failed(8, _connection(req, rep)) == [
+        "the client never completed the connection (no CM_RTU after the server's CM_REP): "
+        "after rdma_connect wait for RDMA_CM_EVENT_ESTABLISHED"]
+    # connected, but the data sent on another queue pair than the one RDMA CM connected
+    rep_other = ("server", "CM_REP", {"local_qpn": 0x13})
+    assert _failed(8, _connection(req, rep_other, ("client", "CM_RTU", {}))) == [
+        "your client sent its data to QP 0x11, not to the server's QP 0x13 that RDMA CM "
+        "connected (in the CM_REP): post on the queue pair rdma_create_qp made on the "
+        "connected id (id->qp)"]
+
+
+def test_lesson_8_names_a_refused_connection_and_an_address_that_does_not_resolve() -> None:
+    obs = _with_errors(_sides("", "", {}, {}, codes=(None, 1)), "",
+                       "lesson: RDMA CM said RDMA_CM_EVENT_REJECTED (status 28), not "
+                       "RDMA_CM_EVENT_ESTABLISHED\n")
+    assert _failed(8, obs)[1].endswith(
+        ": the server did not take the connection: it must listen on the port the client "
+        "connects to (-p) and answer RDMA_CM_EVENT_CONNECT_REQUEST with rdma_accept")
+    for error in ("lesson: RDMA CM said RDMA_CM_EVENT_ADDR_ERROR (status -110), not "
+                  "RDMA_CM_EVENT_ADDR_RESOLVED\n",
+                  "pyverbs.pyverbs_error.PyverbsRDMAError: Failed to get Address Info. "
+                  "Errno: 19, No such device\n"):
+        obs = _with_errors(_sides("", "", {}, {}, codes=(None, 1)), "", error)
+        assert _failed(8, obs)[1].endswith(
+            ": the server's address did not resolve to an RDMA device: give "
+            "rdma_resolve_addr (or AddrInfo's dst) the server's IP address on the lab's "
+            "link, the one the client's command line names")
+
+
+def test_lesson_8_names_a_connect_without_the_route() -> None:
+    obs = _with_errors(_sides("", "", {}, {}, codes=(None, 1)), "",
+                       "lesson: rdma_connect: Invalid argument\n")
+    assert _failed(8, obs)[1] == (
+        "your client exited 1: lesson: rdma_connect: Invalid argument: rdma_connect needs "
+        "the route: after RDMA_CM_EVENT_ADDR_RESOLVED call rdma_resolve_route and wait for "
+        "RDMA_CM_EVENT_ROUTE_RESOLVED, then make the queue pair and connect")
+
+
+ON_IWARP = ("on iWARP the queue pair can only be connected through RDMA CM: rdma_resolve_addr, "
+            "rdma_resolve_route and rdma_connect on the client, rdma_listen and rdma_accept "
+            "on the server")
+
+
+def test_lesson_10_wants_a_write_then_a_send_over_mpa_on_siw() -> None:
+    # the reference answer's run in a siw lab: MPA request and reply, the WRITE's FPDUs
+    # (tagged), then the SEND
+    obs = _recorded("siw-lesson10-write-send.pcap", GOOD, "wrote 4096 bytes\n")
+    assert [(side, op) for side, op, _ in obs.connection] == [
+        ("client", "MPA_REQUEST"), ("server", "MPA_REPLY")]
+    assert obs.sent["client"] == {"MPA_REQUEST": 1, "RDMA_WRITE": 3, "SEND": 1}
+    assert obs.side_channel == 0 and obs.naks == [] and obs.dest_qps == {}
+    findings = judge.judge(catalog.lesson(10), obs)
+    assert judge.passed(findings), [f.text for f in findings]
+    assert "your programs connected through RDMA CM (the MPA request and reply on the TCP " \
+        "connection)" in [f.text for f in findings]
+
+    # the starter: a WRITE with immediate, which siw refuses when it is posted
+    obs = _recorded("siw-lesson10-write-with-imm.pcap", "", "")
+    obs.runs[0].exit, obs.runs[0].stdout = 1, "lesson: a work request completed with Work " \
+        "Request Flushed Error\n"
+    obs.runs[1].exit, obs.runs[1].stderr = 1, "lesson: ibv_post_send: Invalid argument\n"
+    assert _failed(10, obs) == [
+        "your server exited 1: lesson: a work request completed with Work Request Flushed "
+        "Error",
+        "your client exited 1: lesson: ibv_post_send: Invalid argument: siw refused the work "
+        "request: iWARP has no immediate data (no IBV_WR_RDMA_WRITE_WITH_IMM or "
+        "IBV_WR_SEND_WITH_IMM) and no atomics; post an IBV_WR_RDMA_WRITE, then an "
+        "IBV_WR_SEND that tells the server",
+        "your client put no RDMA WRITE on the wire (it sent MPA_REQUEST 1): post an "
+        "IBV_WR_RDMA_WRITE of the buffer to the address and rkey the server's accept "
+        "carried",
+        "your client sent no SEND to tell the server (it sent MPA_REQUEST 1): after the "
+        "WRITE post an IBV_WR_SEND of the note, which the server's receive takes",
+        "the server printed no digest of its buffer (`buffer N bytes fnv1a64 HEX`): the "
+        "server's buffer does not hold the client's 4096 bytes: WRITE the whole buffer to "
+        "the address and with the rkey in the server's private data, before the SEND"]
+
+
+def test_lesson_10_names_what_works_on_rxe_and_not_on_siw() -> None:
+    # lesson 3's program: rdma_common asks for GID index 1, siw has only 0
+    obs = _with_errors(_sides("", "", {}, {}, codes=(1, None)),
+                       "lesson: ibv_query_gid: Invalid argument\n", "")
+    texts = _failed(10, obs)
+    assert texts[0] == (
+        "your server exited 1: lesson: ibv_query_gid: Invalid argument: siw has a single GID "
+        "(index 0) and iWARP does not address a peer by GID: connect through RDMA CM by IP "
+        "address (rdma_resolve_addr, rdma_connect) instead of swapping QP numbers and GIDs")
+    assert texts[2] == "your client put no RDMA CM connection request on the wire; " + ON_IWARP
+    # with GID index 0 it gets as far as RTS, which siw refuses without RDMA CM's TCP stream
+    obs = _with_errors(_sides("", "", {}, {}, codes=(1, 1)), "",
+                       "lesson: modify the QP to RTS: Invalid argument\n")
+    obs.side_channel = 4
+    texts = _failed(10, obs)
+    assert texts[1] == (
+        "your client exited 1: lesson: modify the QP to RTS: Invalid argument: on iWARP a "
+        "queue pair is connected only through RDMA CM (rdma_connect and rdma_accept make its "
+        "TCP connection): swapping QP numbers and ibv_modify_qp to RTR and RTS, as on RoCE, "
+        "cannot connect it")
+    assert texts[2] == ("your programs exchanged QP numbers themselves over TCP and made no "
+                        "RDMA CM connection; " + ON_IWARP)
+
+
+def test_lesson_10_names_a_rejected_or_unanswered_mpa_request() -> None:
+    request = ("client", "MPA_REQUEST", {"rev": 2})
+    obs = _sides(GOOD, "", {"RDMA_WRITE": 1, "SEND": 1}, {})
+    obs.connection = [request]
+    assert _failed(10, obs) == [
+        "the server never accepted the connection (no MPA reply to the client's MPA "
+        "request): on RDMA_CM_EVENT_CONNECT_REQUEST make the queue pair on the event's id "
+        "(rdma_create_qp) and call rdma_accept"]
+    obs.connection = [request, ("server", "MPA_REPLY", {"reject": True})]
+    assert _failed(10, obs) == [
+        "the server rejected the connection (an MPA reply with the reject flag): accept "
+        "with rdma_accept on the id the CONNECT_REQUEST event brings"]
+    # a TERMINATE from the server is iWARP's NAK
+    obs.connection, obs.naks = [request, ("server", "MPA_REPLY", {"reject": False})], [
+        "TERMINATE"]
+    assert _failed(10, obs) == [
+        "the server answered TERMINATE (1 time): the server's device ended the connection: "
+        "an operation it refused (a wrong STag or address, memory registered without the "
+        "remote access the operation needs, or an operation iWARP does not have)"]

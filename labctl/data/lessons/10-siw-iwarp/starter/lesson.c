@@ -1,0 +1,236 @@
+/* Lesson 10: the same program on siw (iWARP over TCP): what changes.
+ *
+ *   make
+ *   node1: ./lesson server [-p PORT]
+ *   node2: ./lesson client SERVER_IP [-p PORT]
+ *
+ * Lesson 8's RDMA CM program, with lesson 5's one-sided WRITE that tells the server with
+ * an immediate: it works on rxe. Make it work on siw: the TODO says where; `labctl lesson
+ * check 10` says what is still wrong. */
+#include "rdma_common.h"
+
+#include <arpa/inet.h>
+#include <getopt.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <endian.h>
+#include <string.h>
+
+#define EVENT_SECONDS 60      /* the server waits this long for the client's request */
+#define RESOLVE_MS 5000       /* rdma_resolve_addr's and rdma_resolve_route's own bound */
+#define NOTE_BYTES 16         /* after the buffer: the "done" the client SENDs, received */
+
+/* What the server's rdma_accept carries to the client as private data (on iWARP in the
+ * MPA reply): its buffer's address and rkey, in network byte order. */
+struct buffer_key {
+	uint64_t addr;
+	uint32_t rkey;
+} __attribute__((packed));
+
+struct cm_lab {
+	int is_server;
+	const char *server_ip;
+	uint16_t port;
+	size_t bytes;
+	struct rdma_event_channel *channel;  /* where RDMA CM's events come */
+	struct rdma_cm_id *listener;         /* the server's listening id */
+	struct rdma_cm_id *id;               /* the connection's id: its QP is id->qp */
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	unsigned char *buf;
+	struct ibv_mr *mr;
+	struct buffer_key peer;  /* the client: where the server's buffer is, and its rkey */
+};
+
+/* server | client SERVER_IP [-d DEVICE] [-g GID_INDEX] [-p PORT] [-n BYTES]: RDMA CM picks
+ * the device and the GID from the IP address, so -d and -g are taken and not needed. */
+static void parse_args(struct cm_lab *lab, int argc, char **argv)
+{
+	int opt, port = 18515;
+
+	memset(lab, 0, sizeof(*lab));
+	lab->bytes = 4096;
+	if (argc < 2 || (strcmp(argv[1], "server") && strcmp(argv[1], "client")))
+		fail("usage: lesson server | client SERVER_IP [-d DEVICE] [-g GID_INDEX] [-p PORT]");
+	lab->is_server = !strcmp(argv[1], "server");
+	if (!lab->is_server && argc < 3)
+		fail("the client needs the server's IP address");
+	lab->server_ip = lab->is_server ? NULL : argv[2];
+	optind = lab->is_server ? 2 : 3;
+	while ((opt = getopt(argc, argv, "d:g:p:n:")) != -1) {
+		if (opt == 'p')
+			port = atoi(optarg);
+		else if (opt == 'n')
+			lab->bytes = strtoul(optarg, NULL, 0);
+		else if (opt != 'd' && opt != 'g')
+			fail("unknown option");
+	}
+	if (port < 1 || port > 65535 || !lab->bytes || lab->bytes > (1u << 20))
+		fail("-p must be a port, -n 1 to 1048576");
+	lab->port = (uint16_t)port;
+	lab->channel = rdma_create_event_channel();
+	if (!lab->channel)
+		check(-1, "rdma_create_event_channel");
+}
+
+/* The next RDMA CM event, which must be `want` (else exit 1 naming what came instead).
+ * The caller acknowledges it with rdma_ack_cm_event when done with it. */
+static struct rdma_cm_event *next_event(struct cm_lab *lab, enum rdma_cm_event_type want)
+{
+	struct pollfd ready = { .fd = lab->channel->fd, .events = POLLIN };
+	struct rdma_cm_event *event;
+
+	if (poll(&ready, 1, EVENT_SECONDS * 1000) != 1) {
+		fprintf(stderr, "lesson: no RDMA CM event within %d s (waiting for %s)\n",
+			EVENT_SECONDS, rdma_event_str(want));
+		exit(1);
+	}
+	check(rdma_get_cm_event(lab->channel, &event), "rdma_get_cm_event");
+	if (event->event != want) {
+		fprintf(stderr, "lesson: RDMA CM said %s (status %d), not %s\n",
+			rdma_event_str(event->event), event->status, rdma_event_str(want));
+		exit(1);
+	}
+	return event;
+}
+
+/* PD, CQ and buffer on the device RDMA CM chose for lab->id, and the id's RC queue pair
+ * (rdma_create_qp: RDMA CM moves it through INIT, RTR and RTS itself). */
+static void make_qp(struct cm_lab *lab)
+{
+	struct ibv_qp_init_attr init = {
+		.qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+
+	lab->pd = ibv_alloc_pd(lab->id->verbs);
+	lab->cq = ibv_create_cq(lab->id->verbs, 4, NULL, NULL, 0);
+	lab->buf = calloc(1, lab->bytes + NOTE_BYTES);
+	if (!lab->pd || !lab->cq || !lab->buf)
+		fail("cannot allocate the PD, the CQ or the buffer");
+	/* the server's buffer: the peer may write into it */
+	lab->mr = ibv_reg_mr(lab->pd, lab->buf, lab->bytes + NOTE_BYTES, IBV_ACCESS_LOCAL_WRITE |
+			     (lab->is_server ? IBV_ACCESS_REMOTE_WRITE : 0));
+	if (!lab->mr)
+		check(-1, "ibv_reg_mr");
+	init.send_cq = init.recv_cq = lab->cq;
+	check(rdma_create_qp(lab->id, lab->pd, &init), "rdma_create_qp");
+}
+
+/* The server: a receive for the client's "done", after the buffer the WRITE fills. */
+static void post_receive(struct cm_lab *lab)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)lab->buf + lab->bytes, .length = NOTE_BYTES,
+			       .lkey = lab->mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	check(ibv_post_recv(lab->id->qp, &wr, &bad), "ibv_post_recv");
+}
+
+/* The client: the whole buffer into the server's, and word to the server that it is done.
+ *
+ * TODO: this is how a program for rxe does it: one RDMA WRITE with immediate data, which
+ * consumes the server's receive. iWARP has no immediate data: siw refuses
+ * IBV_WR_RDMA_WRITE_WITH_IMM. Post an IBV_WR_RDMA_WRITE of the buffer (unsignaled) and,
+ * chained after it with .next, an IBV_WR_SEND of the 4 bytes after the buffer ("done",
+ * IBV_SEND_SIGNALED): the queue pair delivers them in order, so when the SEND's receive
+ * completes on the server the WRITE's bytes are in its buffer. */
+static void write_then_send(struct cm_lab *lab)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)lab->buf, .length = (uint32_t)lab->bytes,
+			       .lkey = lab->mr->lkey };
+	struct ibv_send_wr write = { .wr_id = 2, .sg_list = &sge, .num_sge = 1,
+				     .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+				     .send_flags = IBV_SEND_SIGNALED }, *bad;
+
+	write.imm_data = htonl(0xd0e);
+	write.wr.rdma.remote_addr = lab->peer.addr;
+	write.wr.rdma.rkey = lab->peer.rkey;
+	check(ibv_post_send(lab->id->qp, &write, &bad), "ibv_post_send");
+}
+
+/* What both sides ask of the connection: one READ or atomic in flight each way, retries
+ * as rdma_common's, and an RNR retry count that gives up rather than retrying for ever. */
+static struct rdma_conn_param conn_param(void)
+{
+	struct rdma_conn_param param = { .responder_resources = 1, .initiator_depth = 1,
+					 .retry_count = 7, .rnr_retry_count = 6 };
+	return param;
+}
+
+/* The server: listen on the port, take the client's request, accept it with a queue pair
+ * that already has its receive posted. */
+static void cm_listen_and_accept(struct cm_lab *lab)
+{
+	struct sockaddr_in any = { .sin_family = AF_INET, .sin_port = htons(lab->port),
+				   .sin_addr.s_addr = htonl(INADDR_ANY) };
+	struct rdma_conn_param param = conn_param();
+	struct rdma_cm_event *event;
+
+	check(rdma_create_id(lab->channel, &lab->listener, NULL, RDMA_PS_TCP), "rdma_create_id");
+	check(rdma_bind_addr(lab->listener, (struct sockaddr *)&any), "rdma_bind_addr");
+	check(rdma_listen(lab->listener, 1), "rdma_listen");
+	event = next_event(lab, RDMA_CM_EVENT_CONNECT_REQUEST);
+	lab->id = event->id;  /* a new id for this connection, on the device the request came to */
+	rdma_ack_cm_event(event);
+	make_qp(lab);
+	post_receive(lab);  /* before accepting: the client may send as soon as it is connected */
+	struct buffer_key mine = { .addr = htobe64((uintptr_t)lab->buf),
+				   .rkey = htobe32(lab->mr->rkey) };
+	param.private_data = &mine;
+	param.private_data_len = sizeof(mine);
+	check(rdma_accept(lab->id, &param), "rdma_accept");
+	rdma_ack_cm_event(next_event(lab, RDMA_CM_EVENT_ESTABLISHED));
+}
+
+/* The client: the server's IP address to a device and a GID (resolve_addr), a route to it
+ * (resolve_route), then the queue pair and the connection. */
+static void cm_connect(struct cm_lab *lab)
+{
+	struct sockaddr_in server = { .sin_family = AF_INET, .sin_port = htons(lab->port) };
+	struct rdma_conn_param param = conn_param();
+	struct rdma_cm_event *event;
+
+	if (inet_pton(AF_INET, lab->server_ip, &server.sin_addr) != 1)
+		fail("the server's address is not an IPv4 address");
+	check(rdma_create_id(lab->channel, &lab->id, NULL, RDMA_PS_TCP), "rdma_create_id");
+	check(rdma_resolve_addr(lab->id, NULL, (struct sockaddr *)&server, RESOLVE_MS),
+	      "rdma_resolve_addr");
+	rdma_ack_cm_event(next_event(lab, RDMA_CM_EVENT_ADDR_RESOLVED));
+	check(rdma_resolve_route(lab->id, RESOLVE_MS), "rdma_resolve_route");
+	rdma_ack_cm_event(next_event(lab, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	make_qp(lab);
+	check(rdma_connect(lab->id, &param), "rdma_connect");
+	event = next_event(lab, RDMA_CM_EVENT_ESTABLISHED);
+	if (event->param.conn.private_data_len < sizeof(struct buffer_key))
+		fail("the server's accept carried no buffer address and rkey");
+	memcpy(&lab->peer, event->param.conn.private_data, sizeof(lab->peer));
+	lab->peer.addr = be64toh(lab->peer.addr);
+	lab->peer.rkey = be32toh(lab->peer.rkey);
+	rdma_ack_cm_event(event);
+}
+
+int main(int argc, char **argv)
+{
+	struct cm_lab lab;
+
+	parse_args(&lab, argc, argv);
+	if (lab.is_server) {
+		cm_listen_and_accept(&lab);
+		wait_completion(lab.cq);  /* the client's word: its WRITE came before it */
+		print_digest(lab.buf, lab.bytes);
+		rdma_ack_cm_event(next_event(&lab, RDMA_CM_EVENT_DISCONNECTED));
+	} else {
+		cm_connect(&lab);
+		for (size_t i = 0; i < lab.bytes; i++)
+			lab.buf[i] = pattern(i);
+		memcpy(lab.buf + lab.bytes, "done", 4);
+		write_then_send(&lab);
+		wait_completion(lab.cq);
+		printf("wrote %zu bytes\n", lab.bytes);
+		check(rdma_disconnect(lab.id), "rdma_disconnect");
+	}
+	return 0;
+}
