@@ -28,15 +28,16 @@ CAPTURED = Path(__file__).parent / "outputs" / "status"
 HELD = "HELD"  # the stand-in says it holds the command (then the test presses Ctrl-C)
 
 # A labctl process whose `HOLD` (module:attribute) is replaced by a stand-in that says HELD
-# on stderr and waits in a child `sleep`, as the command waits on its own children. For
+# on stderr once it waits in a child `sleep`, as the command waits on its own children. For
 # `up`, the provider is a stand-in whose create() does the same after the lab's directory
 # and state.json exist (what `up` makes before any node).
 DRIVER = r"""
 import importlib, os, subprocess, sys, types
 
 def hold(*args, **kwargs):
+    child = subprocess.Popen(["sleep", "30"])  # waiting before it says so: Ctrl-C reaches it
     print("HELD", file=sys.stderr, flush=True)
-    subprocess.run(["sleep", "30"], check=False)
+    child.wait()
     raise SystemExit("the stand-in was not interrupted")
 
 where = os.environ["HOLD"]
@@ -88,8 +89,10 @@ def _tree(path: Path) -> dict[str, str]:
             for p in sorted(path.rglob("*")) if p.is_file()}
 
 
-def _interrupt(state: Path, hold: str, *args: str) -> tuple[int, str]:
-    """`labctl ARGS` held at `hold`, then Ctrl-C: its exit code and stderr."""
+def _interrupt(state: Path, hold: str, *args: str, holds: int = 1) -> tuple[int, str]:
+    """`labctl ARGS` held at `hold` (`holds` times: a command that works on every node at
+    once holds once per node), then Ctrl-C: its exit code and stderr. The Ctrl-C comes once
+    every stand-in waits in its child, as a terminal's reaches every ssh of the command."""
     env = {**os.environ, "LABCTL_STATE_DIR": str(state), "PYTHONPATH": str(ROOT),
            "HOLD": hold, "COLUMNS": "80"}
     proc = subprocess.Popen([sys.executable, "-c", DRIVER, *args], env=env, cwd=ROOT,
@@ -105,6 +108,8 @@ def _interrupt(state: Path, hold: str, *args: str) -> tuple[int, str]:
                 break
             seen.append(line)
             if line.strip() == HELD:
+                holds -= 1
+            if holds == 0:
                 os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends
                 break
         out, rest = proc.communicate(timeout=60)
@@ -152,7 +157,7 @@ def test_exec_all_says_the_lab_is_untouched(state: Path) -> None:
     _make_lab(state, "ut-int")
     before = _tree(state)
     code, err = _interrupt(state, "labctl.lab.handle:LabHandle.run", "exec", "--all",
-                           "--lab", "ut-int", "--", "sleep", "100")
+                           "--lab", "ut-int", "--", "sleep", "100", holds=2)
     assert code == 130
     assert err == ("interrupted; lab ut-int is untouched, do not `labctl down` it; the "
                    "command may still run in a node where it ignores the hang-up\n")
