@@ -43,7 +43,18 @@ BASE = (
     Option("INFINIBAND", "RDMA devices"),
     Option("INFINIBAND_USER_ACCESS", "ibv_* programs and the inspector (/dev/infiniband)"),
     Option("INFINIBAND_ADDR_TRANS", "rdma_cm (rping, rdma_server, NVMe-oF)", tristate=False),
+    # The rest of what node-init.sh loads at boot (a unit test holds the two together).
+    Option("HW_RANDOM_VIRTIO", "virtio_rng: the host's entropy, or sshd waits for the CRNG"),
+    Option("VIRTIO_BALLOON", "virtio_balloon: the node's free memory back to the host"),
+    Option("INET_DIAG", "tcp_diag: `ss`, the runners' check that a server listens"),
+    Option("INET_TCP_DIAG", "tcp_diag: `ss`, the runners' check that a server listens"),
+    Option("BLK_DEV_LOOP", "loop devices (/dev/loop*), as on Debian"),
 )
+# The option that gives each module node-init.sh loads in a qemu node.
+NODE_INIT_MODULES = {"virtio_rng": "HW_RANDOM_VIRTIO", "virtio_net": "VIRTIO_NET",
+                     "virtio_balloon": "VIRTIO_BALLOON", "ib_uverbs": "INFINIBAND_USER_ACCESS",
+                     "rdma_ucm": "INFINIBAND_USER_ACCESS", "tcp_diag": "INET_TCP_DIAG",
+                     "loop": "BLK_DEV_LOOP"}
 RXE = Option("RDMA_RXE", "rdma: rxe (Soft-RoCE)")
 SIW = Option("RDMA_SIW", "rdma: siw (soft-iWARP)")
 MOUNTS = (Option("NET_9P", "mounts: (host folders over virtio-9p)"),

@@ -377,3 +377,16 @@ def test_validate_checks_the_kernels_config_as_up_does(
     topology.write_text(topology.read_text().replace(str(folder), str(good)))
     code, out, err = run_main(monkeypatch, capsys, "validate", str(topology))
     assert code == 0 and out.startswith("lab kv:"), err
+
+
+def test_every_module_node_init_loads_is_an_option_the_check_requires() -> None:
+    """node-init.sh stops a qemu node's boot when a module it loads is missing ("fail
+    modprobe virtio_rng": seen on a defconfig tree the check had passed); each of them is
+    an option every node needs, so the check refuses such a kernel before booting."""
+    script = (REPO / "labctl" / "nodeside" / "node-init.sh").read_text()
+    listed = re.search(r'^\s*vm\) modules="([^"]+)"', script, re.M)
+    assert listed is not None
+    loaded = listed[1].split()
+    assert sorted(loaded) == sorted(kconfig.NODE_INIT_MODULES)
+    base = {o.name for o in kconfig.BASE}
+    assert {kconfig.NODE_INIT_MODULES[m] for m in loaded} <= base
