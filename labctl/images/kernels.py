@@ -45,6 +45,7 @@ from labctl.images.builder import (
 from labctl.images.cpio import CpioWriter, read_entries
 from labctl.paths import cache_root
 from labctl.progress import Progress
+from labctl.topology.kernelsource import DEBIAN_PREFIX
 from labctl.topology.resolved import Node
 
 KERNEL_BYTES = 256 << 20  # a bzImage is about 10 MiB; a debug build's, a few times that
@@ -403,7 +404,9 @@ def check_kernels(nodes: Iterable[Node]) -> dict[str, KernelFiles]:
     option a kernel lacks, with the line that adds it. Faults' options are only noted."""
     by_path: dict[str, list[Node]] = {}
     for node in nodes:
-        if node.kernel_path is not None:
+        # A debian:VERSION kernel not fetched yet (`validate`) has Debian's configuration,
+        # read when `up` has fetched it into a folder (then it is a path like any other).
+        if node.kernel_path is not None and not node.kernel.startswith(DEBIAN_PREFIX):
             by_path.setdefault(node.kernel_path, []).append(node)
     found = {}
     problems: list[str] = []

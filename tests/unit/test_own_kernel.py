@@ -377,6 +377,10 @@ def test_validate_checks_the_kernels_config_as_up_does(
     topology.write_text(topology.read_text().replace(str(folder), str(good)))
     code, out, err = run_main(monkeypatch, capsys, "validate", str(topology))
     assert code == 0 and out.startswith("lab kv:"), err
+    # a Debian kernel is not fetched by validate: its configuration is read by up
+    topology.write_text(topology.read_text().replace(str(good), '"debian:6.12"'))
+    code, out, err = run_main(monkeypatch, capsys, "validate", str(topology))
+    assert code == 0 and out.startswith("lab kv:"), err
 
 
 def test_every_module_node_init_loads_is_an_option_the_check_requires() -> None:
