@@ -247,22 +247,29 @@ def in_use() -> InUse:
     return used
 
 
+def _named_below(argv: list[str], root: Path, folder: str) -> Iterator[list[str]]:
+    """For each place these arguments name a path below the cache's `folder`, that path's
+    first two parts after it (a path ends at a '/', ',' or ':' of qemu's option syntax)."""
+    marker = f"{root}/{folder}/"
+    for arg in argv:
+        start = arg.find(marker)
+        while start != -1:
+            yield re.split(r"[/,:]", arg[start + len(marker):], maxsplit=2)[:2]
+            start = arg.find(marker, start + 1)
+
+
 def _keys_named(argv: list[str], root: Path) -> set[str]:
     """The image keys a node's command line names through paths in the cache: an image's
     files (images/KEY/...), a saved machine's (saved/KEY-HASH/...), a Docker data disk
     (docker-host/KEY[.VM].docker.ext4)."""
     keys = set()
-    for arg in argv:
-        for folder in ("images", "saved", "docker-host"):
-            marker = f"{root}/{folder}/"
-            start = arg.find(marker)
-            while start != -1:
-                name = re.split(r"[/,:]", arg[start + len(marker):], maxsplit=1)[0]
-                key = {"images": name, "saved": name.rpartition("-")[0],
-                       "docker-host": name.partition(".")[0]}[folder]
-                if IMAGE_KEY_RE.fullmatch(key):
-                    keys.add(key)
-                start = arg.find(marker, start + 1)
+    for folder, key_of in (("images", lambda name: name),
+                           ("saved", lambda name: name.rpartition("-")[0]),
+                           ("docker-host", lambda name: name.partition(".")[0])):
+        for parts in _named_below(argv, root, folder):
+            key = key_of(parts[0])
+            if IMAGE_KEY_RE.fullmatch(key):
+                keys.add(key)
     return keys
 
 
@@ -271,16 +278,11 @@ def _kernels_named(argv: list[str], root: Path) -> set[Path]:
     made-ready kernel's files: kernels/RELEASE-HASH/...; a lab's node records the Debian
     kernel it was made from: kernels/debian/RELEASE_VERSION)."""
     found = set()
-    marker = f"{root}/kernels/"
-    for arg in argv:
-        start = arg.find(marker)
-        while start != -1:
-            parts = re.split(r"[/,:]", arg[start + len(marker):])
-            if parts[0] == "debian" and len(parts) > 1:
-                found.add(root / "kernels" / "debian" / parts[1])
-            elif parts[0] and not parts[0].startswith("."):
-                found.add(root / "kernels" / parts[0])
-            start = arg.find(marker, start + 1)
+    for parts in _named_below(argv, root, "kernels"):
+        if parts[0] == "debian" and len(parts) > 1:
+            found.add(root / "kernels" / "debian" / parts[1])
+        elif parts[0] and not parts[0].startswith("."):
+            found.add(root / "kernels" / parts[0])
     return found
 
 
