@@ -31,8 +31,8 @@ T = TypeVar("T")
 NODE_SECONDS = 60.0  # past this a node counts as not answering
 _IFF_UP = 0x1
 _IFF_LOWER_UP = 0x10000  # carrier
-# One command per node; `echo` keeps the two documents on lines of their own.
-# One reply (nodeside/reply.py): {"links": `ip -j link show`, "qdiscs": `tc -j qdisc show`}.
+# One command per node, one reply (nodeside/reply.py): {"links": `ip -j link show`,
+# "qdiscs": `tc -j qdisc show`}.
 _NODE_COMMAND = ["sh", "-c", shell_answer({"links": "ip -j link show",
                                           "qdiscs": "tc -j qdisc show"})]
 _IN_THE_NODE = "`labctl exec NODE -- ip link show` and `tc qdisc show` in the node"
